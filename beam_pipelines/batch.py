@@ -1,0 +1,87 @@
+"""The batch pipeline: read -> tokenize -> shuffle into shards -> commit, for every dataset.
+
+`build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` prepares the run
+(checks, splits, tokenizers, output directory), runs it on the chosen runner with a progress report
+for local runs, and returns the committed manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from typing import Any, Optional
+
+import apache_beam as beam
+
+from easydata.config import PipelineConfig
+from easydata.manifest import read_manifest
+from easydata.progress import ProgressMonitor
+from easydata.run_plan import RunPlan, prepare_run
+from beam_pipelines.runners import make_runner_and_options
+from transforms import REJECTED_TAG, STATS_TAG, CommitOutput, ReadDocuments, Tokenize, WriteShards
+
+__all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
+
+
+def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: RunPlan, started_at: float,
+                         progress_dir: Optional[str] = None) -> beam.PCollection:
+    """Adds the whole batch job to `pipeline`; returns the PCollection holding the manifest.
+
+    Args:
+      progress_dir: a directory the launching process can read, where workers report progress.
+    """
+    datasets = {d.name: d for d in config.datasets}
+    shards, stats, rejected = [], [], []
+    for ds_plan in plan.datasets:
+        name = ds_plan.name
+        read = pipeline | f"Read[{name}]" >> ReadDocuments(
+            dataset=datasets[name], splits=ds_plan.splits, batch_size=config.tokenize.batch_size,
+            max_document_bytes=config.tokenize.max_document_bytes, staging=plan.staging,
+            progress_dir=progress_dir)
+        rows = read.documents | f"Tokenize[{name}]" >> Tokenize(
+            tokenizer=ds_plan.tokenizer, config=config.tokenize, seed=config.seed, progress_dir=progress_dir)
+        shards.append(rows | f"Write[{name}]" >> WriteShards(
+            name=name, num_groups=ds_plan.num_groups, save=config.save, staging=plan.staging))
+        stats.append(read[STATS_TAG])
+        rejected.append(read[REJECTED_TAG])
+    return {
+        "shards": shards | "AllShards" >> beam.Flatten(),
+        "stats": stats | "AllStats" >> beam.Flatten(),
+        "rejected": rejected | "AllRejected" >> beam.Flatten(),
+    } | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at)
+
+
+@dataclasses.dataclass
+class BatchResult:
+    """What a finished batch run produced."""
+
+    output_dir: str
+    manifest: dict[str, Any]
+    elapsed_seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.manifest["totals"]["tokens"] / max(self.elapsed_seconds, 1e-9)
+
+
+def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
+              show_progress: bool = True) -> BatchResult:
+    """Runs the batch pipeline to completion and returns the committed manifest.
+
+    Args:
+      config: the job.
+      beam_args: Beam pipeline flags (`--runner`, `--direct_num_workers`, `--project`, ...).
+      show_progress: draw progress on stderr for local runs.
+    """
+    started = time.time()
+    plan = prepare_run(config)
+    runner, options = make_runner_and_options(list(beam_args or []))
+    local = not isinstance(runner, str)  # local runners are instances, remote ones names
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir:
+        build_batch_pipeline(pipeline, config, plan, started, progress_dir if local else None)
+        with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
+            pipeline.run().wait_until_finish()
+    manifest = read_manifest(plan.output_dir)
+    return BatchResult(output_dir=plan.output_dir, manifest=manifest, elapsed_seconds=time.time() - started)

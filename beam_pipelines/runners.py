@@ -1,0 +1,64 @@
+"""Choosing the Beam runner and pipeline options from command-line flags.
+
+With no `--runner`, a local job runs on Beam's FnApiRunner (the engine behind DirectRunner), in
+`multi_processing` mode with one worker process per core: it needs no download and no network.
+`--runner=DirectRunner` gets the same engine through `OfflineDirectRunner`, which skips Beam's first
+attempt to start the Prism runner (that attempt downloads a binary). Any other runner name and every
+other flag pass through to Beam unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.runners.direct.direct_runner import DirectRunner
+from apache_beam.runners.runner import PipelineRunner
+
+__all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner"]
+
+_LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
+                  "SwitchingDirectRunner"}
+
+
+class OfflineDirectRunner(DirectRunner):
+    """DirectRunner that runs batch pipelines on the in-process FnApiRunner, never trying Prism."""
+
+    def run_pipeline(self, pipeline, options):  # noqa: D401 - Beam's signature
+        from apache_beam.portability.api import beam_provision_api_pb2
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+        from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+        if options.view_as(StandardOptions).streaming:
+            return super().run_pipeline(pipeline, options)
+        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        provision_info = fn_runner.ExtendedProvisionInfo(
+            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        return fn_runner.FnApiRunner(provision_info=provision_info).run_pipeline(pipeline, options)
+
+
+def is_local_runner(runner_name: Optional[str]) -> bool:
+    return runner_name in _LOCAL_RUNNERS
+
+
+def make_runner_and_options(beam_args: list[str], *, default_workers: Optional[int] = None
+                            ) -> tuple[PipelineRunner | str, PipelineOptions]:
+    """Builds the runner and options for `beam_args` (unrecognised flags stay Beam's to judge).
+
+    With no `--runner`, the local default is multi-process with `default_workers` (all cores) workers,
+    unless the flags set `--direct_num_workers` / `--direct_running_mode` themselves.
+    """
+    options = PipelineOptions(beam_args)
+    runner_name = options.view_as(StandardOptions).runner
+    if is_local_runner(runner_name):
+        direct = options.view_as(DirectOptions)
+        explicit = {a.split("=", 1)[0] for a in beam_args if a.startswith("--")}
+        if runner_name is None and "--direct_running_mode" not in explicit:
+            direct.direct_running_mode = "multi_processing"
+        if "--direct_num_workers" not in explicit:
+            direct.direct_num_workers = default_workers or os.cpu_count() or 1
+        if direct.direct_num_workers == 1 and "--direct_running_mode" not in explicit:
+            direct.direct_running_mode = "in_memory"
+        return OfflineDirectRunner(), options
+    return runner_name, options

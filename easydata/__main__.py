@@ -1,0 +1,7 @@
+"""`python -m easydata` runs the CLI."""
+
+import sys
+
+from easydata.cli import main
+
+sys.exit(main())

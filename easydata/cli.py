@@ -1,0 +1,171 @@
+"""The `easydata` command line (also `python -m easydata`).
+
+Sub-commands: `run`, `tokenize`, `validate`, `inspect`. Errors a user can cause are printed as one
+line (`easydata: error: ...`) with exit status 2; a failed `validate` exits 1. Beam is imported only
+by the commands that run a pipeline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any, Optional, Sequence
+
+from easydata.errors import EasyDataError
+
+__all__ = ["main"]
+
+_USER_ERROR = re.compile(r"\b(?:EasyDataError|ConfigError|InputError|TokenizerError|OutputError|ValidationFailed):"
+                         r" ([^\n]+)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="easydata", description="Tokenize, pack and shard text and chat data for JAX training, on Apache Beam.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser(
+        "run", help="run the batch pipeline of a config (no config: the embedded default job)",
+        description="Run the batch pipeline described by CONFIG (YAML or JSON). Without CONFIG, run the embedded"
+                    " default job (Python's standard library as a sample corpus, a tokenizer trained on it) into"
+                    " ./easydata_output. Unknown --flags are passed to Beam as pipeline options (--runner,"
+                    " --direct_num_workers, --project, --temp_location, ...).")
+    run.add_argument("config", nargs="?", help="pipeline config file (YAML or JSON)")
+    run.add_argument("--output", help="output directory (overrides save.output_dir)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                     help="override a config value, e.g. --set save.num_shards=8 (repeatable)")
+    run.add_argument("--overwrite", action="store_true", help="replace an existing output (save.overwrite)")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
+
+    tok = sub.add_parser("tokenize", help="tokenize files into sharded output in one command",
+                         description="One-line equivalent of tokenize_and_save. Unknown --flags go to Beam.")
+    tok.add_argument("--data-files", required=True, action="append", metavar="GLOB",
+                     help="input path or glob (repeatable)")
+    tok.add_argument("--tokenizer", required=True, help="tokenizer dir, tokenizer.json, or cached hub id")
+    tok.add_argument("--output", required=True, help="output directory")
+    tok.add_argument("--name", default=None, help="dataset name (default: 'data')")
+    tok.add_argument("--type", default=None, help="input type (default: from the file extension)")
+    tok.add_argument("--content-field", default="text", help="field holding the text (default: text)")
+    tok.add_argument("--format", default="parquet", help="parquet | arrow | jsonl")
+    tok.add_argument("--compression", default=None, help="output compression (default: zstd; none for jsonl)")
+    tok.add_argument("--max-length", type=int, default=None, help="truncate documents to N tokens")
+    tok.add_argument("--num-shards", type=int, default=None, help="exact number of shards")
+    tok.add_argument("--pack", action="store_true", help="pack documents into fixed-length rows")
+    tok.add_argument("--seq-length", type=int, default=2048, help="packed row length (with --pack)")
+    tok.add_argument("--seed", type=int, default=42)
+    tok.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    tok.add_argument("--quiet", action="store_true", help="no progress display")
+
+    val = sub.add_parser("validate", help="check an output directory against its manifest")
+    val.add_argument("output_dir")
+
+    ins = sub.add_parser("inspect", help="print the manifest summary and decoded sample rows")
+    ins.add_argument("output_dir")
+    ins.add_argument("-n", "--num-rows", type=int, default=3, help="rows to show per dataset (default 3)")
+    return parser
+
+
+def _config_for_run(args: argparse.Namespace) -> Any:
+    from easydata.config import PipelineConfig, apply_overrides, load_mapping
+    from easydata.sample import DEFAULT_OUTPUT_DIR, default_config
+
+    extra = list(args.overrides)
+    if args.output:
+        extra.append(f"save.output_dir={args.output}")
+    if args.overwrite:
+        extra.append("save.overwrite=true")
+    if args.config is None:
+        base = default_config(args.output or DEFAULT_OUTPUT_DIR).to_dict()
+        return PipelineConfig.from_dict(apply_overrides(base, extra))
+    return PipelineConfig.from_dict(apply_overrides(load_mapping(args.config), extra))
+
+
+def _config_for_tokenize(args: argparse.Namespace) -> Any:
+    from easydata.config import PipelineConfig
+
+    compression = args.compression or ("none" if args.format == "jsonl" else "zstd")
+    data: dict[str, Any] = {
+        "seed": args.seed,
+        "default_tokenizer": args.tokenizer,
+        "datasets": [{"name": args.name or "data", "data_files": args.data_files, "type": args.type,
+                      "content_field": args.content_field}],
+        "tokenize": {"max_length": args.max_length,
+                     "truncation": "truncate" if args.max_length is not None else "none"},
+        "pack": {"enabled": args.pack, "seq_length": args.seq_length},
+        "save": {"output_dir": args.output, "format": args.format, "compression": compression,
+                 "num_shards": args.num_shards, "overwrite": args.overwrite},
+    }
+    return PipelineConfig.from_dict(data)
+
+
+def _run_pipeline(config: Any, beam_args: list[str], quiet: bool) -> int:
+    from beam_pipelines.batch import run_batch
+
+    result = run_batch(config, beam_args, show_progress=not quiet)
+    m = result.manifest
+    totals = m["totals"]
+    print(f"wrote {result.output_dir}")
+    for name, info in m["datasets"].items():
+        print(f"  {name}: {info['documents_written']:,} documents ({info['documents_rejected']:,} rejected),"
+              f" {info['tokens']:,} tokens, {len(info['shards'])} shards")
+    print(f"  total: {m['documents_in']:,} documents in, {totals['tokens']:,} tokens, {totals['shards']} shards,"
+          f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")
+    if m["documents_rejected"]:
+        print(f"  rejected records: {result.output_dir}/rejected/")
+    print(f"next: easydata validate {result.output_dir}  |  easydata inspect {result.output_dir}")
+    return 0
+
+
+def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
+    if args.command in ("validate", "inspect") and extra:
+        raise EasyDataError(f"unrecognized arguments: {' '.join(extra)}")
+    unknown = [a for a in extra if not a.startswith("--")]
+    if unknown:
+        raise EasyDataError(f"unexpected argument '{unknown[0]}' (Beam options look like --name=value)")
+    if args.command == "run":
+        return _run_pipeline(_config_for_run(args), extra, args.quiet)
+    if args.command == "tokenize":
+        return _run_pipeline(_config_for_tokenize(args), extra, args.quiet)
+    if args.command == "validate":
+        from easydata.validate import validate_output
+
+        report = validate_output(args.output_dir)
+        print(report.summary())
+        return 0 if report.ok else 1
+    if args.command == "inspect":
+        from easydata.inspect import inspect_output
+
+        print(inspect_output(args.output_dir, args.num_rows))
+        return 0
+    raise AssertionError(args.command)  # argparse restricts the choices
+
+
+def _user_error_in(exc: BaseException) -> Optional[str]:
+    """The message of an easydata error raised inside a Beam worker (Beam wraps it in its own)."""
+    match = _USER_ERROR.search(str(exc))
+    return match.group(1).strip() if match else None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        return _dispatch(args, extra)
+    except EasyDataError as e:
+        print(f"easydata: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("easydata: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        message = _user_error_in(e)
+        if message is None:
+            raise
+        print(f"easydata: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

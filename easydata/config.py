@@ -1,0 +1,546 @@
+"""Pipeline configuration: the EasyData vocabulary as frozen, keyword-only dataclasses.
+
+A config is loaded from YAML or JSON (`PipelineConfig.from_yaml`, `from_json`, `from_dict`). Loading
+converts nested dicts into the stage configs, rejects unknown keys with a did-you-mean, checks types,
+and `validate()` returns *every* problem at once (an empty list means the config is usable);
+`from_dict` raises one `ConfigError` listing them all.
+
+The resolved config is written into the output manifest, and `fingerprint()` hashes everything that
+shapes the output, so a resumed or compared run can prove it used the same settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from easydata.errors import ConfigError
+
+__all__ = [
+    "TokenizerConfig",
+    "DatasetConfig",
+    "TokenizeStageConfig",
+    "ChatStageConfig",
+    "MixStageConfig",
+    "PackStageConfig",
+    "SaveStageConfig",
+    "LoadStageConfig",
+    "WeightSchedulePoint",
+    "PipelineConfig",
+    "parse_size",
+    "apply_overrides",
+    "INPUT_TYPES",
+    "OUTPUT_FORMATS",
+]
+
+INPUT_TYPES = ("jsonl", "json", "parquet", "arrow", "csv", "txt")
+OUTPUT_FORMATS = ("parquet", "arrow", "jsonl")
+COMPRESSIONS = ("none", "zstd", "snappy", "gzip", "lz4")
+_FORMAT_COMPRESSIONS = {
+    "parquet": COMPRESSIONS,
+    "arrow": ("none", "zstd", "lz4"),
+    "jsonl": ("none", "gzip", "zstd"),
+}
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(value: int | str) -> int:
+    """Parses a byte size such as `500MB`, `1.5GiB` or `1048576` into bytes.
+
+    Raises:
+      ValueError: if the value is not a positive size.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size such as '500MB', got {value!r}")
+    if isinstance(value, int):
+        number, unit = float(value), ""
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(value))
+        if not match or match.group(2).upper() not in _SIZE_UNITS:
+            raise ValueError(f"expected a size such as '500MB' or '1GiB', got {value!r}")
+        number, unit = float(match.group(1)), match.group(2).upper()
+    size = int(number * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise ValueError(f"expected a positive size, got {value!r}")
+    return size
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenizerConfig:
+    """Which tokenizer to use and optional special-token overrides.
+
+    Attributes:
+      name_or_path: a directory holding `tokenizer.json` (and optionally `tokenizer_config.json`),
+        a `tokenizer.json` file, or a Hugging Face hub id resolved from the local cache only.
+      bos_token, eos_token, pad_token: override the special tokens the tokenizer declares.
+    """
+
+    name_or_path: str
+    bos_token: Optional[str] = None
+    eos_token: Optional[str] = None
+    pad_token: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DatasetConfig:
+    """One input dataset.
+
+    Attributes:
+      name: output sub-directory and manifest key; letters, digits, `_`, `-`, `.`.
+      data_files: path, glob, or list of them; any fsspec URL (local, file://, gs://, s3://, memory://).
+      type: input format; inferred from the file extension when null (`.gz/.zst/.bz2` stripped first).
+      content_field: the field holding the document text.
+      additional_fields: fields copied to unpacked output next to the tokens.
+      tokenizer: per-dataset tokenizer (defaults to `PipelineConfig.default_tokenizer`).
+      num_rows: read at most this many documents (in input order), for quick trials.
+      sample_by: for `txt` input, what one document is: a `line`, a `paragraph` (blank-line
+        separated), or the whole `document` (file).
+      pubsub_subscription: streaming source instead of `data_files` (streaming pipeline only).
+    """
+
+    name: str
+    data_files: Union[str, list[str], None] = None
+    type: Optional[Literal["jsonl", "json", "parquet", "arrow", "csv", "txt"]] = None
+    content_field: str = "text"
+    additional_fields: list[str] = dataclasses.field(default_factory=list)
+    tokenizer: Union[str, TokenizerConfig, None] = None
+    num_rows: Optional[int] = None
+    sample_by: Literal["line", "paragraph", "document"] = "line"
+    pubsub_subscription: Optional[str] = None
+
+    @property
+    def data_file_list(self) -> list[str]:
+        if self.data_files is None:
+            return []
+        return [self.data_files] if isinstance(self.data_files, str) else list(self.data_files)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenizeStageConfig:
+    """How text becomes token ids.
+
+    Attributes:
+      max_length: documents longer than this many tokens are truncated (null: never).
+      truncation: `none`, `truncate` (keep the first `max_length` tokens) or `window`.
+      stride: overlap for `window` truncation.
+      add_bos: prepend BOS (null: the tokenizer's own convention).
+      add_eos: append EOS to every document unless it already ends with it.
+      batch_size: documents per tokenizer call and per batch moved between stages.
+      max_document_bytes: larger documents are rejected to the dead-letter output.
+    """
+
+    max_length: Optional[int] = None
+    truncation: Literal["none", "truncate", "window"] = "none"
+    stride: Optional[int] = None
+    add_bos: Optional[bool] = None
+    add_eos: bool = True
+    batch_size: int = 1000
+    max_document_bytes: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChatStageConfig:
+    """Chat rendering for datasets whose content is a list of messages.
+
+    Attributes:
+      messages_field: the field holding the messages.
+      template: jinja template text or a path to a file with it (null: the tokenizer's own).
+      assistant_only_loss: emit a `loss_mask` that is 1 only on assistant tokens.
+    """
+
+    messages_field: str = "messages"
+    template: Optional[str] = None
+    assistant_only_loss: bool = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WeightSchedulePoint:
+    """Mixing weights in force from training `step` on (used by the reader's `MixedReader`)."""
+
+    step: int
+    weights: dict[str, float]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MixStageConfig:
+    """Weighted mixing of datasets by share of output tokens.
+
+    Attributes:
+      weights: dataset name -> relative weight (normalised).
+      stop_strategy: `first_exhausted`, `all_exhausted` or its alias `restart`.
+      total_tokens: an explicit output token budget instead of a stop strategy.
+    """
+
+    weights: dict[str, float] = dataclasses.field(default_factory=dict)
+    stop_strategy: Literal["first_exhausted", "all_exhausted", "restart"] = "first_exhausted"
+    total_tokens: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PackStageConfig:
+    """Packing of documents into fixed-length rows.
+
+    Attributes:
+      enabled: pack (true) or write one row per document (false).
+      seq_length: length of every packed row.
+      strategy: `greedy`, `first_fit`, `best_fit` or `pool`.
+      pad_token_id: padding id when the tokenizer has no pad token.
+      max_segments_per_row: optional cap on documents per row.
+    """
+
+    enabled: bool = False
+    seq_length: int = 2048
+    strategy: Literal["greedy", "first_fit", "best_fit", "pool"] = "first_fit"
+    pad_token_id: Optional[int] = None
+    max_segments_per_row: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SaveStageConfig:
+    """Where and how output shards are written.
+
+    Attributes:
+      output_dir: local path or fsspec URL of the output directory.
+      format: `parquet`, `arrow` (IPC file) or `jsonl`.
+      compression: codec the format supports (`parquet`: all; `arrow`: none/zstd/lz4; `jsonl`:
+        none/gzip/zstd).
+      num_shards: exact number of shards per output (overrides `max_shard_size`).
+      max_shard_size: upper bound of a shard's uncompressed size, e.g. `500MB`.
+      overwrite: replace an existing output directory.
+      row_group_size: rows per Parquet row group / Arrow record batch.
+    """
+
+    output_dir: str = "easydata_output"
+    format: Literal["parquet", "arrow", "jsonl"] = "parquet"
+    compression: Literal["none", "zstd", "snappy", "gzip", "lz4"] = "zstd"
+    num_shards: Optional[int] = None
+    max_shard_size: Union[int, str] = "500MB"
+    overwrite: bool = False
+    row_group_size: int = 1000
+
+    @property
+    def max_shard_bytes(self) -> int:
+        return parse_size(self.max_shard_size)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoadStageConfig:
+    """Defaults for reading the output back with `easydata.reader.TokenReader`."""
+
+    batch_size: int = 8
+    shuffle: bool = True
+    seed: Optional[int] = None
+    num_epochs: Optional[int] = None
+    drop_remainder: bool = True
+    layout: Literal["raw", "maxtext", "hf"] = "raw"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PipelineConfig:
+    """A whole preprocessing job.
+
+    Attributes:
+      seed: drives every deterministic choice (shuffle order, shard assignment, mixing).
+      max_rejected_fraction: fail the run when more than this fraction of documents is rejected.
+      default_tokenizer: tokenizer for datasets that do not name their own.
+      datasets: the inputs.
+      tokenize, chat, mix, pack, save, load: stage settings.
+    """
+
+    seed: int = 42
+    max_rejected_fraction: Optional[float] = None
+    default_tokenizer: Union[str, TokenizerConfig, None] = None
+    datasets: list[DatasetConfig] = dataclasses.field(default_factory=list)
+    tokenize: TokenizeStageConfig = dataclasses.field(default_factory=TokenizeStageConfig)
+    chat: ChatStageConfig = dataclasses.field(default_factory=ChatStageConfig)
+    mix: Optional[MixStageConfig] = None
+    pack: PackStageConfig = dataclasses.field(default_factory=PackStageConfig)
+    save: SaveStageConfig = dataclasses.field(default_factory=SaveStageConfig)
+    load: LoadStageConfig = dataclasses.field(default_factory=LoadStageConfig)
+    schedule: list[WeightSchedulePoint] = dataclasses.field(default_factory=list)
+
+    # ---- loading -------------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PipelineConfig":
+        """Builds and validates a config; raises `ConfigError` listing every problem."""
+        problems: list[str] = []
+        config = _convert(cls, data, "", problems)
+        if not problems:
+            problems.extend(config.validate())
+        if problems:
+            raise ConfigError(problems)
+        return config
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: list[str] | None = None) -> "PipelineConfig":
+        """Loads a YAML (or JSON, a YAML subset) file, applying `key.path=value` overrides."""
+        return cls.from_dict(apply_overrides(load_mapping(path), overrides or []))
+
+    @classmethod
+    def from_json(cls, path: str | Path, overrides: list[str] | None = None) -> "PipelineConfig":
+        return cls.from_yaml(path, overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain JSON-compatible data (written into the manifest)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    def fingerprint(self) -> str:
+        """A hash of every setting that shapes the output (everything but `save.overwrite`)."""
+        data = self.to_dict()
+        data["save"].pop("overwrite", None)
+        data.pop("load", None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> "PipelineConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ---- semantic checks -----------------------------------------------------------------------
+
+    def tokenizer_for(self, dataset: DatasetConfig) -> TokenizerConfig:
+        spec = dataset.tokenizer if dataset.tokenizer is not None else self.default_tokenizer
+        if spec is None:
+            raise ConfigError(f"dataset '{dataset.name}' has no tokenizer and `default_tokenizer` is not set")
+        return spec if isinstance(spec, TokenizerConfig) else TokenizerConfig(name_or_path=spec)
+
+    def validate(self) -> list[str]:
+        """Returns every semantic problem of this config; empty when it is usable."""
+        problems: list[str] = []
+        if not self.datasets:
+            problems.append("`datasets` is empty: add at least one dataset")
+        names = [d.name for d in self.datasets]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"dataset name '{name}' is used more than once")
+        for i, ds in enumerate(self.datasets):
+            where = f"datasets[{i}] ('{ds.name}')"
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]+", ds.name) or ds.name in ("rejected", "mixed"):
+                problems.append(f"{where}: `name` must use letters, digits, '_', '-', '.' and not be"
+                                " 'rejected' or 'mixed'")
+            if not ds.data_file_list and not ds.pubsub_subscription:
+                problems.append(f"{where}: set `data_files` (or `pubsub_subscription` for streaming)")
+            if ds.tokenizer is None and self.default_tokenizer is None:
+                problems.append(f"{where}: no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`")
+            if ds.num_rows is not None and ds.num_rows < 0:
+                problems.append(f"{where}: `num_rows` must be >= 0, got {ds.num_rows}")
+            if ds.content_field in ds.additional_fields:
+                problems.append(f"{where}: `additional_fields` must not repeat `content_field` '{ds.content_field}'")
+            reserved = {"input_ids", "attention_mask", "loss_mask", "segment_ids", "positions"}
+            for field in sorted(reserved.intersection(ds.additional_fields)):
+                problems.append(f"{where}: additional field '{field}' collides with an output column")
+        tok = self.tokenize
+        if tok.batch_size <= 0:
+            problems.append(f"tokenize.batch_size must be positive, got {tok.batch_size}")
+        if tok.max_length is not None and tok.max_length <= 0:
+            problems.append(f"tokenize.max_length must be positive, got {tok.max_length}")
+        if tok.truncation != "none" and tok.max_length is None:
+            problems.append(f"tokenize.truncation '{tok.truncation}' needs tokenize.max_length")
+        if tok.max_length is not None and tok.truncation == "none":
+            problems.append("tokenize.max_length is set but tokenize.truncation is 'none': set truncation to"
+                            " 'truncate' (or remove max_length)")
+        if tok.truncation == "window":
+            problems.append("tokenize.truncation 'window' is not implemented yet; use 'none' or 'truncate'")
+        if tok.stride is not None and tok.truncation != "window":
+            problems.append("tokenize.stride only applies to truncation 'window'")
+        if tok.max_document_bytes is not None and tok.max_document_bytes <= 0:
+            problems.append(f"tokenize.max_document_bytes must be positive, got {tok.max_document_bytes}")
+        if self.max_rejected_fraction is not None and not 0 <= self.max_rejected_fraction <= 1:
+            problems.append(f"max_rejected_fraction must be within [0, 1], got {self.max_rejected_fraction}")
+        if self.pack.seq_length <= 0:
+            problems.append(f"pack.seq_length must be positive, got {self.pack.seq_length}")
+        if self.pack.enabled:
+            problems.append("pack.enabled: packing is not implemented yet; set `pack.enabled: false`")
+        if self.mix is not None and self.mix.weights:
+            problems.append("mix: weighted mixing is not implemented yet; remove the `mix` section")
+        save = self.save
+        if not save.output_dir:
+            problems.append("save.output_dir is empty")
+        if save.compression not in _FORMAT_COMPRESSIONS[save.format]:
+            problems.append(f"save.compression '{save.compression}' is not supported by format"
+                            f" '{save.format}' (choose from {', '.join(_FORMAT_COMPRESSIONS[save.format])})")
+        if save.num_shards is not None and save.num_shards <= 0:
+            problems.append(f"save.num_shards must be positive, got {save.num_shards}")
+        try:
+            save.max_shard_bytes
+        except ValueError as e:
+            problems.append(f"save.max_shard_size: {e}")
+        if save.row_group_size <= 0:
+            problems.append(f"save.row_group_size must be positive, got {save.row_group_size}")
+        return problems
+
+
+# ---- generic dict -> dataclass conversion with complete error reporting ----------------------------
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "mapping"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
+    """Converts plain data into `tp`, appending a message per problem instead of raising."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            problems.append(f"{where or 'config'}: expected a mapping, got {type(value).__name__}")
+            return None
+        return _convert_dataclass(tp, value, where, problems)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            trial: list[str] = []
+            result = _convert(arg, value, where, trial)
+            if not trial:
+                return result
+        non_none = [a for a in args if a is not type(None)]
+        if len(non_none) == 1:  # Optional[X]: report X's own, more precise, problem
+            return _convert(non_none[0], value, where, problems)
+        problems.append(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        return None
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            hint = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            problems.append(f"{where}: must be one of {', '.join(map(str, allowed))}; got {value!r}{suggestion}")
+            return None
+        return value
+    if origin is list:
+        (item_type,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            problems.append(f"{where}: expected a list, got {type(value).__name__}")
+            return None
+        return [_convert(item_type, v, f"{where}[{i}]", problems) for i, v in enumerate(value)]
+    if origin is dict:
+        key_type, value_type = typing.get_args(tp)
+        if not isinstance(value, dict):
+            problems.append(f"{where}: expected a mapping, got {type(value).__name__}")
+            return None
+        return {_convert(key_type, k, f"{where}", problems): _convert(value_type, v, f"{where}.{k}", problems)
+                for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, bool) or not isinstance(value, tp):
+        problems.append(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        return None
+    return value
+
+
+def _convert_dataclass(cls: Any, data: dict[str, Any], where: str, problems: list[str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key not in fields:
+            hint = difflib.get_close_matches(str(key), list(fields), n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            problems.append(f"unknown key '{path}'{suggestion}")
+            continue
+        kwargs[key] = _convert(hints[key], value, path, problems)
+    missing = [name for name, f in fields.items()
+               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+               and name not in data]
+    for name in missing:
+        problems.append(f"missing required key '{where + '.' if where else ''}{name}'")
+    if missing:
+        return None
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # pragma: no cover - guarded by the checks above
+        problems.append(f"{where or 'config'}: {e}")
+        return None
+
+
+# ---- files and overrides -------------------------------------------------------------------------
+
+
+def load_mapping(path: str | Path) -> dict[str, Any]:
+    """Reads a YAML or JSON config file into a dict, with one-line errors."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file '{path}' does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        detail = str(e).replace("\n", " ")
+        raise ConfigError(f"config file '{path}' is not valid {'JSON' if path.suffix == '.json' else 'YAML'}:"
+                          f" {detail}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file '{path}' must hold a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Applies `key.path=value` overrides (values parsed as YAML); list items by index: `datasets.0.name`."""
+    import copy
+
+    import yaml
+
+    data = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key.path=value, got '{item}'")
+        key, raw = item.split("=", 1)
+        parts = [p for p in key.strip().split(".") if p]
+        if not parts:
+            raise ConfigError(f"--set expects key.path=value, got '{item}'")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        node: Any = data
+        for depth, part in enumerate(parts[:-1]):
+            nxt = parts[depth + 1]
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(f"--set {key}: no list item '{part}'")
+                node = node[int(part)]
+            else:
+                if node.get(part) is None:
+                    node[part] = [] if nxt.isdigit() else {}
+                node = node[part]
+        last = parts[-1]
+        if isinstance(node, list):
+            if not last.isdigit() or int(last) > len(node):
+                raise ConfigError(f"--set {key}: no list item '{last}'")
+            if int(last) == len(node):
+                node.append(value)
+            else:
+                node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise ConfigError(f"--set {key}: '{'.'.join(parts[:-1])}' is not a mapping")
+    return data

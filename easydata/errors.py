@@ -1,0 +1,49 @@
+"""Project exceptions.
+
+Every error a user can cause (bad config, missing input, unknown tokenizer, existing output, corrupt
+shard) is an `EasyDataError`. The CLI prints such errors as one line and exits non-zero; anything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EasyDataError",
+    "ConfigError",
+    "InputError",
+    "TokenizerError",
+    "OutputError",
+    "ValidationFailed",
+]
+
+
+class EasyDataError(Exception):
+    """Base class for errors caused by user input; reported as one line by the CLI."""
+
+
+class ConfigError(EasyDataError, ValueError):
+    """The pipeline configuration is invalid. `problems` lists every issue found."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if len(self.problems) == 1:
+            message = f"invalid config: {self.problems[0]}"
+        else:
+            message = f"invalid config ({len(self.problems)} problems): " + "; ".join(self.problems)
+        super().__init__(message)
+
+
+class InputError(EasyDataError):
+    """An input file, glob or URL cannot be found or read."""
+
+
+class TokenizerError(EasyDataError):
+    """A tokenizer cannot be found, loaded, or lacks a token the config needs."""
+
+
+class OutputError(EasyDataError):
+    """The output location is unusable (exists without overwrite, not writable, ...)."""
+
+
+class ValidationFailed(EasyDataError):
+    """An output directory does not satisfy the format contract."""

@@ -1,0 +1,116 @@
+"""Filesystem access through fsspec: glob expansion with clear errors, compressed opening, joining.
+
+Every path in the project is a local path or an fsspec URL (`file://`, `gs://`, `s3://`,
+`memory://`, `hf://`, ...). This module is the one place that talks to fsspec, so remote storage
+behaves like local storage everywhere else.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import IO, Iterable
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from easydata.errors import InputError
+
+__all__ = ["expand_data_files", "open_file", "compression_of", "strip_compression", "join", "get_fs",
+           "file_size"]
+
+_COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
+
+
+def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Returns the filesystem and the path within it for a local path or URL."""
+    try:
+        return url_to_fs(url)
+    except (ImportError, ValueError) as e:
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        raise InputError(f"cannot access '{url}': {e} (is the extra for '{protocol}://' installed?)") from None
+
+
+def _unstrip(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
+    """Turns a path returned by `fs` back into a URL of the same form the user wrote."""
+    return fs.unstrip_protocol(path) if "://" in template else path
+
+
+def expand_data_files(patterns: Iterable[str]) -> list[str]:
+    """Expands paths and globs into a sorted, de-duplicated list of files.
+
+    Raises:
+      InputError: when a plain path does not exist or a glob matches no file.
+    """
+    files: list[str] = []
+    for pattern in patterns:
+        fs, path = get_fs(pattern)
+        if any(ch in path for ch in "*?["):
+            try:
+                matches = sorted(p for p in fs.glob(path) if not fs.isdir(p))
+            except Exception as e:  # remote listing errors: one line, not a traceback
+                raise InputError(f"cannot list '{pattern}': {e}") from None
+            if not matches:
+                raise InputError(f"data_files pattern '{pattern}' matches no file")
+            files.extend(_unstrip(fs, pattern, m) for m in matches)
+        else:
+            try:
+                is_dir = fs.isdir(path)
+                exists = is_dir or fs.exists(path)
+            except Exception as e:
+                raise InputError(f"cannot access '{pattern}': {e}") from None
+            if not exists:
+                raise InputError(f"data file '{pattern}' does not exist")
+            if is_dir:
+                inner = sorted(p for p in fs.find(path) if not posixpath.basename(p).startswith("."))
+                if not inner:
+                    raise InputError(f"data directory '{pattern}' holds no file")
+                files.extend(_unstrip(fs, pattern, m) for m in inner)
+            else:
+                files.append(_unstrip(fs, pattern, path))
+    seen: set[str] = set()
+    return [f for f in files if not (f in seen or seen.add(f))]
+
+
+def compression_of(path: str) -> str | None:
+    """The compression codec implied by a file name, or None."""
+    for suffix, codec in _COMPRESSION_SUFFIXES.items():
+        if path.lower().endswith(suffix):
+            return codec
+    return None
+
+
+def strip_compression(path: str) -> str:
+    """The file name without a compression suffix (`a.jsonl.gz` -> `a.jsonl`)."""
+    for suffix in _COMPRESSION_SUFFIXES:
+        if path.lower().endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
+def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compression: str | None = None) -> IO:
+    """Opens a local path or URL.
+
+    Reading transparently decompresses `.gz/.zst/.bz2/.xz` (unless `decompress=False`); writing
+    compresses with `compression` (an fsspec codec name such as `gzip` or `zstd`) when given.
+    """
+    if compression is None and decompress and "r" in mode:
+        compression = compression_of(path)
+    try:
+        return fsspec.open(path, mode, compression=compression).open()
+    except FileNotFoundError:
+        raise InputError(f"file '{path}' does not exist") from None
+    except (ImportError, ValueError) as e:
+        raise InputError(f"cannot open '{path}': {e}") from None
+
+
+def file_size(path: str) -> int:
+    fs, inner = get_fs(path)
+    return int(fs.size(inner))
+
+
+def join(base: str, *parts: str) -> str:
+    """Joins path components onto a local path or URL with `/`."""
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out

@@ -1,0 +1,213 @@
+"""Output file formats: streaming shard writers and readers for Parquet, Arrow IPC and JSONL.
+
+Writers take Arrow record batches and write them in fixed-size row groups / record batches of
+`row_group_size` rows, so the bytes of a shard depend only on its rows (never on how they arrived).
+Nothing holds a whole shard in memory: at most one row group is buffered.
+
+Also here: the output schemas (unpacked now; packed columns come from the packer) and the conversion
+of tokenized documents into Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from easydata.filesystems import open_file
+
+__all__ = [
+    "SHARD_EXTENSIONS",
+    "shard_file_name",
+    "ShardWriter",
+    "iter_shard_batches",
+    "read_shard_table",
+    "count_shard_rows",
+    "token_list_array",
+    "documents_to_batch",
+    "TOKEN_COLUMNS",
+    "write_piece",
+    "assemble_shard",
+]
+
+SHARD_EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl"}
+_JSONL_COMPRESSION_SUFFIX = {"none": "", "gzip": ".gz", "zstd": ".zst"}
+# Token-aligned columns: int32 lists whose lengths equal the row's length.
+TOKEN_COLUMNS = ("input_ids", "attention_mask", "loss_mask", "segment_ids", "positions")
+
+
+def shard_file_name(index: int, count: int, fmt: str, compression: str = "none") -> str:
+    """`part-00003-of-00016.parquet` (JSONL gets `.gz` / `.zst` when compressed)."""
+    suffix = SHARD_EXTENSIONS[fmt] + (_JSONL_COMPRESSION_SUFFIX.get(compression, "") if fmt == "jsonl" else "")
+    return f"part-{index:05d}-of-{count:05d}{suffix}"
+
+
+def token_list_array(flat: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
+    """A `list<int32>` array from flat values and offsets, without copying per row."""
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat.astype(np.int32, copy=False)))
+
+
+def _field_array(values: list[Any]) -> pa.Array:
+    """Arrow array for an additional field; JSON text when values have mixed types."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([None if v is None else json.dumps(v, ensure_ascii=False, default=str) for v in values],
+                        type=pa.string())
+
+
+def documents_to_batch(flat: np.ndarray, offsets: np.ndarray, fields: dict[str, list[Any]],
+                       extra: Optional[dict[str, pa.Array]] = None) -> pa.RecordBatch:
+    """Unpacked rows: `input_ids`, `attention_mask`, the additional fields, then `extra` columns."""
+    columns: dict[str, pa.Array] = {
+        "input_ids": token_list_array(flat, offsets),
+        "attention_mask": token_list_array(np.ones(len(flat), dtype=np.int32), offsets),
+    }
+    for name, values in fields.items():
+        columns[name] = _field_array(values)
+    columns.update(extra or {})
+    return pa.RecordBatch.from_pydict(columns)
+
+
+class ShardWriter:
+    """Streams record batches into one shard file in fixed-size row groups.
+
+    Args:
+      path: destination (local path or URL); written directly, so pass a temporary name.
+      fmt: `parquet`, `arrow` or `jsonl`.
+      schema: schema of every batch written.
+      compression: codec (`none` for uncompressed).
+      row_group_size: rows per Parquet row group / Arrow record batch / JSONL write.
+    """
+
+    def __init__(self, path: str, fmt: str, schema: pa.Schema, compression: str = "zstd",
+                 row_group_size: int = 1000):
+        self.path, self.fmt, self.schema = path, fmt, schema
+        self.row_group_size = row_group_size
+        self.rows = 0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        codec = None if compression == "none" else compression
+        self._writer: Any = None
+        if fmt == "jsonl":
+            self._file: IO = open_file(path, "wb", compression=codec)
+        else:
+            self._file = open_file(path, "wb")
+            if fmt == "parquet":
+                import pyarrow.parquet as pq
+
+                self._writer = pq.ParquetWriter(self._file, schema, compression=codec or "none",
+                                                write_statistics=False)
+            elif fmt == "arrow":
+                options = pa.ipc.IpcWriteOptions(compression=codec)
+                self._writer = pa.ipc.new_file(self._file, schema, options=options)
+            else:
+                raise ValueError(f"unknown output format {fmt!r}")
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        """Buffers rows and writes every full row group."""
+        if batch.num_rows == 0:
+            return
+        if batch.schema != self.schema:
+            batch = batch.select(self.schema.names).cast(self.schema)
+        for b in (batch.to_batches() if isinstance(batch, pa.Table) else [batch]):
+            self._pending.append(b)
+            self._pending_rows += b.num_rows
+        while self._pending_rows >= self.row_group_size:
+            table = pa.Table.from_batches(self._pending, self.schema)
+            self._emit(table.slice(0, self.row_group_size))
+            rest = table.slice(self.row_group_size)
+            self._pending = rest.to_batches()
+            self._pending_rows = rest.num_rows
+
+    def _emit(self, table: pa.Table) -> None:
+        table = table.combine_chunks()
+        self.rows += table.num_rows
+        if self.fmt == "parquet":
+            self._writer.write_table(table, row_group_size=table.num_rows)
+        elif self.fmt == "arrow":
+            for b in table.to_batches(max_chunksize=table.num_rows):
+                self._writer.write_batch(b)
+        else:
+            lines = [json.dumps(row, ensure_ascii=False) for row in table.to_pylist()]
+            self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def close(self) -> int:
+        """Writes the remaining rows and the footer; returns the number of rows written."""
+        if self._pending_rows:
+            self._emit(pa.Table.from_batches(self._pending, self.schema))
+            self._pending, self._pending_rows = [], 0
+        if self._writer is not None:
+            self._writer.close()
+        self._file.close()
+        return self.rows
+
+
+def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None) -> Iterator[pa.RecordBatch]:
+    """Streams the record batches of a shard (one row group at a time)."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with open_file(path, decompress=False) as f:
+            pf = pq.ParquetFile(f)
+            for g in range(pf.num_row_groups):
+                yield from pf.read_row_group(g, columns=columns).to_batches()
+    elif fmt == "arrow":
+        with open_file(path, decompress=False) as f:
+            reader = pa.ipc.open_file(f)
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                yield batch.select(columns) if columns else batch
+    elif fmt == "jsonl":
+        import pyarrow.json as pj
+
+        with open_file(path) as f:
+            data = f.read()
+        if data.strip():
+            table = pj.read_json(pa.BufferReader(data))
+            yield from (table.select(columns) if columns else table).to_batches()
+    else:
+        raise ValueError(f"unknown shard format {fmt!r}")
+
+
+def read_shard_table(path: str, fmt: str, columns: Optional[list[str]] = None) -> pa.Table:
+    batches = list(iter_shard_batches(path, fmt, columns))
+    return pa.Table.from_batches(batches) if batches else pa.table({})
+
+
+def count_shard_rows(path: str, fmt: str) -> int:
+    """Row count from the footer / index where the format has one."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        with open_file(path, decompress=False) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+    return sum(b.num_rows for b in iter_shard_batches(path, fmt, columns=None))
+
+
+def write_piece(table: pa.Table, path: str) -> None:
+    """Writes a staged piece (uncompressed Arrow IPC: cheapest to write and read back)."""
+    with open_file(path, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+        writer.write_table(table)
+
+
+def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schema, *, compression: str,
+                   row_group_size: int, drop_columns: tuple[str, ...] = ()) -> tuple[int, int]:
+    """Streams staged pieces, in order, into one shard file.
+
+    Returns:
+      `(rows, tokens)` written, where tokens counts `input_ids` values.
+    """
+    out_schema = pa.schema([f for f in schema if f.name not in drop_columns])
+    writer = ShardWriter(dest, fmt, out_schema, compression=compression, row_group_size=row_group_size)
+    tokens = 0
+    for path in piece_paths:
+        for batch in iter_shard_batches(path, "arrow"):
+            batch = batch.select(out_schema.names)
+            if batch.schema != out_schema:
+                batch = batch.cast(out_schema)
+            tokens += len(batch.column("input_ids").flatten())
+            writer.write(batch)
+    return writer.close(), tokens

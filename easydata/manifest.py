@@ -1,0 +1,106 @@
+"""`manifest.json`: the record of what an output directory holds and how it was made.
+
+The manifest is written last, after every shard is in place, so its presence means the output is
+complete. It records the resolved config and its fingerprint, the tokenizer (with a content hash),
+the schema, every shard with its row and token counts, and document counters that satisfy
+`documents_in == documents_written + documents_rejected` per dataset and in total.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any, Iterable, Optional
+
+from easydata.errors import InputError, ValidationFailed
+from easydata.filesystems import get_fs, join, open_file
+
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "build_manifest", "write_manifest", "read_manifest"]
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[str, Any],
+                   schema: dict[str, Any], datasets: dict[str, dict[str, Any]], output_format: str,
+                   compression: str, rejected_files: Iterable[str] = (), run: Optional[dict[str, Any]] = None,
+                   tokenizers: Optional[dict[str, dict[str, Any]]] = None) -> dict[str, Any]:
+    """Assembles the manifest dict.
+
+    Args:
+      datasets: per output name: `shards` (list of `{path, rows, tokens}`), `documents_in`,
+        `documents_written`, `documents_rejected`, `padding_tokens`.
+    """
+    totals = {"rows": 0, "tokens": 0, "padding_tokens": 0, "documents_in": 0, "documents_written": 0,
+              "documents_rejected": 0, "shards": 0}
+    outputs: dict[str, Any] = {}
+    for name, info in sorted(datasets.items()):
+        shards = info["shards"]
+        entry = {
+            "shards": shards,
+            "rows": sum(s["rows"] for s in shards),
+            "tokens": sum(s["tokens"] for s in shards),
+            "padding_tokens": int(info.get("padding_tokens", 0)),
+            "documents_in": int(info["documents_in"]),
+            "documents_written": int(info["documents_written"]),
+            "documents_rejected": int(info["documents_rejected"]),
+        }
+        outputs[name] = entry
+        for key in totals:
+            totals[key] += len(shards) if key == "shards" else entry[key]
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "config": config,
+        "config_fingerprint": fingerprint,
+        "tokenizer": tokenizer,
+        "schema": schema,
+        "format": output_format,
+        "compression": compression,
+        "datasets": outputs,
+        "totals": totals,
+        "documents_in": totals["documents_in"],
+        "documents_written": totals["documents_written"],
+        "documents_rejected": totals["documents_rejected"],
+        "rejected_files": sorted(rejected_files),
+    }
+    if tokenizers:
+        manifest["tokenizers"] = tokenizers
+    if run:
+        manifest["run"] = run
+    return manifest
+
+
+def write_manifest(output_dir: str, manifest: dict[str, Any]) -> str:
+    """Writes `manifest.json` through a temporary name and a rename (atomic on local disks)."""
+    fs, root = get_fs(output_dir)
+    final = join(root, MANIFEST_NAME)
+    temp = join(root, f".{MANIFEST_NAME}.tmp")
+    with fs.open(temp, "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+    fs.mv(temp, final)
+    return join(output_dir, MANIFEST_NAME)
+
+
+def read_manifest(output_dir: str) -> dict[str, Any]:
+    """Loads the manifest of an output directory.
+
+    Raises:
+      ValidationFailed: when there is no manifest (an incomplete or foreign directory) or it is corrupt.
+    """
+    path = join(output_dir, MANIFEST_NAME)
+    try:
+        with open_file(path, "rb", decompress=False) as f:
+            manifest = json.load(f)
+    except (FileNotFoundError, InputError):
+        raise ValidationFailed(f"'{output_dir}' has no {MANIFEST_NAME}: not an easydata output, or a run that"
+                               " did not finish") from None
+    except (ValueError, OSError) as e:
+        raise ValidationFailed(f"'{path}' is not a readable JSON manifest: {e}") from None
+    if not isinstance(manifest, dict) or "format_version" not in manifest:
+        raise ValidationFailed(f"'{path}' is not an easydata manifest (no format_version)")
+    if manifest["format_version"] > FORMAT_VERSION:
+        raise ValidationFailed(f"'{path}' has format_version {manifest['format_version']}; this easydata"
+                               f" reads up to {FORMAT_VERSION}: upgrade easydata-beam")
+    return manifest

@@ -1,0 +1,93 @@
+"""Everything decided before a batch job starts: input splits, tokenizers, staging, group counts.
+
+`prepare_run` does all checks a user can fail (config, files, tokenizers, output directory) in the
+launching process, so mistakes end with one clear line before any worker starts, and records what
+the workers and the final commit need in a small, picklable `RunPlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from easydata.config import PipelineConfig, TokenizerConfig
+from easydata.errors import ConfigError
+from easydata.output import new_run_id, prepare_output, staging_dir
+from easydata.sharding import choose_num_groups
+from easydata.sources import InputSplit, plan_splits
+from easydata.tokenizer import TokenizerInfo, load_tokenizer
+
+__all__ = ["DatasetPlan", "RunPlan", "prepare_run"]
+
+# Uncompressed Arrow bytes of token rows per input byte: ~1 token per 3-4 bytes of text, 4 bytes per
+# id, 4 per mask. Only sizes the hash groups, so a rough figure is enough.
+_ROW_BYTES_PER_INPUT_BYTE = 2.5
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPlan:
+    """One dataset's part of the run."""
+
+    name: str
+    splits: list[InputSplit]
+    tokenizer: TokenizerConfig
+    tokenizer_info: TokenizerInfo
+    input_bytes: int
+    num_groups: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What workers and the commit step need to know about the run."""
+
+    run_id: str
+    output_dir: str
+    staging: str
+    datasets: list[DatasetPlan]
+
+    @property
+    def total_input_bytes(self) -> int:
+        return sum(d.input_bytes for d in self.datasets)
+
+    def tokenizer_manifest(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The main tokenizer's manifest entry, and per-dataset entries when they differ."""
+        infos = {d.name: d.tokenizer_info.to_manifest() for d in self.datasets}
+        first = next(iter(infos.values()))
+        differ = any(info["content_hash"] != first["content_hash"] for info in infos.values())
+        return first, (infos if differ else {})
+
+
+def prepare_run(config: PipelineConfig, *, split_bytes: int = 64 * 2**20) -> RunPlan:
+    """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
+
+    Raises:
+      ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
+    """
+    problems = config.validate()
+    if problems:
+        raise ConfigError(problems)
+    if any(ds.pubsub_subscription for ds in config.datasets):
+        raise ConfigError("a dataset reads from `pubsub_subscription`: that needs the streaming pipeline"
+                          " (`easydata run CONFIG --streaming`)")
+    loaded: dict[TokenizerConfig, TokenizerInfo] = {}
+    datasets = []
+    for ds in config.datasets:
+        tok = config.tokenizer_for(ds)
+        if tok not in loaded:
+            handle = load_tokenizer(tok)
+            if config.tokenize.add_eos and handle.eos_token_id is None:
+                raise ConfigError(f"tokenizer '{tok.name_or_path}' declares no EOS token but tokenize.add_eos is"
+                                  " true: set the tokenizer's `eos_token` or tokenize.add_eos: false")
+            if config.tokenize.add_bos and handle.bos_token_id is None:
+                raise ConfigError(f"tokenizer '{tok.name_or_path}' declares no BOS token but tokenize.add_bos is"
+                                  " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
+            loaded[tok] = handle.info
+        splits = plan_splits(ds, target_bytes=split_bytes)
+        input_bytes = sum(s.size for s in splits)
+        datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=loaded[tok],
+                                    input_bytes=input_bytes,
+                                    num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE))))
+    prepare_output(config.save.output_dir, config.save.overwrite)
+    run_id = new_run_id()
+    return RunPlan(run_id=run_id, output_dir=config.save.output_dir,
+                   staging=staging_dir(config.save.output_dir, run_id), datasets=datasets)

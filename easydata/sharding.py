@@ -1,0 +1,187 @@
+"""Deterministic global shuffle and even shard assignment, in bounded memory.
+
+Every output row carries a 64-bit hash of `(seed, dataset, key)`. The global order of a dataset's
+rows is the order of these hashes (ties broken by key), so it depends only on the data and the
+seed, never on the runner, the worker count or bundle boundaries.
+
+To sort without holding a dataset in one place, rows are routed to `num_groups` *groups* by the top
+bits of their hash (a power of two chosen from the input size, so each group fits in a worker's
+memory). Groups are hash ranges, so sorting each group and concatenating groups in order gives the
+global order. Per-group row counts, computed in the pipeline, give each group's first global rank;
+shard `s` of `n` holds ranks `[s * total // n, (s + 1) * total // n)`, so shards differ by at most
+one row. A group is cut into *pieces* at shard boundaries; a shard is its pieces in group order.
+
+All functions here are pure (numpy / pyarrow), unit-tested without Beam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from typing import Iterable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "HASH_COLUMN",
+    "KEY_COLUMN",
+    "row_hashes",
+    "choose_num_groups",
+    "group_of",
+    "split_by_group",
+    "ShardPlan",
+    "plan_shards",
+    "sort_group",
+    "cut_pieces",
+    "PieceInfo",
+    "ShardInfo",
+    "serialize_schema",
+    "unify_schemas",
+]
+
+HASH_COLUMN = "__hash__"
+KEY_COLUMN = "__key__"
+# Each group should stay well within a worker's memory after sorting (about 2x its size).
+DEFAULT_GROUP_BYTES = 256 * 2**20
+
+
+def row_hashes(seed: int, dataset: str, keys: Iterable[str]) -> np.ndarray:
+    """Stable 64-bit hashes of document keys (blake2b, independent of Python's hash seed)."""
+    prefix = f"{seed}\x00{dataset}\x00".encode()
+    digests = b"".join(hashlib.blake2b(prefix + k.encode(), digest_size=8).digest() for k in keys)
+    return np.frombuffer(digests, dtype=">u8").astype(np.uint64)
+
+
+def choose_num_groups(estimated_bytes: int, group_bytes: int = DEFAULT_GROUP_BYTES) -> int:
+    """A power of two so that each group holds about `group_bytes` (at least one group)."""
+    needed = max(1, math.ceil(estimated_bytes / group_bytes))
+    return 1 << (needed - 1).bit_length()
+
+
+def group_of(hashes: np.ndarray, num_groups: int) -> np.ndarray:
+    """Group index of each hash: its top `log2(num_groups)` bits."""
+    bits = int(num_groups).bit_length() - 1
+    if bits == 0:
+        return np.zeros(len(hashes), dtype=np.int64)
+    return (hashes >> np.uint64(64 - bits)).astype(np.int64)
+
+
+def split_by_group(batch: pa.RecordBatch, num_groups: int) -> list[tuple[int, pa.RecordBatch]]:
+    """Splits a batch (with a `__hash__` column) into per-group sub-batches."""
+    if num_groups == 1 or batch.num_rows == 0:
+        return [(0, batch)] if batch.num_rows else []
+    groups = group_of(batch.column(HASH_COLUMN).to_numpy(), num_groups)
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [len(order)]])
+    taken = batch.take(pa.array(order))
+    return [(int(sorted_groups[s]), taken.slice(s, e - s)) for s, e in zip(starts, ends)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """Where each group's rows land.
+
+    Attributes:
+      num_shards: shards of this dataset (0 when it has no rows).
+      total_rows: rows of the dataset.
+      group_start: global rank of each group's first row (length `num_groups + 1`).
+    """
+
+    num_shards: int
+    total_rows: int
+    group_start: tuple[int, ...]
+
+    def shard_bounds(self) -> np.ndarray:
+        """Rank boundaries: shard `s` covers `[bounds[s], bounds[s + 1])`."""
+        s = np.arange(self.num_shards + 1, dtype=np.int64)
+        return (s * self.total_rows) // max(self.num_shards, 1)
+
+
+def plan_shards(group_rows: dict[int, int], group_bytes: dict[int, int], num_groups: int, *,
+                num_shards: Optional[int], max_shard_bytes: int) -> ShardPlan:
+    """Chooses the shard count and each group's first rank from per-group counts.
+
+    Args:
+      group_rows, group_bytes: rows and uncompressed bytes per group (missing groups are empty).
+      num_groups: total number of groups.
+      num_shards: exact shard count requested, or None to derive it from `max_shard_bytes`.
+      max_shard_bytes: bound on a shard's uncompressed size when `num_shards` is None.
+    """
+    rows = np.array([group_rows.get(g, 0) for g in range(num_groups)], dtype=np.int64)
+    total_rows = int(rows.sum())
+    total_bytes = sum(group_bytes.values())
+    wanted = num_shards if num_shards is not None else max(1, math.ceil(total_bytes / max_shard_bytes))
+    shards = min(wanted, total_rows)
+    starts = np.concatenate([[0], np.cumsum(rows)])
+    return ShardPlan(num_shards=int(shards), total_rows=total_rows, group_start=tuple(int(x) for x in starts))
+
+
+def sort_group(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """Concatenates one group's sub-batches and sorts rows by (hash, key)."""
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
+        return pa.table({})
+    schema = pa.unify_schemas([b.schema for b in batches], promote_options="permissive")
+    table = pa.Table.from_batches([b if b.schema == schema else b.cast(schema) for b in batches], schema)
+    table = table.combine_chunks()
+    order = pc.sort_indices(table, sort_keys=[(HASH_COLUMN, "ascending"), (KEY_COLUMN, "ascending")])
+    return table.take(order)
+
+
+def cut_pieces(table: pa.Table, group: int, plan: ShardPlan) -> list[tuple[int, pa.Table]]:
+    """Cuts a sorted group at shard boundaries: `[(shard, rows_of_that_shard), ...]`."""
+    if table.num_rows == 0:
+        return []
+    first = plan.group_start[group]
+    bounds = plan.shard_bounds()
+    ranks = np.arange(first, first + table.num_rows)
+    shard_of = np.searchsorted(bounds, ranks, side="right") - 1
+    pieces = []
+    for shard in np.unique(shard_of):
+        idx = np.flatnonzero(shard_of == shard)
+        pieces.append((int(shard), table.slice(int(idx[0]), len(idx))))
+    return pieces
+
+
+@dataclasses.dataclass(frozen=True)
+class PieceInfo:
+    """A temporary file holding the rows of one group that belong to one shard."""
+
+    dataset: str
+    shard: int
+    num_shards: int
+    group: int
+    path: str
+    rows: int
+    tokens: int
+    schema: bytes  # serialized Arrow schema, to unify column types across a dataset's shards
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """A finished shard under its temporary name, with what the manifest records."""
+
+    dataset: str
+    shard: int
+    num_shards: int
+    temp_path: str
+    relative_path: str
+    rows: int
+    tokens: int
+    bytes: int
+
+
+def serialize_schema(schema: pa.Schema) -> bytes:
+    return schema.serialize().to_pybytes()
+
+
+def unify_schemas(serialized: Iterable[bytes]) -> pa.Schema:
+    """One schema for all pieces of a dataset (null-typed columns take the type seen elsewhere)."""
+    schemas = [pa.ipc.read_schema(pa.py_buffer(s)) for s in serialized]
+    return pa.unify_schemas(schemas, promote_options="permissive")

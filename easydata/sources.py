@@ -1,0 +1,440 @@
+"""Reading input files into batches of documents, in splits that several workers can share.
+
+`plan_splits` lists the files of a dataset and cuts them into `InputSplit`s of roughly
+`target_bytes`: byte ranges for uncompressed line formats (JSONL, line-mode text), row-group ranges
+for Parquet, record-batch ranges for Arrow IPC files; compressed files, CSV, JSON arrays and Arrow
+streams are one split each. `read_split` turns one split into `DocumentBatch`es of at most
+`batch_size` documents.
+
+Every document gets a stable key `"<file>@<position>"` (byte offset of the line for line formats,
+row index for tabular formats), independent of how the input was split; it seeds the deterministic
+shuffle and names the record in dead-letter output. Records that cannot become documents (malformed
+JSON, invalid UTF-8, missing / non-string / empty content, too large) are returned as rejects with a
+reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Iterator, Optional
+
+from easydata.config import DatasetConfig
+from easydata.errors import InputError
+from easydata.filesystems import compression_of, expand_data_files, file_size, open_file, strip_compression
+
+__all__ = ["InputSplit", "DocumentBatch", "Reject", "plan_splits", "read_split", "infer_type", "total_input_bytes"]
+
+_EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
+                    ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
+                    ".txt": "txt", ".text": "txt", ".md": "txt"}
+_EXCERPT_CHARS = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSplit:
+    """A contiguous piece of one input file.
+
+    Attributes:
+      dataset: name of the dataset it belongs to.
+      path: the file (local path or URL).
+      type: input format.
+      start, end: byte range for line formats, row-group / record-batch range for Parquet / Arrow;
+        `end` None means "to the end of the file".
+      index: position of this split in the dataset's split list (names its dead-letter file).
+      size: approximate bytes covered, for progress reporting.
+    """
+
+    dataset: str
+    path: str
+    type: str
+    start: int = 0
+    end: Optional[int] = None
+    index: int = 0
+    size: int = 0
+
+
+@dataclasses.dataclass
+class Reject:
+    """A record that could not become a document, with where it came from and why."""
+
+    dataset: str
+    source: str
+    position: int
+    reason: str
+    excerpt: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class DocumentBatch:
+    """Documents of one dataset, column-wise.
+
+    Attributes:
+      dataset: dataset name.
+      keys: stable `"<file>@<position>"` keys.
+      texts: document texts.
+      fields: additional field name -> list of values, aligned with `texts`.
+      input_bytes: raw input bytes consumed to produce this batch (for progress).
+    """
+
+    dataset: str
+    keys: list[str]
+    texts: list[str]
+    fields: dict[str, list[Any]]
+    input_bytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def infer_type(path: str) -> str:
+    """The input type implied by a file name (compression suffix ignored)."""
+    _, ext = os.path.splitext(strip_compression(path).lower())
+    if ext not in _EXTENSION_TYPES:
+        raise InputError(f"cannot infer the input type of '{path}' from its extension; set the dataset's"
+                         f" `type` ({', '.join(sorted(set(_EXTENSION_TYPES.values())))})")
+    return _EXTENSION_TYPES[ext]
+
+
+def plan_splits(dataset: DatasetConfig, target_bytes: int = 64 * 2**20) -> list[InputSplit]:
+    """Lists a dataset's files and cuts them into splits of about `target_bytes`.
+
+    With `num_rows` set, each file is one split so the first `num_rows` documents in input order can
+    be taken; the limit itself is applied by the caller.
+
+    Raises:
+      InputError: for missing files, globs matching nothing, or unknown types.
+    """
+    files = expand_data_files(dataset.data_file_list)
+    splits: list[InputSplit] = []
+    for path in files:
+        kind = dataset.type or infer_type(path)
+        size = file_size(path)
+        whole = (compression_of(path) is not None or kind in ("csv", "json")
+                 or (kind == "txt" and dataset.sample_by != "line") or dataset.num_rows is not None)
+        if whole or size <= target_bytes:
+            ranges = [(0, None, size)]
+        elif kind in ("jsonl", "txt"):
+            ranges = [(s, min(s + target_bytes, size), min(target_bytes, size - s))
+                      for s in range(0, size, target_bytes)]
+        elif kind == "parquet":
+            ranges = _parquet_ranges(path, target_bytes)
+        else:
+            ranges = _arrow_ranges(path, size, target_bytes)
+        for start, end, part_size in ranges:
+            splits.append(InputSplit(dataset=dataset.name, path=path, type=kind, start=start, end=end,
+                                     index=len(splits), size=part_size))
+    return splits
+
+
+def _parquet_ranges(path: str, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
+    import pyarrow.parquet as pq
+
+    with open_file(path) as f:
+        meta = pq.ParquetFile(f).metadata
+    ranges, start, acc = [], 0, 0
+    for rg in range(meta.num_row_groups):
+        acc += meta.row_group(rg).total_byte_size
+        if acc >= target_bytes:
+            ranges.append((start, rg + 1, acc))
+            start, acc = rg + 1, 0
+    if start < meta.num_row_groups or not ranges:
+        ranges.append((start, meta.num_row_groups, acc))
+    return ranges
+
+
+def _arrow_ranges(path: str, size: int, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    with open_file(path) as f:
+        try:
+            n = ipc.open_file(f).num_record_batches
+        except pa.ArrowInvalid:  # stream format (e.g. HF datasets cache files): not seekable
+            return [(0, None, size)]
+    per = max(1, int(n * target_bytes / max(size, 1)))
+    return [(s, min(s + per, n), size * (min(s + per, n) - s) // max(n, 1)) for s in range(0, n, per)] or \
+        [(0, 0, 0)]
+
+
+# ---- reading -------------------------------------------------------------------------------------
+
+
+class _Collector:
+    """Accumulates records into `DocumentBatch`es and rejects into a list."""
+
+    def __init__(self, dataset: DatasetConfig, source: str, batch_size: int, max_document_bytes: Optional[int],
+                 limit: Optional[int]):
+        self.ds, self.source, self.batch_size = dataset, source, batch_size
+        self.max_bytes, self.limit = max_document_bytes, limit
+        self.rejects: list[Reject] = []
+        self.count = 0
+        self.pending_bytes = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list[str] = []
+        self.texts: list[str] = []
+        self.fields: dict[str, list[Any]] = {f: [] for f in self.ds.additional_fields}
+
+    @property
+    def full(self) -> bool:
+        return len(self.texts) >= self.batch_size
+
+    @property
+    def done(self) -> bool:
+        return self.limit is not None and self.count >= self.limit
+
+    def reject(self, position: int, reason: str, excerpt: Any = "") -> None:
+        if self.done:
+            return
+        self.count += 1
+        text = excerpt if isinstance(excerpt, str) else repr(excerpt)
+        self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:_EXCERPT_CHARS]))
+
+    def add(self, position: int, record: Any) -> None:
+        """Adds one parsed record (a mapping, or a str for text input)."""
+        if self.done:
+            return
+        if isinstance(record, str):
+            text, get = record, None
+        else:
+            if not isinstance(record, dict):
+                return self.reject(position, f"record is a {type(record).__name__}, not an object", record)
+            if self.ds.content_field not in record:
+                return self.reject(position, f"missing content field '{self.ds.content_field}'", record)
+            text, get = record[self.ds.content_field], record.get
+            if not isinstance(text, str):
+                return self.reject(position, f"content field '{self.ds.content_field}' is a"
+                                   f" {type(text).__name__}, not a string", record)
+        if not text.strip():
+            return self.reject(position, "empty text", text)
+        if self.max_bytes is not None and len(text) * 4 > self.max_bytes and \
+                len(text.encode("utf-8")) > self.max_bytes:
+            return self.reject(position, f"document is larger than max_document_bytes={self.max_bytes}", text)
+        self.count += 1
+        self.keys.append(f"{self.source}@{position}")
+        self.texts.append(text)
+        for f in self.fields:
+            self.fields[f].append(get(f) if get else None)
+
+    def flush(self, input_bytes: int = 0) -> Optional[DocumentBatch]:
+        self.pending_bytes += input_bytes
+        if not self.texts:
+            return None
+        batch = DocumentBatch(self.ds.name, self.keys, self.texts, self.fields, self.pending_bytes)
+        self.pending_bytes = 0
+        self._reset()
+        return batch
+
+
+def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1000,
+               max_document_bytes: Optional[int] = None, limit: Optional[int] = None,
+               rejects: Optional[list[Reject]] = None) -> Iterator[DocumentBatch]:
+    """Yields the documents of one split in batches; appends unusable records to `rejects`.
+
+    Args:
+      split: what to read.
+      dataset: the dataset config (content field, additional fields, text mode).
+      batch_size: documents per yielded batch.
+      max_document_bytes: reject documents whose UTF-8 text is larger.
+      limit: stop after this many records (documents + rejects).
+      rejects: list receiving `Reject`s (a fresh list is used when None).
+
+    Raises:
+      InputError: when the file itself cannot be opened or decoded at all.
+    """
+    collector = _Collector(dataset, split.path, batch_size, max_document_bytes, limit)
+    readers = {"jsonl": _read_lines, "txt": _read_lines, "json": _read_json, "csv": _read_csv,
+               "parquet": _read_parquet, "arrow": _read_arrow}
+    try:
+        for consumed in readers[split.type](split, dataset, collector):
+            if collector.full or collector.done:
+                batch = collector.flush(consumed)
+                if batch is not None:
+                    yield batch
+                if collector.done:
+                    break
+            else:
+                collector.pending_bytes += consumed
+        batch = collector.flush()
+        if batch is not None:
+            yield batch
+    finally:
+        if rejects is not None:
+            rejects.extend(collector.rejects)
+
+
+def _read_lines(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    """JSONL and text: lines whose first byte lies in [start, end)."""
+    is_json = split.type == "jsonl"
+    if split.type == "txt" and dataset.sample_by != "line":
+        yield from _read_text_whole(split, dataset, out)
+        return
+    with open_file(split.path) as f:
+        position = split.start
+        if split.start > 0:
+            f.seek(split.start - 1)
+            skipped = f.readline()  # the rest of a line that belongs to the previous split
+            position = split.start - 1 + len(skipped)
+        for raw in f:
+            if split.end is not None and position >= split.end:
+                break
+            line_pos, position = position, position + len(raw)
+            stripped = raw.strip()
+            if stripped:
+                try:
+                    text = stripped.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    out.reject(line_pos, f"invalid UTF-8 at byte {e.start}", stripped.decode("utf-8", "replace"))
+                else:
+                    if is_json:
+                        try:
+                            record = json.loads(text)
+                        except json.JSONDecodeError as e:
+                            out.reject(line_pos, f"malformed JSON: {e.msg} at column {e.colno}", text)
+                        else:
+                            out.add(line_pos, record)
+                    else:
+                        out.add(line_pos, text)
+            yield len(raw)
+            if out.done:
+                return
+
+
+def _read_text_whole(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    with open_file(split.path) as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        out.reject(0, f"invalid UTF-8 at byte {e.start}", data[:_EXCERPT_CHARS].decode("utf-8", "replace"))
+        yield len(data)
+        return
+    if dataset.sample_by == "document":
+        out.add(0, text)
+        yield len(data)
+        return
+    position = 0
+    for paragraph in text.split("\n\n"):
+        if paragraph.strip():
+            out.add(position, paragraph.strip("\n"))
+        position += len(paragraph) + 2
+        yield len(paragraph.encode("utf-8")) + 2
+
+
+def _read_json(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    """`.json`: a JSON array of objects (position = index), or JSON lines."""
+    with open_file(split.path) as f:
+        head = f.read(64).lstrip()
+    if not head.startswith(b"["):
+        yield from _read_lines(dataclasses.replace(split, type="jsonl"), dataset, out)
+        return
+    with open_file(split.path) as f:
+        data = f.read()
+    try:
+        records = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        out.reject(0, f"malformed JSON array: {e}", data[:_EXCERPT_CHARS].decode("utf-8", "replace"))
+        yield len(data)
+        return
+    per = len(data) // max(len(records), 1)
+    for i, record in enumerate(records):
+        out.add(i, record)
+        yield per
+        if out.done:
+            return
+
+
+def _columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
+    wanted = [dataset.content_field, *dataset.additional_fields]
+    return [c for c in wanted if c in available]
+
+
+def _emit_table_batch(batch: Any, first_row: int, out: _Collector, dataset: DatasetConfig) -> None:
+    """Feeds the rows of an Arrow record batch into the collector."""
+    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    names = list(columns)
+    for i in range(batch.num_rows):
+        out.add(first_row + i, {n: columns[n][i] for n in names})
+        if out.done:
+            return
+
+
+def _read_parquet(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    import pyarrow.parquet as pq
+
+    with open_file(split.path) as f:
+        try:
+            pf = pq.ParquetFile(f)
+        except Exception as e:
+            raise InputError(f"'{split.path}' is not a readable Parquet file: {e}") from None
+        meta = pf.metadata
+        end = meta.num_row_groups if split.end is None else split.end
+        groups = list(range(split.start, end))
+        row = sum(meta.row_group(g).num_rows for g in range(split.start))
+        columns = _columns_needed(dataset, pf.schema_arrow.names)
+        for g in groups:
+            table = pf.read_row_group(g, columns=columns)
+            for batch in table.to_batches(max_chunksize=out.batch_size):
+                _emit_table_batch(batch, row, out, dataset)
+                row += batch.num_rows
+                yield batch.nbytes
+                if out.done:
+                    return
+
+
+def _read_arrow(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    with open_file(split.path) as f:
+        try:
+            reader = ipc.open_file(f)
+            batches = (reader.get_batch(i) for i in range(split.start, split.end or reader.num_record_batches))
+            row = sum(reader.get_batch(i).num_rows for i in range(split.start))
+        except pa.ArrowInvalid:
+            f.seek(0)
+            try:
+                batches, row = iter(ipc.open_stream(f)), 0
+            except pa.ArrowInvalid as e:
+                raise InputError(f"'{split.path}' is not an Arrow IPC file or stream: {e}") from None
+        for batch in batches:
+            batch = batch.select(_columns_needed(dataset, batch.schema.names))
+            _emit_table_batch(batch, row, out, dataset)
+            row += batch.num_rows
+            yield batch.nbytes
+            if out.done:
+                return
+
+
+def _read_csv(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    delimiter = "\t" if strip_compression(split.path).lower().endswith(".tsv") else ","
+    with open_file(split.path) as f:
+        try:
+            # Read the content field as text even when it looks numeric, so no value is re-typed.
+            convert = pcsv.ConvertOptions(column_types={dataset.content_field: pa.string()},
+                                          strings_can_be_null=False)
+            reader = pcsv.open_csv(f, parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
+                                   convert_options=convert)
+        except Exception as e:
+            raise InputError(f"'{split.path}' is not readable CSV: {e}") from None
+        row = 0
+        for batch in reader:
+            _emit_table_batch(batch, row, out, dataset)
+            row += batch.num_rows
+            yield batch.nbytes
+            if out.done:
+                return
+
+
+def total_input_bytes(splits: list[InputSplit]) -> int:
+    return sum(s.size for s in splits)
+

@@ -1,0 +1,229 @@
+"""Loading Hugging Face fast tokenizers offline, and batched encoding to int32 token arrays.
+
+`load_tokenizer` accepts a directory with `tokenizer.json` (plus optional `tokenizer_config.json` /
+`special_tokens_map.json`), a `tokenizer.json` file, or a hub id that is already in the local
+Hugging Face cache; it never touches the network. Special-token ids (BOS/EOS/PAD) come from the
+tokenizer's own files or from explicit overrides, never from hard-coded numbers.
+
+`TokenizerHandle.encode_batch` runs the Rust tokenizer on a whole batch (it releases the GIL and
+uses its own threads), then builds one flat int32 array plus offsets, so later stages move numpy /
+Arrow buffers instead of Python lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from easydata.config import TokenizerConfig
+from easydata.errors import TokenizerError
+
+__all__ = ["TokenizerHandle", "TokenizerInfo", "load_tokenizer", "resolve_tokenizer_files"]
+
+# Names under which tokenizers commonly declare their special tokens, tried in order when
+# `tokenizer_config.json` says nothing. They are looked up in the tokenizer's own vocabulary.
+_BOS_CANDIDATES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]", "<|startoftext|>")
+_EOS_CANDIDATES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]", "<|im_end|>")
+_PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerInfo:
+    """What the manifest records about a tokenizer."""
+
+    name_or_path: str
+    content_hash: str
+    vocab_size: int
+    bos_token_id: Optional[int]
+    eos_token_id: Optional[int]
+    pad_token_id: Optional[int]
+    chat_template: Optional[str] = None
+
+    def to_manifest(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("chat_template")
+        return data
+
+
+def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
+    """Finds `tokenizer.json` and the directory holding its config files, without network access.
+
+    Raises:
+      TokenizerError: when nothing matching is found locally.
+    """
+    path = Path(os.path.expanduser(name_or_path))
+    if path.is_file():
+        return path, path.parent
+    if path.is_dir():
+        if (path / "tokenizer.json").is_file():
+            return path / "tokenizer.json", path
+        raise TokenizerError(f"tokenizer directory '{name_or_path}' has no tokenizer.json"
+                             " (only fast tokenizers are supported; convert with transformers first)")
+    if "/" in name_or_path or not path.suffix:
+        cached = _from_hf_cache(name_or_path)
+        if cached is not None:
+            return cached, cached.parent
+    raise TokenizerError(
+        f"tokenizer '{name_or_path}' not found: give a directory with tokenizer.json, a tokenizer.json file,"
+        " or a hub id already in the local Hugging Face cache (nothing is downloaded)")
+
+
+def _from_hf_cache(repo_id: str) -> Optional[Path]:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, "tokenizer.json")
+    except Exception:  # invalid repo ids raise a validation error: treat as "not cached"
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def _token_content(value: Any) -> Optional[str]:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+class TokenizerHandle:
+    """A loaded tokenizer plus the special-token conventions the pipeline applies.
+
+    Args:
+      config: which tokenizer and optional special-token overrides.
+    """
+
+    def __init__(self, config: TokenizerConfig):
+        from tokenizers import Tokenizer
+
+        self.config = config
+        tokenizer_file, config_dir = resolve_tokenizer_files(config.name_or_path)
+        raw = tokenizer_file.read_bytes()
+        try:
+            self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as e:
+            raise TokenizerError(f"cannot load tokenizer '{tokenizer_file}': {e}") from None
+        hasher = hashlib.sha256(raw)
+        meta: dict[str, Any] = {}
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+            file = config_dir / name if config_dir else None
+            if file is not None and file.is_file():
+                content = file.read_bytes()
+                hasher.update(content)
+                try:
+                    meta.update(json.loads(content))
+                except json.JSONDecodeError as e:
+                    raise TokenizerError(f"'{file}' is not valid JSON: {e}") from None
+        self.bos_token_id = self._special_id(config.bos_token, meta.get("bos_token"), _BOS_CANDIDATES, "bos")
+        self.eos_token_id = self._special_id(config.eos_token, meta.get("eos_token"), _EOS_CANDIDATES, "eos")
+        self.pad_token_id = self._special_id(config.pad_token, meta.get("pad_token"), _PAD_CANDIDATES, "pad")
+        template = meta.get("chat_template")
+        self.info = TokenizerInfo(
+            name_or_path=config.name_or_path,
+            content_hash="sha256:" + hasher.hexdigest(),
+            vocab_size=self.tokenizer.get_vocab_size(with_added_tokens=True),
+            bos_token_id=self.bos_token_id,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            chat_template=template if isinstance(template, str) else None,
+        )
+
+    def _special_id(self, override: Optional[str], declared: Any, candidates: Sequence[str],
+                    kind: str) -> Optional[int]:
+        if override is not None:
+            token_id = self.tokenizer.token_to_id(override)
+            if token_id is None:
+                raise TokenizerError(f"{kind}_token '{override}' is not in the vocabulary of"
+                                     f" '{self.config.name_or_path}'")
+            return token_id
+        declared_text = _token_content(declared)
+        if declared_text is not None:
+            return self.tokenizer.token_to_id(declared_text)
+        special = {t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special}
+        for candidate in candidates:
+            if candidate in special:
+                return self.tokenizer.token_to_id(candidate)
+        return None
+
+    def encode_batch(self, texts: Sequence[str], *, add_bos: Optional[bool], add_eos: bool,
+                     max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Tokenizes `texts` in one Rust call.
+
+        Args:
+          texts: the documents.
+          add_bos: None keeps the tokenizer's own special-token convention (its post-processor);
+            True/False encodes without it and prepends BOS or not.
+          add_eos: append EOS unless the document already ends with it.
+          max_length: keep at most this many tokens per document (EOS included).
+
+        Returns:
+          `(flat_ids, offsets)`: int32 token ids of all documents back to back, and int64 offsets of
+          length `len(texts) + 1` so document `i` is `flat_ids[offsets[i]:offsets[i + 1]]`.
+        """
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        encodings = encode(list(texts), add_special_tokens=add_bos is None)
+        id_lists = [e.ids for e in encodings]
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        return _apply_specials(_flatten(id_lists, int(lengths.sum())), lengths,
+                               bos=self.bos_token_id if add_bos else None,
+                               eos=self.eos_token_id if add_eos else None, max_length=max_length)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
+
+
+def _flatten(id_lists: list[list[int]], total: int) -> np.ndarray:
+    """Concatenates per-document id lists into one int32 array via pyarrow's C conversion."""
+    import pyarrow as pa
+
+    if total == 0:
+        return np.zeros(0, dtype=np.int32)
+    return pa.array(id_lists, type=pa.list_(pa.int32())).flatten().to_numpy()
+
+
+def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
+                    max_length: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Prepends BOS / appends EOS / truncates, vectorised over the whole batch.
+
+    A document keeps its BOS and EOS when truncated: the body is cut to make room for them.
+    """
+    n = len(lengths)
+    starts = np.cumsum(lengths) - lengths
+    safe = max(len(flat) - 1, 0)
+    nonempty = lengths > 0
+    front = np.zeros(n, dtype=np.int64)
+    back = np.zeros(n, dtype=np.int64)
+    if bos is not None:
+        front = (~(nonempty & (flat[np.minimum(starts, safe)] == bos) if len(flat) else np.ones(n, bool)))
+        front = front.astype(np.int64)
+    if eos is not None:
+        last = np.clip(starts + lengths - 1, 0, safe)
+        back = (~(nonempty & (flat[last] == eos)) if len(flat) else np.ones(n, bool)).astype(np.int64)
+    body = lengths.copy()
+    if max_length is not None:
+        front = np.minimum(front, max_length)
+        back = np.minimum(back, max_length - front)
+        body = np.minimum(body, max_length - front - back)
+    if bos is None and eos is None and max_length is None:
+        return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    sizes = front + body + back
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    out = np.empty(int(offsets[-1]), dtype=np.int32)
+    doc = np.repeat(np.arange(n), body)
+    rank = np.arange(len(doc)) - np.repeat(np.cumsum(body) - body, body)
+    out[offsets[:-1][doc] + front[doc] + rank] = flat[starts[doc] + rank]
+    out[offsets[:-1][front > 0]] = bos if bos is not None else 0
+    out[offsets[1:][back > 0] - 1] = eos if eos is not None else 0
+    return out, offsets
+
+
+def load_tokenizer(spec: str | TokenizerConfig) -> TokenizerHandle:
+    """Loads a tokenizer from a path, hub id (local cache only) or `TokenizerConfig`."""
+    config = spec if isinstance(spec, TokenizerConfig) else TokenizerConfig(name_or_path=spec)
+    return TokenizerHandle(config)

@@ -1,0 +1,31 @@
+"""easydata-beam: tokenize, pack, mix and shard LM training data on Apache Beam; read it into JAX."""
+
+from setuptools import setup
+
+setup(
+    name="easydata-beam",
+    version="0.1.0",
+    description="Language-model data preprocessing on Apache Beam with a JAX reader",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["easydata", "transforms", "beam_pipelines"],
+    install_requires=[
+        "apache-beam>=2.60,<3",
+        "pyarrow>=14",
+        "numpy>=1.24",
+        "tokenizers>=0.19",
+        "huggingface_hub>=0.20",
+        "fsspec>=2023.6",
+        "pyyaml>=6",
+        "tqdm>=4.60",
+        "zstandard>=0.21",
+    ],
+    extras_require={
+        "gcp": ["apache-beam[gcp]>=2.60,<3", "gcsfs>=2023.6"],
+        "s3": ["s3fs>=2023.6"],
+        "jax": ["jax>=0.4.20"],
+        "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1"],
+    },
+    entry_points={"console_scripts": ["easydata=easydata.cli:main"]},
+)

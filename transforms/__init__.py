@@ -1,0 +1,14 @@
+"""Beam PTransforms of easydata-beam: thin wrappers over the pure `easydata` core.
+
+- `ReadDocuments`: input splits -> document batches (+ dead letters, counters)
+- `Tokenize`: document batches -> token rows
+- `WriteShards`: token rows -> shuffled, evenly sized staged shards
+- `CommitOutput`: staged shards -> committed output with `manifest.json`
+"""
+
+from transforms.commit import CommitOutput
+from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
+from transforms.tokenize import Tokenize
+from transforms.write import WriteShards
+
+__all__ = ["ReadDocuments", "Tokenize", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG"]

@@ -1,0 +1,47 @@
+"""`CommitOutput`: the single final step that turns staged shards into a complete output.
+
+It waits for every shard, counter and dead-letter file (as side inputs), then calls
+`easydata.finalize.finalize_output`, which moves the staged files into place and writes
+`manifest.json` last. Because it runs inside the pipeline, a job launched without waiting (e.g. a
+Dataflow Flex Template) still commits its own output.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import apache_beam as beam
+
+from easydata.config import PipelineConfig
+from easydata.finalize import finalize_output
+from easydata.run_plan import RunPlan
+
+__all__ = ["CommitOutput"]
+
+
+class _CommitFn(beam.DoFn):
+    def __init__(self, config: PipelineConfig, plan: RunPlan, started_at: float):
+        self._config, self._plan, self._started_at = config, plan, started_at
+
+    def process(self, _: Any, shards: list, stats: list, rejected: list) -> Iterator[dict[str, Any]]:
+        yield finalize_output(self._config, self._plan, shards, stats, rejected, self._started_at)
+
+
+class CommitOutput(beam.PTransform):
+    """Commits the run: input is a dict of PCollections `shards`, `stats`, `rejected`.
+
+    Returns a PCollection holding the manifest written.
+    """
+
+    def __init__(self, *, config: PipelineConfig, plan: RunPlan, started_at: float):
+        super().__init__()
+        self._config, self._plan, self._started_at = config, plan, started_at
+
+    def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
+        pipeline = inputs["shards"].pipeline
+        return (pipeline
+                | "Once" >> beam.Create([None])
+                | "Commit" >> beam.ParDo(_CommitFn(self._config, self._plan, self._started_at),
+                                         shards=beam.pvalue.AsList(inputs["shards"]),
+                                         stats=beam.pvalue.AsList(inputs["stats"]),
+                                         rejected=beam.pvalue.AsList(inputs["rejected"])))

@@ -1,0 +1,115 @@
+"""`ReadDocuments`: input splits -> batches of documents, with dead letters and counters.
+
+A thin Beam wrapper over `easydata.sources`: the splits are planned at construction time (so a bad
+glob fails before the job starts), distributed over workers with a reshuffle, and each worker reads
+its splits into `DocumentBatch`es. Records that cannot become documents are written, per split, to
+`<staging>/rejected/<dataset>/split-<index>.jsonl` (a deterministic name, so a retried bundle
+rewrites the same file) and counted.
+
+Outputs (tagged):
+  main: `DocumentBatch`
+  `stats`: `(dataset, {"documents_in": n, "documents_rejected": r, "input_bytes": b})` per work unit
+  `rejected_files`: relative paths of dead-letter files written
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Optional
+
+import apache_beam as beam
+
+from easydata.config import DatasetConfig
+from easydata.filesystems import join, open_file
+from easydata.progress import ProgressSink
+from easydata.sources import InputSplit, Reject, read_split
+
+__all__ = ["ReadDocuments", "STATS_TAG", "REJECTED_TAG"]
+
+STATS_TAG = "stats"
+REJECTED_TAG = "rejected_files"
+
+
+class _ReadSplitsFn(beam.DoFn):
+    """Reads a work unit (splits read in order, sharing one `num_rows` limit)."""
+
+    def __init__(self, dataset: DatasetConfig, batch_size: int, max_document_bytes: Optional[int],
+                 staging: str, progress_dir: Optional[str]):
+        self._dataset = dataset
+        self._batch_size = batch_size
+        self._max_document_bytes = max_document_bytes
+        self._staging = staging
+        self._progress_dir = progress_dir
+        self._progress: Optional[ProgressSink] = None
+
+    def setup(self) -> None:
+        self._progress = ProgressSink(self._progress_dir)
+
+    def process(self, unit: list[InputSplit]) -> Iterator[Any]:
+        remaining = self._dataset.num_rows
+        rejects: list[Reject] = []
+        documents = 0
+        input_bytes = 0
+        for split in unit:
+            if remaining is not None and remaining <= 0:
+                break
+            before = len(rejects)
+            for batch in read_split(split, self._dataset, batch_size=self._batch_size,
+                                    max_document_bytes=self._max_document_bytes, limit=remaining,
+                                    rejects=rejects):
+                documents += len(batch)
+                input_bytes += batch.input_bytes
+                if remaining is not None:
+                    remaining -= len(batch)
+                self._progress.add(input_bytes=batch.input_bytes)
+                yield batch
+            if remaining is not None:
+                remaining -= len(rejects) - before
+        if rejects:
+            rel = f"rejected/{self._dataset.name}/split-{unit[0].index:05d}.jsonl"
+            with open_file(join(self._staging, rel), "wb") as f:
+                f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
+            yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
+        yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset.name, {
+            "documents_in": documents + len(rejects), "documents_rejected": len(rejects),
+            "input_bytes": input_bytes}))
+
+    def teardown(self) -> None:
+        if self._progress is not None:
+            self._progress.flush()
+
+
+class ReadDocuments(beam.PTransform):
+    """Reads one dataset's planned splits into `DocumentBatch`es (see module docstring).
+
+    Args:
+      dataset: the dataset config.
+      splits: its splits, from `easydata.sources.plan_splits`.
+      batch_size: documents per batch.
+      max_document_bytes: larger documents are rejected.
+      staging: the run's staging directory (dead letters go below it).
+      progress_dir: where workers report progress (None: no reporting).
+    """
+
+    def __init__(self, *, dataset: DatasetConfig, splits: list[InputSplit], batch_size: int,
+                 max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None):
+        super().__init__()
+        self._dataset = dataset
+        self._splits = splits
+        self._batch_size = batch_size
+        self._max_document_bytes = max_document_bytes
+        self._staging = staging
+        self._progress_dir = progress_dir
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
+        # With a row limit the splits are read in order by one worker; otherwise each is a unit.
+        units = [self._splits] if self._dataset.num_rows is not None else [[s] for s in self._splits]
+        return (pbegin
+                | "Splits" >> beam.Create(units)
+                | "Distribute" >> beam.Reshuffle()
+                | "Read" >> beam.ParDo(_ReadSplitsFn(self._dataset, self._batch_size, self._max_document_bytes,
+                                                     self._staging, self._progress_dir)
+                                       ).with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
+
+    def display_data(self) -> dict[str, Any]:
+        return {"dataset": self._dataset.name, "splits": len(self._splits)}
