@@ -1,6 +1,18 @@
-"""Runnable pipelines composed from `transforms/`: batch now; streaming and Flex Template entries follow."""
+"""Runnable pipelines composed from `transforms/`: batch now; streaming and Flex Template entries follow.
 
-from beam_pipelines.batch import BatchResult, build_batch_pipeline, run_batch
-from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
+Submodules load lazily, so `python -m beam_pipelines.local_worker` can set up logging before Beam loads.
+"""
+
+import importlib
+from typing import Any
 
 __all__ = ["run_batch", "build_batch_pipeline", "BatchResult", "OfflineDirectRunner", "make_runner_and_options"]
+
+_HOMES = {"run_batch": "batch", "build_batch_pipeline": "batch", "BatchResult": "batch",
+          "OfflineDirectRunner": "runners", "make_runner_and_options": "runners"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"beam_pipelines.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'beam_pipelines' has no attribute {name!r}")

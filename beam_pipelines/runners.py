@@ -9,10 +9,12 @@ other flag pass through to Beam unchanged.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from typing import Optional
 
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions
 from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
@@ -22,20 +24,50 @@ _LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "B
                   "SwitchingDirectRunner"}
 
 
+class _DropMessage(logging.Filter):
+    def __init__(self, fragment: str):
+        super().__init__()
+        self._fragment = fragment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self._fragment not in record.getMessage()
+
+
 class OfflineDirectRunner(DirectRunner):
-    """DirectRunner that runs batch pipelines on the in-process FnApiRunner, never trying Prism."""
+    """DirectRunner that runs batch pipelines on the FnApiRunner, never trying Prism.
+
+    In `multi_processing` mode the worker processes run `beam_pipelines.local_worker`, Beam's harness
+    with a quiet stderr.
+    """
 
     def run_pipeline(self, pipeline, options):  # noqa: D401 - Beam's signature
         from apache_beam.portability.api import beam_provision_api_pb2
         from apache_beam.runners.portability.fn_api_runner import fn_runner
         from apache_beam.runners.portability.portable_runner import JobServiceHandle
+        from apache_beam.transforms import environments
 
         if options.view_as(StandardOptions).streaming:
             return super().run_pipeline(pipeline, options)
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision_info = fn_runner.ExtendedProvisionInfo(
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-        return fn_runner.FnApiRunner(provision_info=provision_info).run_pipeline(pipeline, options)
+        direct = options.view_as(DirectOptions)
+        if direct.direct_running_mode != "multi_processing":
+            return fn_runner.FnApiRunner(provision_info=provision_info).run_pipeline(pipeline, options)
+        environment = environments.SubprocessSDKEnvironment.from_command_string(
+            command_string=f"{sys.executable} -m beam_pipelines.local_worker")
+        runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info)
+        # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
+        # sees several workers `in_memory`: hand it the latter, with that warning filtered out.
+        quiet = _DropMessage("direct_running_mode")
+        fn_logger = logging.getLogger(fn_runner.__name__)
+        direct.direct_running_mode = "in_memory"
+        fn_logger.addFilter(quiet)
+        try:
+            return runner.run_pipeline(pipeline, options)
+        finally:
+            direct.direct_running_mode = "multi_processing"
+            fn_logger.removeFilter(quiet)
 
 
 def is_local_runner(runner_name: Optional[str]) -> bool:
@@ -60,5 +92,8 @@ def make_runner_and_options(beam_args: list[str], *, default_workers: Optional[i
             direct.direct_num_workers = default_workers or os.cpu_count() or 1
         if direct.direct_num_workers == 1 and "--direct_running_mode" not in explicit:
             direct.direct_running_mode = "in_memory"
+        if "--default_sdk_harness_log_level" not in explicit:
+            # Local worker processes log every gRPC channel at INFO; keep the terminal for progress.
+            options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
         return OfflineDirectRunner(), options
     return runner_name, options

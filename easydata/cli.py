@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set save.num_shards=8 (repeatable)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output (save.overwrite)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
 
     tok = sub.add_parser("tokenize", help="tokenize files into sharded output in one command",
                          description="One-line equivalent of tokenize_and_save. Unknown --flags go to Beam.")
@@ -57,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--seed", type=int, default=42)
     tok.add_argument("--overwrite", action="store_true", help="replace an existing output")
     tok.add_argument("--quiet", action="store_true", help="no progress display")
+    tok.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
 
     val = sub.add_parser("validate", help="check an output directory against its manifest")
     val.add_argument("output_dir")
@@ -100,7 +102,16 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
     return PipelineConfig.from_dict(data)
 
 
-def _run_pipeline(config: Any, beam_args: list[str], quiet: bool) -> int:
+def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool) -> int:
+    import logging
+
+    if not verbose:
+        # Beam warns about optional GCP client libraries on import and reports local worker start-up
+        # chatter as warnings; keep the terminal for progress. Errors still show.
+        handler = logging.StreamHandler()
+        handler.addFilter(lambda record: "apitools not found" not in record.getMessage())
+        logging.basicConfig(handlers=[handler], level=logging.WARNING)
+        logging.getLogger("apache_beam").setLevel(logging.ERROR)
     from beam_pipelines.batch import run_batch
 
     result = run_batch(config, beam_args, show_progress=not quiet)
@@ -125,9 +136,9 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if unknown:
         raise EasyDataError(f"unexpected argument '{unknown[0]}' (Beam options look like --name=value)")
     if args.command == "run":
-        return _run_pipeline(_config_for_run(args), extra, args.quiet)
+        return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose)
     if args.command == "tokenize":
-        return _run_pipeline(_config_for_tokenize(args), extra, args.quiet)
+        return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose)
     if args.command == "validate":
         from easydata.validate import validate_output
 
