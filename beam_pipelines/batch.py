@@ -66,16 +66,17 @@ class BatchResult:
 
 
 def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
-              show_progress: bool = True) -> BatchResult:
+              show_progress: bool = True, **plan_options: int) -> BatchResult:
     """Runs the batch pipeline to completion and returns the committed manifest.
 
     Args:
       config: the job.
       beam_args: Beam pipeline flags (`--runner`, `--direct_num_workers`, `--project`, ...).
       show_progress: draw progress on stderr for local runs.
+      plan_options: `split_bytes` / `group_bytes` tuning passed to `prepare_run`.
     """
     started = time.time()
-    plan = prepare_run(config)
+    plan = prepare_run(config, **plan_options)
     runner, options = make_runner_and_options(list(beam_args or []))
     local = not isinstance(runner, str)  # local runners are instances, remote ones names
     pipeline = beam.Pipeline(runner=runner, options=options)

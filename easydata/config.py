@@ -527,6 +527,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 if not part.isdigit() or int(part) >= len(node):
                     raise ConfigError(f"--set {key}: no list item '{part}'")
                 node = node[int(part)]
+            elif not isinstance(node, dict):
+                raise ConfigError(f"--set {key}: '{'.'.join(parts[:depth])}' is not a mapping")
             else:
                 if node.get(part) is None:
                     node[part] = [] if nxt.isdigit() else {}

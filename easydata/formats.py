@@ -16,7 +16,7 @@ from typing import IO, Any, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from easydata.filesystems import open_file
+from easydata.filesystems import open_arrow_file, open_file
 
 __all__ = [
     "SHARD_EXTENSIONS",
@@ -91,10 +91,17 @@ class ShardWriter:
         self._pending_rows = 0
         codec = None if compression == "none" else compression
         self._writer: Any = None
-        if fmt == "jsonl":
-            self._file: IO = open_file(path, "wb", compression=codec)
+        self._raw: Optional[IO] = None
+        if fmt == "jsonl" and codec == "gzip":
+            import gzip
+
+            # No file name and mtime 0 in the gzip header, so the bytes depend on the rows alone.
+            self._raw = open_file(path, "wb")
+            self._file: IO = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
+        elif fmt == "jsonl":
+            self._file = open_file(path, "wb", compression=codec)
         else:
-            self._file = open_file(path, "wb")
+            self._file = open_arrow_file(path, "wb")
             if fmt == "parquet":
                 import pyarrow.parquet as pq
 
@@ -142,6 +149,8 @@ class ShardWriter:
         if self._writer is not None:
             self._writer.close()
         self._file.close()
+        if self._raw is not None:  # GzipFile does not close the file object it wraps
+            self._raw.close()
         return self.rows
 
 
@@ -150,12 +159,12 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        with open_file(path, decompress=False) as f:
+        with open_arrow_file(path) as f:
             pf = pq.ParquetFile(f)
             for g in range(pf.num_row_groups):
                 yield from pf.read_row_group(g, columns=columns).to_batches()
     elif fmt == "arrow":
-        with open_file(path, decompress=False) as f:
+        with open_arrow_file(path) as f:
             reader = pa.ipc.open_file(f)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
@@ -164,10 +173,16 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
         import pyarrow.json as pj
 
         with open_file(path) as f:
-            data = f.read()
-        if data.strip():
-            table = pj.read_json(pa.BufferReader(data))
-            yield from (table.select(columns) if columns else table).to_batches()
+            first = f.readline()
+        if not first.strip():
+            return
+        # JSON has no integer widths: token columns are declared int32, other fields inferred.
+        header = json.loads(first)
+        explicit = pa.schema([(c, pa.list_(pa.int32())) for c in TOKEN_COLUMNS if c in header])
+        options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
+        with open_file(path) as f:
+            for batch in pj.open_json(f, parse_options=options):
+                yield batch.select(columns) if columns else batch
     else:
         raise ValueError(f"unknown shard format {fmt!r}")
 
@@ -182,14 +197,14 @@ def count_shard_rows(path: str, fmt: str) -> int:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        with open_file(path, decompress=False) as f:
+        with open_arrow_file(path) as f:
             return pq.ParquetFile(f).metadata.num_rows
     return sum(b.num_rows for b in iter_shard_batches(path, fmt, columns=None))
 
 
 def write_piece(table: pa.Table, path: str) -> None:
     """Writes a staged piece (uncompressed Arrow IPC: cheapest to write and read back)."""
-    with open_file(path, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+    with open_arrow_file(path, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
         writer.write_table(table)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from easydata.config import PipelineConfig, TokenizerConfig
 from easydata.errors import ConfigError
 from easydata.output import new_run_id, prepare_output, staging_dir
-from easydata.sharding import choose_num_groups
+from easydata.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
 from easydata.sources import InputSplit, plan_splits
 from easydata.tokenizer import TokenizerInfo, load_tokenizer
 
@@ -57,8 +57,14 @@ class RunPlan:
         return first, (infos if differ else {})
 
 
-def prepare_run(config: PipelineConfig, *, split_bytes: int = 64 * 2**20) -> RunPlan:
+def prepare_run(config: PipelineConfig, *, split_bytes: int = 64 * 2**20,
+                group_bytes: int = DEFAULT_GROUP_BYTES) -> RunPlan:
     """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
+
+    Args:
+      config: the job.
+      split_bytes: target size of an input split (work unit of one reader).
+      group_bytes: target size of a shuffle group (memory of one sorting worker).
 
     Raises:
       ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
@@ -86,7 +92,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: int = 64 * 2**20) -> Run
         input_bytes = sum(s.size for s in splits)
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=loaded[tok],
                                     input_bytes=input_bytes,
-                                    num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE))))
+                                    num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
+                                                                           group_bytes)))
     prepare_output(config.save.output_dir, config.save.overwrite)
     run_id = new_run_id()
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir,

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "DEFAULT_GROUP_BYTES",
     "HASH_COLUMN",
     "KEY_COLUMN",
     "row_hashes",

@@ -22,7 +22,8 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.filesystems import compression_of, expand_data_files, file_size, open_file, strip_compression
+from easydata.filesystems import compression_of, expand_data_files, file_size, open_arrow_file, open_file, \
+    strip_compression
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "plan_splits", "read_split", "infer_type", "total_input_bytes"]
 
@@ -131,10 +132,15 @@ def plan_splits(dataset: DatasetConfig, target_bytes: int = 64 * 2**20) -> list[
     return splits
 
 
+def _open_table_file(path: str):
+    """Parquet / Arrow inputs: native pyarrow files when uncompressed, decompressing streams otherwise."""
+    return open_file(path) if compression_of(path) else open_arrow_file(path)
+
+
 def _parquet_ranges(path: str, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
     import pyarrow.parquet as pq
 
-    with open_file(path) as f:
+    with _open_table_file(path) as f:
         meta = pq.ParquetFile(f).metadata
     ranges, start, acc = [], 0, 0
     for rg in range(meta.num_row_groups):
@@ -151,7 +157,7 @@ def _arrow_ranges(path: str, size: int, target_bytes: int) -> list[tuple[int, Op
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    with open_file(path) as f:
+    with _open_table_file(path) as f:
         try:
             n = ipc.open_file(f).num_record_batches
         except pa.ArrowInvalid:  # stream format (e.g. HF datasets cache files): not seekable
@@ -368,7 +374,7 @@ def _emit_table_batch(batch: Any, first_row: int, out: _Collector, dataset: Data
 def _read_parquet(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
     import pyarrow.parquet as pq
 
-    with open_file(split.path) as f:
+    with _open_table_file(split.path) as f:
         try:
             pf = pq.ParquetFile(f)
         except Exception as e:
@@ -392,7 +398,7 @@ def _read_arrow(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    with open_file(split.path) as f:
+    with _open_table_file(split.path) as f:
         try:
             reader = ipc.open_file(f)
             batches = (reader.get_batch(i) for i in range(split.start, split.end or reader.num_record_batches))

@@ -200,7 +200,7 @@ def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int]
     front = np.zeros(n, dtype=np.int64)
     back = np.zeros(n, dtype=np.int64)
     if bos is not None:
-        front = (~(nonempty & (flat[np.minimum(starts, safe)] == bos) if len(flat) else np.ones(n, bool)))
+        front = (~(nonempty & (flat[np.minimum(starts, safe)] == bos)) if len(flat) else np.ones(n, bool))
         front = front.astype(np.int64)
     if eos is not None:
         last = np.clip(starts + lengths - 1, 0, safe)
@@ -208,6 +208,9 @@ def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int]
     body = lengths.copy()
     if max_length is not None:
         front = np.minimum(front, max_length)
+        if eos is not None:
+            # A cut document loses the EOS it may already end with, so it needs one appended.
+            back = np.where(front + body + back > max_length, 1, back)
         back = np.minimum(back, max_length - front)
         body = np.minimum(body, max_length - front - back)
     if bos is None and eos is None and max_length is None:

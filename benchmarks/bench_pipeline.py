@@ -1,0 +1,545 @@
+"""Throughput of the easydata batch pipeline against the raw Rust tokenizer it wraps.
+
+What one run does (nothing is downloaded):
+
+1. Corpus. Builds (once, then reuses) a JSONL corpus of at least `--size-mb` MB (10^6 bytes of
+   UTF-8 text) of real text and code found on this machine: the standard library's `.py` files,
+   the `.py` files of the running interpreter's site-packages, and documentation text
+   (`.txt/.rst/.md/.html`) from the standard library, site-packages and `/usr/share/doc`. The three
+   sources are interleaved by bytes (always taking the next file from the source with the fewest
+   bytes so far), in sorted path order, so the corpus is deterministic for a given machine. Each
+   document is capped at 200 KB; if the files run out, the material is repeated with a suffix.
+2. Tokenizer. `--tokenizer`, else `../shared/tokenizers/mistral-7b-v0.1` next to the repository,
+   else the embedded sample tokenizer (`easydata.sample.ensure_sample() / "tokenizer"`).
+3. Baseline. The same texts, read into memory, encoded with `tokenizers.Tokenizer.encode_batch` in
+   batches of 1,000 documents using the tokenizer's own thread pool on every core; only the encode
+   calls are timed. Also shown, for reference: `encode_batch_fast` (what the pipeline calls), and
+   `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process).
+4. Pipeline. `easydata run CONFIG --quiet` as a subprocess, wall-clock of the whole command
+   (interpreter start, Beam import, planning, reading, tokenizing, shuffling, Parquet/zstd writing,
+   commit), in three local modes:
+     default      no runner flags: multi-process, one worker process per core;
+     in-process   `--direct_num_workers=1`: one in-process worker, tokenizer threads on all cores;
+     procs-only   `--direct_running_mode=multi_processing --direct_num_workers=2` and
+                  `RAYON_NUM_THREADS=1`: parallel processes only, single-threaded tokenizer.
+   Each mode is also run on a 10-document corpus: that time is the fixed cost of starting a job.
+   The token count of the manifest is checked against the baseline: baseline tokens (special tokens
+   of the tokenizer's post-processor included, as the pipeline keeps them by default) plus one EOS
+   per document that does not already end with EOS (the pipeline appends it).
+5. Peak memory. The largest sum of RSS over the command's process tree (sampled from /proc every
+   0.2 s) and the largest single process's maximum RSS (from `wait4`); skipped where unavailable.
+
+Reading the ratios: `vs raw` is pipeline tokens/s divided by raw `encode_batch` tokens/s (all
+cores). 1.0 would mean the pipeline costs nothing beyond tokenizing; 0.25 means the whole job takes
+four times as long as tokenizing alone. `vs raw, no startup` subtracts the mode's 10-document run
+time first, so it shows the per-byte efficiency a large job would approach. Numbers from one run on
+a shared machine are noisy by several percent; compare modes within one run.
+
+Usage, from the repository root:
+  python benchmarks/bench_pipeline.py [--size-mb 24] [--tokenizer DIR] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_WORKDIR = REPO_ROOT / "benchmarks" / "_work"
+MISTRAL_DIR = REPO_ROOT.parent / "shared" / "tokenizers" / "mistral-7b-v0.1"
+CORPUS_VERSION = 1
+DOC_CAP_BYTES = 200_000
+BASELINE_BATCH = 1000
+TINY_DOCUMENTS = 10
+SKIP_DIRS = {"__pycache__", ".git"}
+DOC_SUFFIXES = (".txt", ".rst", ".md", ".html", ".htm")
+MODES = [  # (name, extra CLI flags, environment changes: None removes the variable)
+    ("default", [], {"RAYON_NUM_THREADS": None}),
+    ("in-process", ["--direct_num_workers=1"], {"RAYON_NUM_THREADS": None}),
+    ("procs-only", ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+     {"RAYON_NUM_THREADS": "1"}),
+]
+
+
+# ---- corpus --------------------------------------------------------------------------------------
+
+
+def walk_files(root: Path, suffixes: tuple[str, ...], skip: set[str] = frozenset()) -> Iterator[Path]:
+    """Files under `root` ending with one of `suffixes`, in sorted path order (no symlinks)."""
+    if not root.is_dir():
+        return
+    for directory, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and d not in skip)
+        for name in sorted(names):
+            path = Path(directory) / name
+            if name.lower().endswith(suffixes) and not path.is_symlink():
+                yield path
+
+
+def site_packages() -> list[Path]:
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    unique: list[Path] = []
+    for p in paths:
+        path = Path(p).resolve()
+        if path not in unique and path.is_dir():
+            unique.append(path)
+    return unique
+
+
+def corpus_sources() -> list[Iterator[Path]]:
+    """The three interleaved sources: stdlib code, site-packages code, documentation text."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"site-packages", "dist-packages"}
+
+    def stdlib_code() -> Iterator[Path]:
+        yield from walk_files(stdlib, (".py",), skip)
+
+    def package_code() -> Iterator[Path]:
+        for root in site_packages():
+            yield from walk_files(root, (".py",))
+
+    def documentation() -> Iterator[Path]:
+        yield from walk_files(stdlib, DOC_SUFFIXES, skip)
+        for root in site_packages():
+            yield from walk_files(root, DOC_SUFFIXES)
+        yield from walk_files(Path("/usr/share/doc"), DOC_SUFFIXES)
+
+    return [stdlib_code(), package_code(), documentation()]
+
+
+def read_document(path: Path) -> Optional[str]:
+    """A file's text, capped at DOC_CAP_BYTES; None for unreadable, binary, non-UTF-8 or blank files."""
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if "\0" in text or not text.strip():
+        return None
+    if len(raw) > DOC_CAP_BYTES:
+        text = raw[:DOC_CAP_BYTES].decode("utf-8", "ignore")
+    return text
+
+
+def gather_documents() -> Iterator[str]:
+    """Documents from the sources, always from the one that has given the fewest bytes so far."""
+    sources = corpus_sources()
+    given = [0] * len(sources)
+    while sources:
+        i = min(range(len(sources)), key=given.__getitem__)
+        for path in sources[i]:
+            text = read_document(path)
+            if text is not None:
+                given[i] += len(text.encode("utf-8"))
+                yield text
+                break
+        else:
+            del sources[i], given[i]
+
+
+def write_corpus(path: Path, target_bytes: int) -> dict[str, Any]:
+    """Writes at least `target_bytes` of text as JSONL; repeats the material with a suffix if short."""
+    material: list[str] = []
+    documents = text_bytes = copies = 0
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for text in gather_documents():
+            material.append(text)
+            f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+            documents += 1
+            text_bytes += len(text.encode("utf-8"))
+            if text_bytes >= target_bytes:
+                break
+        while text_bytes < target_bytes and material:
+            copies += 1
+            for text in material:
+                text = f"{text}\n# copy {copies}\n"
+                f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+                documents += 1
+                text_bytes += len(text.encode("utf-8"))
+                if text_bytes >= target_bytes:
+                    break
+    if not documents:
+        tmp.unlink()
+        raise SystemExit("bench: found no text files to build a corpus from")
+    tmp.replace(path)
+    return {"documents": documents, "text_bytes": text_bytes, "repeats": copies}
+
+
+def ensure_corpus(workdir: Path, size_mb: float) -> tuple[Path, dict[str, Any]]:
+    """The corpus for `size_mb`, built once and reused while its description matches."""
+    path = workdir / f"corpus-{size_mb:g}mb.jsonl"
+    meta_path = path.with_suffix(".meta.json")
+    wanted = {"version": CORPUS_VERSION, "size_mb": size_mb, "doc_cap_bytes": DOC_CAP_BYTES}
+    if path.is_file() and meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        if {k: meta.get(k) for k in wanted} == wanted and meta.get("file_bytes") == path.stat().st_size:
+            return path, {**meta, "reused": True}
+    meta = {**wanted, **write_corpus(path, int(size_mb * 10**6)), "file_bytes": path.stat().st_size}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return path, {**meta, "reused": False}
+
+
+def write_tiny_corpus(corpus: Path, workdir: Path) -> Path:
+    tiny = workdir / "tiny.jsonl"
+    with open(corpus, encoding="utf-8") as src, open(tiny, "w", encoding="utf-8") as dst:
+        for _, line in zip(range(TINY_DOCUMENTS), src):
+            dst.write(line)
+    return tiny
+
+
+def load_texts(corpus: Path) -> list[str]:
+    with open(corpus, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f if line.strip()]
+
+
+# ---- tokenizer and raw baseline ----------------------------------------------------------------
+
+
+def resolve_tokenizer(arg: Optional[str]) -> Path:
+    """The tokenizer directory (holding tokenizer.json) to benchmark."""
+    if arg:
+        path = Path(arg).expanduser().resolve()
+        if path.is_file():
+            path = path.parent
+        if not (path / "tokenizer.json").is_file():
+            raise SystemExit(f"bench: no tokenizer.json in '{arg}'")
+        return path
+    if (MISTRAL_DIR / "tokenizer.json").is_file():
+        return MISTRAL_DIR.resolve()
+    from easydata.sample import ensure_sample
+
+    return ensure_sample() / "tokenizer"
+
+
+def eos_token_id(tokenizer_dir: Path) -> Optional[int]:
+    """The EOS id the pipeline uses (its own loader decides, so the check follows the pipeline)."""
+    from easydata.tokenizer import load_tokenizer
+
+    return load_tokenizer(str(tokenizer_dir)).eos_token_id
+
+
+def encode_all(tokenizer_dir: Path, texts: list[str], method: str = "encode_batch",
+               eos: Optional[int] = None) -> dict[str, Any]:
+    """Encodes `texts` in batches; times only the encode calls.
+
+    Returns seconds, tokens and, when `eos` is given, how many documents already end with it.
+    """
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    encode = getattr(tokenizer, method)
+    seconds = 0.0
+    tokens = ending_with_eos = 0
+    for start in range(0, len(texts), BASELINE_BATCH):
+        batch = texts[start:start + BASELINE_BATCH]
+        began = time.perf_counter()
+        encodings = encode(batch)
+        seconds += time.perf_counter() - began
+        for e in encodings:
+            ids = e.ids
+            tokens += len(ids)
+            ending_with_eos += bool(ids) and ids[-1] == eos
+    return {"seconds": seconds, "tokens": tokens, "ending_with_eos": ending_with_eos}
+
+
+def has_encode_batch_fast() -> bool:
+    from tokenizers import Tokenizer
+
+    return hasattr(Tokenizer, "encode_batch_fast")
+
+
+def encode_single_thread(tokenizer_dir: Path, corpus: Path) -> Optional[dict[str, Any]]:
+    """`encode_batch` with RAYON_NUM_THREADS=1, in a child process (the pool size is fixed at start)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--raw-json", "--tokenizer", str(tokenizer_dir),
+           "--corpus", str(corpus)]
+    env = {**os.environ, "RAYON_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
+    if done.returncode != 0:
+        print(f"  (single-thread baseline failed: {done.stderr.strip()[-300:]})")
+        return None
+    return json.loads(done.stdout)
+
+
+# ---- running and measuring a command -------------------------------------------------------------
+
+
+class TreeRssSampler(threading.Thread):
+    """Polls /proc for the summed RSS of a process and all its descendants; keeps the peak."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak = 0
+        self.available = Path("/proc/self/statm").is_file()
+        self._stop_event = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def run(self) -> None:
+        while self.available and not self._stop_event.is_set():
+            self.peak = max(self.peak, self._tree_rss())
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+    def _tree_rss(self) -> int:
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", "rb") as f:
+                        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry))
+        total, todo = 0, [self.pid]
+        while todo:
+            pid = todo.pop()
+            todo.extend(children.get(pid, []))
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as f:
+                    total += int(f.read().split()[1]) * self._page
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
+
+
+def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
+    """Runs `cmd`, returning wall seconds, exit code and peak memory; output goes to `log`."""
+    with open(log, "wb") as out:
+        began = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
+        sampler = TreeRssSampler(proc.pid)
+        sampler.start()
+        max_single: Optional[int] = None
+        if hasattr(os, "wait4"):
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            max_single = usage.ru_maxrss * 1024  # KiB on Linux
+        else:
+            proc.wait()
+        seconds = time.perf_counter() - began
+        sampler.stop()
+    return {"seconds": seconds, "returncode": proc.returncode,
+            "peak_tree_rss": sampler.peak if sampler.available else None, "max_single_rss": max_single}
+
+
+def easydata_command() -> list[str]:
+    beside = Path(sys.executable).parent / "easydata"
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("easydata")
+    return [found] if found else [sys.executable, "-m", "easydata"]
+
+
+def write_config(path: Path, corpus: Path, tokenizer_dir: Path, output_dir: Path) -> Path:
+    config = {
+        "seed": 42,
+        "default_tokenizer": str(tokenizer_dir),
+        "datasets": [{"name": "corpus", "data_files": str(corpus), "type": "jsonl"}],
+        "save": {"output_dir": str(output_dir), "format": "parquet", "compression": "zstd", "overwrite": True},
+    }
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
+def mode_env(changes: dict[str, Optional[str]]) -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def env_prefix(changes: dict[str, Optional[str]]) -> str:
+    parts = [f"{k}={v}" for k, v in changes.items() if v is not None]
+    unset = [k for k, v in changes.items() if v is None and k in os.environ]
+    return " ".join([*(f"env -u {k}" for k in unset), *parts])
+
+
+def run_pipeline(label: str, config: Path, flags: list[str], env_changes: dict[str, Optional[str]],
+                 workdir: Path, output_dir: Path) -> dict[str, Any]:
+    """One `easydata run`; adds the manifest's counts when it succeeded."""
+    cmd = [*easydata_command(), "run", str(config), "--quiet", *flags]
+    log = workdir / f"log-{label}.txt"
+    result = run_measured(cmd, mode_env(env_changes), log)
+    prefix = env_prefix(env_changes)
+    result["command"] = (prefix + " " if prefix else "") + shlex.join(cmd)
+    result["log"] = log
+    manifest_path = output_dir / "manifest.json"
+    if result["returncode"] == 0 and manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        result.update(tokens=manifest["totals"]["tokens"], documents=manifest["documents_written"],
+                      rejected=manifest["documents_rejected"], shards=manifest["totals"]["shards"],
+                      internal_seconds=manifest.get("run", {}).get("elapsed_seconds"))
+    return result
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+
+def fmt_bytes(n: Optional[int]) -> str:
+    return "n/a" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def failure_tail(result: dict[str, Any], lines: int = 15) -> str:
+    text = Path(result["log"]).read_text(errors="replace").splitlines()
+    return "\n".join("      " + line for line in text[-lines:])
+
+
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+
+
+def print_baselines(raw: dict[str, Any], fast: Optional[dict[str, Any]], single: Optional[dict[str, Any]],
+                    text_bytes: int) -> None:
+    print("\nRaw tokenizer (texts in memory, batches of 1,000, only encode calls timed)")
+    rows = []
+    for name, r in [(f"encode_batch, {os.cpu_count()} threads", raw),
+                    (f"encode_batch_fast, {os.cpu_count()} threads", fast), ("encode_batch, 1 thread", single)]:
+        if r is None:
+            continue
+        rows.append([name, f"{r['seconds']:.2f}", f"{text_bytes / 1e6 / r['seconds']:.2f}",
+                     f"{r['tokens'] / r['seconds']:,.0f}", f"{r['tokens']:,}"])
+    print_table(rows, ["baseline", "seconds", "MB/s", "tokens/s", "tokens"])
+
+
+def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float, expected: int) -> None:
+    print("\nPipeline (wall clock of the whole `easydata run` command)")
+    rows = []
+    for name, full, tiny in results:
+        if full["returncode"] != 0 or "tokens" not in full:
+            rows.append([name, f"{full['seconds']:.1f}", "FAILED", "", "", "", "", "", ""])
+            continue
+        tps = full["tokens"] / full["seconds"]
+        net = full["seconds"] - tiny["seconds"] if tiny["returncode"] == 0 else None
+        net_ratio = f"{full['tokens'] / net / raw_tps:.3f}" if net and net > 0 else "n/a"
+        rows.append([name, f"{full['seconds']:.1f}", f"{full['internal_seconds'] or 0:.1f}",
+                     f"{tiny['seconds']:.1f}", f"{tps:,.0f}", f"{tps / raw_tps:.3f}", net_ratio,
+                     fmt_bytes(full["peak_tree_rss"]), fmt_bytes(full["max_single_rss"])])
+    print_table(rows, ["mode", "seconds", "in-run s", "10-doc s", "tokens/s", "vs raw", "vs raw, no startup",
+                       "peak RSS (tree)", "largest proc"])
+    print("  seconds: whole command; in-run s: the manifest's elapsed_seconds (plan to commit, no interpreter"
+          "\n  start-up or Beam import); 10-doc s: the same command on a 10-document corpus (fixed cost).")
+    print("\nToken count check (manifest totals vs raw encode_batch + appended EOS)")
+    for name, full, _ in results:
+        if "tokens" in full:
+            diff = full["tokens"] - expected
+            verdict = "match" if diff == 0 else f"MISMATCH ({diff:+,} tokens)"
+            print(f"  {name:<11} {full['tokens']:>13,} tokens, {full['documents']:,} documents written,"
+                  f" {full['rejected']:,} rejected, {full['shards']} shards: {verdict}")
+
+
+def print_failures(results: list[tuple[str, dict, dict]]) -> None:
+    for name, full, tiny in results:
+        for kind, r in (("full", full), ("10-doc", tiny)):
+            if r["returncode"] != 0 or "tokens" not in r:
+                print(f"\n!! {name} ({kind}) exited with {r['returncode']}; last lines of {r['log']}:")
+                print(failure_tail(r))
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size-mb", type=float, default=24, help="corpus size in MB of text (default 24)")
+    parser.add_argument("--tokenizer", help="tokenizer dir with tokenizer.json (default: Mistral, else sample)")
+    parser.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help="corpus, configs, outputs, logs")
+    parser.add_argument("--raw-json", action="store_true", help=argparse.SUPPRESS)  # child: baseline only
+    parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def raw_json_child(args: argparse.Namespace) -> int:
+    texts = load_texts(Path(args.corpus))
+    print(json.dumps(encode_all(Path(args.tokenizer), texts)))
+    return 0
+
+
+def print_environment(tokenizer_dir: Path, corpus: Path, meta: dict[str, Any], workdir: Path) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "?"
+
+    # Versions from package metadata: importing apache_beam here would print its GCP warnings.
+    print(f"easydata pipeline benchmark  ({os.cpu_count()} cores, Python {sys.version.split()[0]},"
+          f" tokenizers {installed('tokenizers')}, apache-beam {installed('apache-beam')},"
+          f" pyarrow {installed('pyarrow')})")
+    for var in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
+        if var in os.environ:
+            print(f"  note: {var}={os.environ[var]} is set in this environment")
+    print(f"tokenizer: {tokenizer_dir}")
+    state = "reused" if meta["reused"] else "built"
+    print(f"corpus:    {corpus} ({state}): {meta['documents']:,} documents, {meta['text_bytes'] / 1e6:.1f} MB of"
+          f" text, {meta['file_bytes'] / 1e6:.1f} MB JSONL, material repeated {meta['repeats']} time(s)")
+    print(f"workdir:   {workdir}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.raw_json:
+        return raw_json_child(args)
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    tokenizer_dir = resolve_tokenizer(args.tokenizer)
+    corpus, meta = ensure_corpus(workdir, args.size_mb)
+    tiny_corpus = write_tiny_corpus(corpus, workdir)
+    print_environment(tokenizer_dir, corpus, meta, workdir)
+
+    texts = load_texts(corpus)
+    eos = eos_token_id(tokenizer_dir)
+    raw = encode_all(tokenizer_dir, texts, "encode_batch", eos)
+    fast = encode_all(tokenizer_dir, texts, "encode_batch_fast") if has_encode_batch_fast() else None
+    single = encode_single_thread(tokenizer_dir, corpus)
+    text_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    print_baselines(raw, fast, single, text_bytes)
+    expected = raw["tokens"] + len(texts) - raw["ending_with_eos"]
+    print(f"  expected pipeline tokens: {raw['tokens']:,} + {len(texts) - raw['ending_with_eos']:,} EOS"
+          f" = {expected:,} (EOS id {eos}; {raw['ending_with_eos']} documents already end with it)")
+    del texts
+
+    full_config = write_config(workdir / "config-full.json", corpus, tokenizer_dir, workdir / "out-full")
+    tiny_config = write_config(workdir / "config-tiny.json", tiny_corpus, tokenizer_dir, workdir / "out-tiny")
+    run_pipeline("warmup", tiny_config, [], MODES[0][2], workdir, workdir / "out-tiny")  # page cache, .pyc
+    results = []
+    for name, flags, env_changes in MODES:
+        tiny = run_pipeline(f"{name}-tiny", tiny_config, flags, env_changes, workdir, workdir / "out-tiny")
+        full = run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full")
+        results.append((name, full, tiny))
+        print(f"  ran {name}: {full['seconds']:.1f}s (10-doc: {tiny['seconds']:.1f}s)", flush=True)
+
+    print_pipeline_results(results, raw["tokens"] / raw["seconds"], expected)
+    print("\nCommands (run from the repository root)")
+    for name, full, tiny in results:
+        print(f"  {name}:\n    {full['command']}\n    {tiny['command']}")
+    print_failures(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The `easydata` command line: one-line errors, `validate`, `inspect`, and real end-to-end runs.
+
+The slow tests run the installed CLI in a subprocess on real files with a real Beam runner (the
+default multi-process local runner) and check the output with plain pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from tokenizers import Tokenizer
+
+from easydata.cli import main
+from tests.conftest import make_texts, write_jsonl
+
+
+def _cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "easydata", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)
+
+
+def _one_line_error(capsys: pytest.CaptureFixture, code: int) -> str:
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("easydata: error: ")
+    return err
+
+
+@pytest.fixture
+def job(tmp_path: Path, tokenizer_dir: Path) -> Path:
+    write_jsonl(tmp_path / "data" / "a.jsonl", ({"text": t} for t in make_texts(50)))
+    config = tmp_path / "job.yaml"
+    config.write_text(f"""
+default_tokenizer: {tokenizer_dir}
+datasets:
+  - name: web
+    data_files: {tmp_path / 'data' / '*.jsonl'}
+save:
+  output_dir: {tmp_path / 'out'}
+  num_shards: 2
+""")
+    return config
+
+
+@pytest.mark.parametrize("command", ["run", "tokenize", "validate", "inspect"])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert command in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("edit, expected", [
+    ({"datasets.0.data_files": "/nonexistent/*.jsonl"}, "matches no file"),
+    ({"default_tokenizer": "/nonexistent/tokenizer"}, "tokenizer '/nonexistent/tokenizer' not found"),
+    ({"save.fromat": "parquet"}, "unknown key 'save.fromat' (did you mean 'format'?)"),
+    ({"save.num_shards": "many"}, "save.num_shards: expected int"),
+    ({"save.format": "csv"}, "save.format: must be one of parquet, arrow, jsonl"),
+])
+def test_user_errors_are_one_line(job, capsys, edit, expected):
+    args = ["run", str(job), "--quiet"] + [f"--set={k}={v}" for k, v in edit.items()]
+    err = _one_line_error(capsys, main(args))
+    assert expected in err
+
+
+def test_missing_config_and_existing_output_are_one_line(job, tmp_path, capsys):
+    assert "does not exist" in _one_line_error(capsys, main(["run", str(tmp_path / "nope.yaml")]))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    err = _one_line_error(capsys, main(["run", str(job), "--quiet"]))
+    assert "already exists" in err
+    err = _one_line_error(capsys, main(["run", str(job), "--quiet", "--overwrite"]))
+    assert "not an easydata output" in err
+    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+
+
+def test_run_validate_inspect_and_truncated_shard(job, tmp_path, capsys):
+    assert main(["run", str(job), "--quiet", "--direct_num_workers=1"]) == 0
+    out = capsys.readouterr().out
+    assert "web: 50 documents (0 rejected)" in out and "tokens/s" in out
+    assert main(["validate", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.startswith("OK:")
+    assert main(["inspect", str(tmp_path / "out"), "-n", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "[web] 2 shards, 50 rows" in shown and "row 1:" in shown
+
+    shard = sorted((tmp_path / "out" / "web").glob("*.parquet"))[0]
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    assert main(["validate", str(tmp_path / "out")]) == 1
+    report = capsys.readouterr().out
+    assert report.startswith("FAILED:") and "unreadable" in report
+
+    err = _one_line_error(capsys, main(["validate", str(tmp_path)]))
+    assert "no manifest.json" in err
+
+
+@pytest.mark.slow
+def test_default_job_end_to_end(tmp_path):
+    """The quickstart: `easydata run` with no config, then `easydata validate` on its output."""
+    env = {"EASYDATA_CACHE": str(tmp_path / "cache")}
+    run = _cli("run", cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    assert "wrote easydata_output" in run.stdout and "tokens/s" in run.stdout
+    manifest = json.loads((tmp_path / "easydata_output" / "manifest.json").read_text())
+    assert set(manifest["datasets"]) == {"code", "docs"}
+    assert manifest["documents_in"] == manifest["documents_written"] + manifest["documents_rejected"]
+    for name, info in manifest["datasets"].items():
+        rows = sum(pq.read_metadata(tmp_path / "easydata_output" / s["path"]).num_rows for s in info["shards"])
+        assert rows == info["rows"] > 0
+    check = _cli("validate", "easydata_output", cwd=tmp_path, env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    again = _cli("run", cwd=tmp_path, env=env)  # the default job replaces its own earlier output
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.slow
+def test_tokenize_command_with_real_tokenizer(tmp_path, mistral_tokenizer_dir):
+    """`easydata tokenize` on gzipped JSONL with the real Mistral tokenizer, checked with plain pyarrow."""
+    texts = make_texts(300, seed=11) + ["def f(x):\n    return x ** 2  # café", "   leading spaces", "東京 🙂"]
+    import gzip
+
+    data = tmp_path / "corpus.jsonl.gz"
+    with gzip.open(data, "wt", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({"content": t}, ensure_ascii=False) + "\n")
+    run = _cli("tokenize", "--data-files", str(data), "--tokenizer", str(mistral_tokenizer_dir),
+               "--output", str(tmp_path / "out"), "--content-field", "content", "--num-shards", "4", "--quiet")
+    assert run.returncode == 0, run.stderr
+    tok = Tokenizer.from_file(str(mistral_tokenizer_dir / "tokenizer.json"))
+    expected = sorted(tuple(tok.encode(t).ids + [2]) for t in texts)  # Mistral: BOS by convention, EOS=2
+    table = pq.read_table(sorted((tmp_path / "out" / "data").glob("*.parquet")))
+    assert sorted(tuple(r) for r in table.column("input_ids").to_pylist()) == expected
+    assert _cli("validate", str(tmp_path / "out")).returncode == 0

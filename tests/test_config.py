@@ -1,0 +1,419 @@
+"""Tests for `easydata.config`: loading, complete problem reports, overrides, sizes, fingerprints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from easydata.config import (
+    DatasetConfig,
+    MixStageConfig,
+    PipelineConfig,
+    SaveStageConfig,
+    TokenizerConfig,
+    WeightSchedulePoint,
+    apply_overrides,
+    load_mapping,
+    parse_size,
+)
+from easydata.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _valid() -> dict[str, Any]:
+    """A small config that passes validation (packing and mixing are off)."""
+    return {
+        "seed": 7,
+        "default_tokenizer": "tok/dir",
+        "datasets": [
+            {"name": "code", "data_files": ["data/code/*.jsonl"], "type": "jsonl", "content_field": "text",
+             "additional_fields": ["path"]},
+            {"name": "web", "data_files": "data/web.txt", "sample_by": "paragraph",
+             "tokenizer": {"name_or_path": "other/tok", "eos_token": "</s>"}, "num_rows": 10},
+        ],
+        "tokenize": {"max_length": 512, "truncation": "truncate", "add_bos": True, "batch_size": 64},
+        "save": {"output_dir": "out", "format": "arrow", "compression": "lz4", "max_shard_size": "1GiB",
+                 "row_group_size": 100},
+    }
+
+
+def _problems(data: Any) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        PipelineConfig.from_dict(data)
+    return info.value.problems
+
+
+# ---- loading -------------------------------------------------------------------------------------
+
+
+def test_from_yaml_builds_typed_stage_configs(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_valid()))
+    cfg = PipelineConfig.from_yaml(path)
+    assert cfg.seed == 7
+    assert cfg.default_tokenizer == "tok/dir"
+    assert [d.name for d in cfg.datasets] == ["code", "web"]
+    code, web = cfg.datasets
+    assert isinstance(code, DatasetConfig) and code.data_file_list == ["data/code/*.jsonl"]
+    assert code.additional_fields == ["path"]
+    assert web.data_file_list == ["data/web.txt"]
+    assert web.sample_by == "paragraph" and web.num_rows == 10
+    assert web.tokenizer == TokenizerConfig(name_or_path="other/tok", eos_token="</s>")
+    assert cfg.tokenizer_for(web) == TokenizerConfig(name_or_path="other/tok", eos_token="</s>")
+    assert cfg.tokenizer_for(code) == TokenizerConfig(name_or_path="tok/dir")
+    assert cfg.tokenize.max_length == 512 and cfg.tokenize.add_bos is True and cfg.tokenize.add_eos is True
+    assert cfg.save == SaveStageConfig(output_dir="out", format="arrow", compression="lz4",
+                                       max_shard_size="1GiB", row_group_size=100)
+    assert cfg.save.max_shard_bytes == 2**30
+    assert cfg.mix is None and cfg.pack.enabled is False
+
+
+def test_from_json_equals_from_yaml(tmp_path: Path) -> None:
+    (tmp_path / "job.json").write_text(json.dumps(_valid()))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(_valid()))
+    from_json = PipelineConfig.from_json(tmp_path / "job.json")
+    assert from_json == PipelineConfig.from_yaml(tmp_path / "job.yaml")
+    assert from_json == PipelineConfig.from_dict(_valid())
+
+
+def test_from_yaml_applies_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_valid()))
+    cfg = PipelineConfig.from_yaml(path, ["seed=11", "datasets.1.name=prose", "save.overwrite=true"])
+    assert cfg.seed == 11
+    assert [d.name for d in cfg.datasets] == ["code", "prose"]
+    assert cfg.save.overwrite is True
+
+
+def test_ints_are_accepted_where_floats_are_expected() -> None:
+    cfg = PipelineConfig.from_dict({**_valid(), "max_rejected_fraction": 1})
+    assert cfg.max_rejected_fraction == 1.0 and isinstance(cfg.max_rejected_fraction, float)
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("bad.yaml", "seed: [1,\n", "is not valid YAML"),
+    ("bad.json", "{\"seed\": 1,}", "is not valid JSON"),
+    ("list.yaml", "- 1\n- 2\n", "must hold a mapping at the top level, got list"),
+])
+def test_unreadable_config_files_raise_one_line_config_error(tmp_path: Path, name: str, text: str,
+                                                             message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        PipelineConfig.from_yaml(path)
+    assert "\n" not in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_missing_config_file_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist") as info:
+        PipelineConfig.from_yaml(tmp_path / "nope.yaml")
+    assert info.value.problems == [f"config file '{tmp_path / 'nope.yaml'}' does not exist"]
+
+
+def test_empty_file_is_an_empty_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_mapping(path) == {}
+    with pytest.raises(ConfigError, match="`datasets` is empty"):
+        PipelineConfig.from_yaml(path)
+
+
+# ---- every problem at once -----------------------------------------------------------------------
+
+
+def test_conversion_problems_are_all_reported_together() -> None:
+    data = {
+        "sed": 1,
+        "zzz": 2,
+        "seed": True,
+        "save": {"fromat": "parquet", "format": "parket"},
+        "tokenize": {"batch_size": "big", "add_eos": "yes", "truncation": "xyz"},
+        "datasets": [{"data_files": "a"},
+                     {"name": "b", "contnet_field": "t", "type": "jsnl", "data_files": 5}],
+        "mix": {"weights": {"a": "x"}},
+        "pack": {"strategy": "firstfit"},
+    }
+    assert _problems(data) == [
+        "unknown key 'sed' (did you mean 'seed'?)",
+        "unknown key 'zzz'",
+        "seed: expected int, got True",
+        "unknown key 'save.fromat' (did you mean 'format'?)",
+        "save.format: must be one of parquet, arrow, jsonl; got 'parket' (did you mean 'parquet'?)",
+        "tokenize.batch_size: expected int, got 'big'",
+        "tokenize.add_eos: expected bool, got 'yes'",
+        "tokenize.truncation: must be one of none, truncate, window; got 'xyz'",
+        "missing required key 'datasets[0].name'",
+        "unknown key 'datasets[1].contnet_field' (did you mean 'content_field'?)",
+        "datasets[1].type: must be one of jsonl, json, parquet, arrow, csv, txt; got 'jsnl' (did you mean 'jsonl'?)",
+        "datasets[1].data_files: expected str or list of str, got 5",
+        "mix.weights.a: expected float, got 'x'",
+        "pack.strategy: must be one of greedy, first_fit, best_fit, pool; got 'firstfit' (did you mean 'first_fit'?)",
+    ]
+
+
+def test_semantic_problems_are_all_reported_together() -> None:
+    data = {
+        "datasets": [{"name": "web", "data_files": "x"}, {"name": "web", "data_files": "y"}, {"name": "mixed"},
+                     {"name": "bad name", "data_files": "z", "tokenizer": "t", "num_rows": -1,
+                      "additional_fields": ["text", "input_ids"]}],
+        "tokenize": {"batch_size": 0, "truncation": "truncate"},
+        "save": {"format": "jsonl", "compression": "lz4", "max_shard_size": "lots", "num_shards": 0,
+                 "row_group_size": 0},
+        "max_rejected_fraction": 2.0,
+        "pack": {"seq_length": 0},
+    }
+    expected = [
+        "dataset name 'web' is used more than once",
+        "datasets[0] ('web'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
+        "datasets[1] ('web'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
+        "datasets[2] ('mixed'): `name` must use letters, digits, '_', '-', '.' and not be 'rejected' or 'mixed'",
+        "datasets[2] ('mixed'): set `data_files` (or `pubsub_subscription` for streaming)",
+        "datasets[2] ('mixed'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
+        "datasets[3] ('bad name'): `name` must use letters, digits, '_', '-', '.' and not be 'rejected' or 'mixed'",
+        "datasets[3] ('bad name'): `num_rows` must be >= 0, got -1",
+        "datasets[3] ('bad name'): `additional_fields` must not repeat `content_field` 'text'",
+        "datasets[3] ('bad name'): additional field 'input_ids' collides with an output column",
+        "tokenize.batch_size must be positive, got 0",
+        "tokenize.truncation 'truncate' needs tokenize.max_length",
+        "max_rejected_fraction must be within [0, 1], got 2.0",
+        "pack.seq_length must be positive, got 0",
+        "save.compression 'lz4' is not supported by format 'jsonl' (choose from none, gzip, zstd)",
+        "save.num_shards must be positive, got 0",
+        "save.max_shard_size: expected a size such as '500MB' or '1GiB', got 'lots'",
+        "save.row_group_size must be positive, got 0",
+    ]
+    assert _problems(data) == expected
+    # `validate()` on an already built config reports the same list, without raising.
+    built = PipelineConfig(datasets=[DatasetConfig(name="web", data_files="x")] * 2)
+    assert built.validate()[0] == "dataset name 'web' is used more than once"
+
+
+def test_config_error_message_lists_every_problem() -> None:
+    error = ConfigError(["first problem", "second problem"])
+    assert str(error) == "invalid config (2 problems): first problem; second problem"
+    assert str(ConfigError("only one")) == "invalid config: only one"
+    assert isinstance(error, ValueError)
+
+
+def test_valid_config_has_no_problems() -> None:
+    assert PipelineConfig.from_dict(_valid()).validate() == []
+
+
+@pytest.mark.parametrize("data, problem", [
+    ({"datasets": {}}, "datasets: expected a list, got dict"),
+    ({"save": 3}, "save: expected a mapping, got int"),
+    ({"seed": "42"}, "seed: expected int, got '42'"),
+    ({"seed": 4.0}, "seed: expected int, got 4.0"),
+    ({"tokenize": {"add_eos": 1}}, "tokenize.add_eos: expected bool, got 1"),
+    ({"tokenize": {"max_length": "10"}}, "tokenize.max_length: expected int, got '10'"),
+    ({"save": {"max_shard_size": True}}, "save.max_shard_size: expected int or str, got True"),
+    ({"default_tokenizer": 5}, "default_tokenizer: expected str or mapping, got 5"),
+    ({"datasets": [{"name": "a", "additional_fields": "path"}]},
+     "datasets[0].additional_fields: expected a list, got str"),
+    ({"datasets": [{"name": "a", "data_files": ["x", 3]}]},
+     "datasets[0].data_files: expected str or list of str, got ['x', 3]"),
+    ({"schedule": [{"step": 0}]}, "missing required key 'schedule[0].weights'"),
+])
+def test_wrong_types_are_reported_with_the_value_received(data: dict[str, Any], problem: str) -> None:
+    assert _problems(data) == [problem]
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("save.format=parket", "save.format: must be one of parquet, arrow, jsonl; got 'parket' (did you mean 'parquet'?)"),
+    ("save.compression=zstandard",
+     "save.compression: must be one of none, zstd, snappy, gzip, lz4; got 'zstandard' (did you mean 'zstd'?)"),
+    ("tokenize.truncation=window_", "tokenize.truncation: must be one of none, truncate, window; got 'window_'"
+                                    " (did you mean 'window'?)"),
+    ("mix.stop_strategy=first", "mix.stop_strategy: must be one of first_exhausted, all_exhausted, restart;"
+                                " got 'first'"),
+    ("datasets.0.sample_by=lines", "datasets[0].sample_by: must be one of line, paragraph, document; got 'lines'"
+                                   " (did you mean 'line'?)"),
+    ("load.layout=max", "load.layout: must be one of raw, maxtext, hf; got 'max' (did you mean 'maxtext'?)"),
+])
+def test_literal_choices_list_the_allowed_values(override: str, problem: str) -> None:
+    assert _problems(apply_overrides(_valid(), [override])) == [problem]
+
+
+@pytest.mark.parametrize("override, problem", [
+    ("sead=1", "unknown key 'sead' (did you mean 'seed'?)"),
+    ("save.fromat=parquet", "unknown key 'save.fromat' (did you mean 'format'?)"),
+    ("tokenize.add_eso=true", "unknown key 'tokenize.add_eso' (did you mean 'add_eos'?)"),
+    ("datasets.0.contnet_field=body", "unknown key 'datasets[0].contnet_field' (did you mean 'content_field'?)"),
+    ("default_tokenizr=x", "unknown key 'default_tokenizr' (did you mean 'default_tokenizer'?)"),
+    ("qqqq=1", "unknown key 'qqqq'"),
+])
+def test_unknown_keys_are_rejected_with_a_suggestion(override: str, problem: str) -> None:
+    assert _problems(apply_overrides(_valid(), [override])) == [problem]
+
+
+def test_unknown_key_in_a_file_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({**_valid(), "save": {"output_dir": "o", "fromat": "arrow"}}))
+    with pytest.raises(ConfigError) as info:
+        PipelineConfig.from_yaml(path)
+    assert info.value.problems == ["unknown key 'save.fromat' (did you mean 'format'?)"]
+    assert str(info.value) == "invalid config: unknown key 'save.fromat' (did you mean 'format'?)"
+
+
+def test_tokenizer_for_without_any_tokenizer_raises() -> None:
+    cfg = PipelineConfig(datasets=[DatasetConfig(name="a", data_files="x")])
+    with pytest.raises(ConfigError, match="dataset 'a' has no tokenizer"):
+        cfg.tokenizer_for(cfg.datasets[0])
+
+
+def test_data_file_list_normalises_str_list_and_none() -> None:
+    assert DatasetConfig(name="a", data_files="x.jsonl").data_file_list == ["x.jsonl"]
+    assert DatasetConfig(name="a", data_files=["x", "y"]).data_file_list == ["x", "y"]
+    assert DatasetConfig(name="a").data_file_list == []
+
+
+# ---- sizes ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("500MB", 500_000_000),
+    ("1.5GiB", 1_610_612_736),
+    ("1048576", 1_048_576),
+    (1_048_576, 1_048_576),
+    ("10 kb", 10_000),
+    ("2KiB", 2_048),
+    ("1B", 1),
+    ("0.5KB", 500),
+    ("3TB", 3_000_000_000_000),
+    (" 7mib ", 7 * 2**20),
+])
+def test_parse_size(value: Any, expected: int) -> None:
+    assert parse_size(value) == expected
+
+
+@pytest.mark.parametrize("value", [0, "0MB", "-1MB", "lots", "5XB", "", True, "0.1B", "1.2.3MB"])
+def test_parse_size_rejects_non_positive_or_malformed(value: Any) -> None:
+    with pytest.raises(ValueError, match=repr(value).replace("(", r"\(").replace(".", r"\.")):
+        parse_size(value)
+
+
+# ---- overrides -----------------------------------------------------------------------------------
+
+
+def test_apply_overrides_parses_values_as_yaml_and_creates_nested_keys() -> None:
+    data = {"seed": 1, "datasets": [{"name": "a"}, {"name": "b"}]}
+    out = apply_overrides(data, [
+        "seed=3",
+        "save.overwrite=true",
+        "save.max_shard_size=1GB",
+        "tokenize.max_length=null",
+        "datasets.1.name=x",
+        "datasets.0.data_files=[a.jsonl, b.jsonl]",
+        "mix.weights.code=0.25",
+        "datasets.2={name: c}",
+        "note=a=b",
+        "empty=",
+    ])
+    assert out == {
+        "seed": 3,
+        "save": {"overwrite": True, "max_shard_size": "1GB"},
+        "tokenize": {"max_length": None},
+        "datasets": [{"name": "a", "data_files": ["a.jsonl", "b.jsonl"]}, {"name": "x"}, {"name": "c"}],
+        "mix": {"weights": {"code": 0.25}},
+        "note": "a=b",
+        "empty": None,
+    }
+    assert data == {"seed": 1, "datasets": [{"name": "a"}, {"name": "b"}]}, "input must not be mutated"
+
+
+def test_apply_overrides_replaces_null_sections() -> None:
+    assert apply_overrides({"mix": None}, ["mix.total_tokens=100"]) == {"mix": {"total_tokens": 100}}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed", "--set expects key.path=value, got 'seed'"),
+    ("=3", "--set expects key.path=value, got '=3'"),
+    ("datasets.5.name=x", "--set datasets.5.name: no list item '5'"),
+    ("datasets.x.name=x", "--set datasets.x.name: no list item 'x'"),
+    ("datasets.3=x", "--set datasets.3: no list item '3'"),
+    ("seed.x=1", "--set seed.x: 'seed' is not a mapping"),
+    ("seed.x.y=1", "--set seed.x.y: 'seed' is not a mapping"),
+    ("datasets.0.name.first=x", "--set datasets.0.name.first: 'datasets.0.name' is not a mapping"),
+])
+def test_apply_overrides_errors_are_config_errors(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        apply_overrides({"seed": 1, "datasets": [{"name": "a"}]}, [override])
+    assert info.value.problems == [message]
+
+
+# ---- fingerprint and round trip ------------------------------------------------------------------
+
+
+def test_fingerprint_is_stable_and_tracks_what_shapes_the_output() -> None:
+    base = PipelineConfig.from_dict(_valid())
+    fingerprint = base.fingerprint()
+    assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0
+    assert PipelineConfig.from_dict(_valid()).fingerprint() == fingerprint
+    assert PipelineConfig.from_dict(json.loads(json.dumps(_valid()))).fingerprint() == fingerprint
+
+    def variant(*overrides: str) -> str:
+        return PipelineConfig.from_dict(apply_overrides(_valid(), list(overrides))).fingerprint()
+
+    # Not shaping the output: overwrite and the reader defaults.
+    assert variant("save.overwrite=true") == fingerprint
+    assert variant("load.batch_size=64", "load.shuffle=false") == fingerprint
+    # Shaping the output.
+    changed = {variant("seed=8"), variant("seed=9"), variant("tokenize.add_eos=false"),
+               variant("save.row_group_size=10"), variant("datasets.0.content_field=body")}
+    assert fingerprint not in changed and len(changed) == 5
+
+
+def test_fingerprint_does_not_mutate_the_config() -> None:
+    cfg = PipelineConfig.from_dict(apply_overrides(_valid(), ["save.overwrite=true"]))
+    cfg.fingerprint()
+    assert cfg.save.overwrite is True and cfg.to_dict()["save"]["overwrite"] is True
+
+
+def test_to_dict_round_trips_through_from_dict() -> None:
+    cfg = PipelineConfig.from_dict({
+        **_valid(),
+        "default_tokenizer": {"name_or_path": "tok", "pad_token": "<pad>"},
+        "mix": {"weights": {}, "stop_strategy": "all_exhausted", "total_tokens": 1000},
+        "schedule": [{"step": 0, "weights": {"code": 1}}, {"step": 100, "weights": {"code": 0.5, "web": 0.5}}],
+        "max_rejected_fraction": 0.1,
+    })
+    data = cfg.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert data["datasets"][1]["tokenizer"] == {"name_or_path": "other/tok", "bos_token": None,
+                                                "eos_token": "</s>", "pad_token": None}
+    again = PipelineConfig.from_dict(data)
+    assert again == cfg
+    assert again.to_dict() == data
+    assert again.fingerprint() == cfg.fingerprint()
+    assert again.mix == MixStageConfig(weights={}, stop_strategy="all_exhausted", total_tokens=1000)
+    assert again.schedule[1] == WeightSchedulePoint(step=100, weights={"code": 0.5, "web": 0.5})
+
+
+def test_default_config_round_trips() -> None:
+    data = PipelineConfig().to_dict()
+    assert data["seed"] == 42 and data["save"]["format"] == "parquet" and data["mix"] is None
+    with pytest.raises(ConfigError) as info:  # defaults alone have no dataset
+        PipelineConfig.from_dict(data)
+    assert info.value.problems == ["`datasets` is empty: add at least one dataset"]
+
+
+# ---- shipped templates ---------------------------------------------------------------------------
+
+_TEMPLATES = sorted(p for pattern in ("**/*.yaml", "**/*.yml", "**/*.json")
+                    for p in (REPO_ROOT / "templates").glob(pattern))
+
+
+@pytest.mark.parametrize("path", _TEMPLATES or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no YAML/JSON files under templates/ yet"))], ids=lambda p: p.name if p else "none")
+def test_every_template_file_parses(path: Path) -> None:
+    data = load_mapping(path)
+    assert isinstance(data, dict) and data, f"{path} is empty"
+    if "datasets" in data:  # a pipeline config (the others are Flex Template metadata)
+        cfg = PipelineConfig.from_dict(data)
+        assert cfg.datasets
