@@ -1,10 +1,10 @@
 """Choosing the Beam runner and pipeline options from command-line flags.
 
-With no `--runner`, a local job runs on Beam's FnApiRunner (the engine behind DirectRunner), in
-`multi_processing` mode with one worker process per core: it needs no download and no network.
-`--runner=DirectRunner` gets the same engine through `OfflineDirectRunner`, which skips Beam's first
-attempt to start the Prism runner (that attempt downloads a binary). Any other runner name and every
-other flag pass through to Beam unchanged.
+With no `--runner` (or `--runner=DirectRunner`), a local job runs on Beam's FnApiRunner (the engine
+behind DirectRunner) through `OfflineDirectRunner`, which skips Beam's first attempt to start the
+Prism runner (that attempt downloads a binary), in `multi_processing` mode with one worker process
+per core: no download, no network. `--direct_num_workers=1` runs in-process. Any other runner name
+and every other flag pass through to Beam unchanged.
 """
 
 from __future__ import annotations
@@ -78,15 +78,15 @@ def make_runner_and_options(beam_args: list[str], *, default_workers: Optional[i
                             ) -> tuple[PipelineRunner | str, PipelineOptions]:
     """Builds the runner and options for `beam_args` (unrecognised flags stay Beam's to judge).
 
-    With no `--runner`, the local default is multi-process with `default_workers` (all cores) workers,
-    unless the flags set `--direct_num_workers` / `--direct_running_mode` themselves.
+    Local runs default to multi-process with `default_workers` (all cores) workers, unless the flags
+    set `--direct_num_workers` / `--direct_running_mode` themselves.
     """
     options = PipelineOptions(beam_args)
     runner_name = options.view_as(StandardOptions).runner
     if is_local_runner(runner_name):
         direct = options.view_as(DirectOptions)
         explicit = {a.split("=", 1)[0] for a in beam_args if a.startswith("--")}
-        if runner_name is None and "--direct_running_mode" not in explicit:
+        if "--direct_running_mode" not in explicit:
             direct.direct_running_mode = "multi_processing"
         if "--direct_num_workers" not in explicit:
             direct.direct_num_workers = default_workers or os.cpu_count() or 1

@@ -1,0 +1,588 @@
+"""Tests for `easydata.sources` and `easydata.filesystems`: every input type, compression, remote URLs,
+globs, rejects with reasons, limits, stable keys, and splits that yield each document exactly once."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from easydata.config import DatasetConfig
+from easydata.errors import InputError
+from easydata.filesystems import compression_of, expand_data_files, join, open_file, strip_compression
+from easydata.sources import InputSplit, Reject, infer_type, plan_splits, read_split, total_input_bytes
+
+from tests.conftest import make_texts, write_jsonl
+
+# Texts that stress the CSV / JSON encoders: separators, quotes, newlines, non-ASCII, numbers.
+TEXTS = ["plain text", "comma, and \"quotes\"", "multi\nline value", "tab\tseparated", "café 東京 🙂", "12345"]
+RECORDS = [{"text": t, "id": i, "lang": "en" if i % 2 else "fr"} for i, t in enumerate(TEXTS)]
+
+
+@pytest.fixture
+def memory_fs() -> Iterator[fsspec.AbstractFileSystem]:
+    """The process-wide fsspec memory filesystem, emptied before and after the test."""
+    fs = fsspec.filesystem("memory")
+
+    def clear() -> None:
+        fs.store.clear()
+        fs.pseudo_dirs.clear()
+        fs.pseudo_dirs.append("")
+
+    clear()
+    yield fs
+    clear()
+
+
+def read_all(dataset: DatasetConfig, *, target_bytes: int = 64 * 2**20, batch_size: int = 1000,
+             limit: Optional[int] = None, max_document_bytes: Optional[int] = None,
+             ) -> tuple[list[tuple[str, str, dict[str, Any]]], list[Reject]]:
+    """Plans and reads a dataset: `[(key, text, fields)]` in order, and the rejects."""
+    docs: list[tuple[str, str, dict[str, Any]]] = []
+    rejects: list[Reject] = []
+    for split in plan_splits(dataset, target_bytes=target_bytes):
+        for batch in read_split(split, dataset, batch_size=batch_size, limit=limit,
+                                max_document_bytes=max_document_bytes, rejects=rejects):
+            assert batch.dataset == dataset.name
+            assert len(batch.keys) == len(batch.texts) == len(batch)
+            assert set(batch.fields) == set(dataset.additional_fields)
+            for i, (key, text) in enumerate(zip(batch.keys, batch.texts)):
+                docs.append((key, text, {f: v[i] for f, v in batch.fields.items()}))
+    return docs, rejects
+
+
+def jsonl_bytes(records: list[Any]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+
+
+def line_offsets(data: bytes) -> list[int]:
+    """Byte offset of every non-blank line."""
+    offsets, pos = [], 0
+    for line in data.splitlines(keepends=True):
+        if line.strip():
+            offsets.append(pos)
+        pos += len(line)
+    return offsets
+
+
+def write_arrow_file(path: Path, table: pa.Table, chunk: int) -> None:
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=chunk):
+            writer.write_batch(batch)
+
+
+def write_arrow_stream(path: Path, table: pa.Table, chunk: int) -> None:
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=chunk):
+            writer.write_batch(batch)
+
+
+def write_csv(path: Path, records: list[dict[str, Any]], delimiter: str = ",") -> None:
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(records[0]), delimiter=delimiter)
+        writer.writeheader()
+        writer.writerows(records)
+
+
+# ---- each input type -----------------------------------------------------------------------------
+
+_ROWS = [f"@{i}" for i in range(len(RECORDS))]
+_TABLE = pa.Table.from_pylist(RECORDS)
+
+_WRITERS: dict[str, tuple[str, Callable[[Path], None], list[str]]] = {
+    # name: (file name, writer, key suffixes)
+    "jsonl": ("in.jsonl", lambda p: p.write_bytes(jsonl_bytes(RECORDS)),
+              [f"@{o}" for o in line_offsets(jsonl_bytes(RECORDS))]),
+    "json-array": ("in.json", lambda p: p.write_text(json.dumps(RECORDS, indent=2)), _ROWS),
+    "json-lines": ("in.json", lambda p: p.write_bytes(jsonl_bytes(RECORDS)),
+                   [f"@{o}" for o in line_offsets(jsonl_bytes(RECORDS))]),
+    "parquet": ("in.parquet", lambda p: pq.write_table(_TABLE, p, row_group_size=2), _ROWS),
+    "arrow-file": ("in.arrow", lambda p: write_arrow_file(p, _TABLE, chunk=4), _ROWS),
+    "arrow-stream": ("in.arrow", lambda p: write_arrow_stream(p, _TABLE, chunk=4), _ROWS),
+    "feather": ("in.feather", lambda p: write_arrow_file(p, _TABLE, chunk=3), _ROWS),
+    "csv": ("in.csv", lambda p: write_csv(p, RECORDS), _ROWS),
+    "tsv": ("in.tsv", lambda p: write_csv(p, RECORDS, delimiter="\t"), _ROWS),
+}
+
+
+@pytest.mark.parametrize("kind", list(_WRITERS))
+def test_each_input_type_yields_texts_fields_and_keys(tmp_path: Path, kind: str) -> None:
+    name, write, suffixes = _WRITERS[kind]
+    path = tmp_path / name
+    write(path)
+    ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["id", "lang"])
+    docs, rejects = read_all(ds, batch_size=4)
+    assert rejects == []
+    assert [t for _, t, _ in docs] == TEXTS
+    assert [k for k, _, _ in docs] == [f"{path}{s}" for s in suffixes]
+    assert [f["id"] for _, _, f in docs] == [0, 1, 2, 3, 4, 5]
+    assert [f["lang"] for _, _, f in docs] == ["fr", "en", "fr", "en", "fr", "en"]
+
+
+def test_numeric_looking_csv_content_stays_text(tmp_path: Path) -> None:
+    write_csv(tmp_path / "n.csv", [{"text": "007", "id": 1}, {"text": "1e3", "id": 2}])
+    docs, _ = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "n.csv")))
+    assert [t for _, t, _ in docs] == ["007", "1e3"]
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("a.jsonl", "jsonl"), ("a.ndjson", "jsonl"), ("a.JSON.GZ", "json"), ("x/y.parquet", "parquet"),
+    ("b.arrow", "arrow"), ("b.feather", "arrow"), ("b.ipc", "arrow"), ("c.csv.bz2", "csv"), ("c.tsv", "csv"),
+    ("d.txt.zst", "txt"), ("d.md", "txt"), ("gs://bucket/e.text", "txt"),
+])
+def test_infer_type_from_extension(name: str, kind: str) -> None:
+    assert infer_type(name) == kind
+
+
+def test_infer_type_unknown_extension_asks_for_type(tmp_path: Path) -> None:
+    (tmp_path / "data.bin").write_bytes(b"x")
+    with pytest.raises(InputError, match=r"cannot infer the input type of '.*data\.bin'.*set the dataset's `type`"):
+        plan_splits(DatasetConfig(name="d", data_files=str(tmp_path / "data.bin")))
+    # An explicit type makes any extension readable.
+    (tmp_path / "data.bin").write_bytes(jsonl_bytes([{"text": "ok"}]))
+    docs, _ = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "data.bin"), type="jsonl"))
+    assert [t for _, t, _ in docs] == ["ok"]
+
+
+_TXT = "para one\nline two\n\n\n\npara é two\n\nthird"
+
+
+@pytest.mark.parametrize("sample_by, expected", [
+    ("line", [("@0", "para one"), ("@9", "line two"), ("@21", "para é two"), ("@34", "third")]),
+    ("paragraph", [("@0", "para one\nline two"), ("@21", "para é two"), ("@33", "third")]),
+    ("document", [("@0", _TXT)]),
+])
+def test_txt_sample_by(tmp_path: Path, sample_by: str, expected: list[tuple[str, str]]) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text(_TXT, encoding="utf-8")
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path), sample_by=sample_by))
+    assert rejects == []
+    assert [(k, t) for k, t, _ in docs] == [(f"{path}{s}", t) for s, t in expected]
+
+
+def test_txt_paragraph_and_document_are_one_split(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text(_TXT * 50)
+    lines_splits = -(-path.stat().st_size // 200)
+    assert lines_splits == 10
+    for mode, expected in (("paragraph", 1), ("document", 1), ("line", lines_splits)):
+        splits = plan_splits(DatasetConfig(name="d", data_files=str(path), sample_by=mode), target_bytes=200)
+        assert len(splits) == expected, mode
+
+
+# ---- compression ---------------------------------------------------------------------------------
+
+_COMPRESSORS = {"gz": gzip.compress, "zst": zstandard.ZstdCompressor().compress, "bz2": bz2.compress}
+
+
+def _plain_file(tmp_path: Path, kind: str) -> Path:
+    if kind == "jsonl":
+        return write_jsonl(tmp_path / "plain" / "in.jsonl", RECORDS)
+    path = tmp_path / "plain" / f"in.{kind}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "csv":
+        write_csv(path, RECORDS)
+    else:
+        path.write_text("\n".join(t.replace("\n", " ") for t in TEXTS) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("suffix", list(_COMPRESSORS))
+@pytest.mark.parametrize("kind", ["jsonl", "txt", "csv"])
+def test_compressed_inputs_read_like_plain_ones(tmp_path: Path, kind: str, suffix: str) -> None:
+    plain = _plain_file(tmp_path, kind)
+    packed = tmp_path / f"in.{kind}.{suffix}"
+    packed.write_bytes(_COMPRESSORS[suffix](plain.read_bytes()))
+    fields = ["id"] if kind != "txt" else []
+    expected, _ = read_all(DatasetConfig(name="d", data_files=str(plain), additional_fields=fields))
+    assert len(expected) == len(TEXTS)
+    ds = DatasetConfig(name="d", data_files=str(packed), additional_fields=fields)
+    splits = plan_splits(ds, target_bytes=8)
+    assert len(splits) == 1 and splits[0].end is None, "compressed files cannot be split by byte range"
+    docs, rejects = read_all(ds, target_bytes=8, batch_size=2)
+    assert rejects == []
+    # Same texts, fields and positions (decompressed offsets); only the file part of the key differs.
+    assert [(k.replace(str(packed), "F"), t, f) for k, t, f in docs] == \
+           [(k.replace(str(plain), "F"), t, f) for k, t, f in expected]
+
+
+def test_multi_frame_zstd_is_read_completely(tmp_path: Path) -> None:
+    compressor = zstandard.ZstdCompressor()
+    path = tmp_path / "frames.jsonl.zst"
+    path.write_bytes(compressor.compress(jsonl_bytes(RECORDS[:3])) + compressor.compress(jsonl_bytes(RECORDS[3:])))
+    docs, _ = read_all(DatasetConfig(name="d", data_files=str(path)))
+    assert [t for _, t, _ in docs] == TEXTS
+
+
+def test_compression_helpers() -> None:
+    assert compression_of("a.jsonl.gz") == "gzip"
+    assert compression_of("A.JSONL.ZST") == "zstd"
+    assert compression_of("a.txt.bz2") == "bz2"
+    assert compression_of("a.jsonl") is None
+    assert strip_compression("dir/a.jsonl.zst") == "dir/a.jsonl"
+    assert strip_compression("a.parquet") == "a.parquet"
+    assert join("gs://b/out/", "/mixed/", "part.parquet") == "gs://b/out/mixed/part.parquet"
+    assert join("/tmp/x", "y") == "/tmp/x/y"
+
+
+# ---- remote-style URLs, globs, directories ------------------------------------------------------
+
+
+def test_memory_urls_glob_directory_and_file(memory_fs: fsspec.AbstractFileSystem) -> None:
+    memory_fs.pipe("/data/b.jsonl", jsonl_bytes(RECORDS[3:]))
+    memory_fs.pipe("/data/a.jsonl", jsonl_bytes(RECORDS[:3]))
+    memory_fs.pipe("/data/sub/c.jsonl", jsonl_bytes([{"text": "deep"}]))
+
+    glob_docs, _ = read_all(DatasetConfig(name="d", data_files="memory://data/*.jsonl"))
+    assert [t for _, t, _ in glob_docs] == TEXTS
+    assert glob_docs[0][0] == "memory:///data/a.jsonl@0"
+    assert glob_docs[3][0] == "memory:///data/b.jsonl@0"
+
+    memory_fs.pipe("/data/.hidden.jsonl", jsonl_bytes([{"text": "hidden"}]))  # skipped in directories
+    dir_docs, _ = read_all(DatasetConfig(name="d", data_files="memory://data"))
+    assert [t for _, t, _ in dir_docs] == [*TEXTS, "deep"]
+
+    file_docs, _ = read_all(DatasetConfig(name="d", data_files="memory://data/b.jsonl", additional_fields=["id"]))
+    assert [f["id"] for _, _, f in file_docs] == [3, 4, 5]
+
+
+def test_memory_parquet_is_split_by_row_group(memory_fs: fsspec.AbstractFileSystem) -> None:
+    table = pa.table({"text": [f"row {i}" for i in range(40)]})
+    with memory_fs.open("/p/in.parquet", "wb") as f:
+        pq.write_table(table, f, row_group_size=10)
+    ds = DatasetConfig(name="d", data_files="memory://p/in.parquet")
+    splits = plan_splits(ds, target_bytes=1)
+    assert [(s.start, s.end) for s in splits] == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    docs, _ = read_all(ds, target_bytes=1)
+    assert [k for k, _, _ in docs] == [f"memory:///p/in.parquet@{i}" for i in range(40)]
+
+
+def test_memory_filesystem_is_clean_between_tests(memory_fs: fsspec.AbstractFileSystem) -> None:
+    assert memory_fs.find("/") == []
+    with pytest.raises(InputError, match="data file 'memory://data/a.jsonl' does not exist"):
+        expand_data_files(["memory://data/a.jsonl"])
+
+
+def test_file_urls(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "x" / "a.jsonl", RECORDS[:2])
+    write_jsonl(tmp_path / "x" / "b.jsonl", RECORDS[2:])
+    docs, _ = read_all(DatasetConfig(name="d", data_files=f"file://{tmp_path}/x/*.jsonl"))
+    assert [t for _, t, _ in docs] == TEXTS
+    assert docs[0][0] == f"file://{tmp_path}/x/a.jsonl@0"
+    single, _ = read_all(DatasetConfig(name="d", data_files=f"file://{tmp_path}/x/b.jsonl"))
+    assert [t for _, t, _ in single] == TEXTS[2:]
+    assert single[0][0] == f"file://{tmp_path}/x/b.jsonl@0"
+
+
+def test_globs_lists_and_directories_are_sorted_and_deduplicated(tmp_path: Path) -> None:
+    for name, texts in (("b.jsonl", ["b0", "b1"]), ("a.jsonl", ["a0"]), ("sub/c.jsonl", ["c0"])):
+        write_jsonl(tmp_path / "in" / name, [{"text": t} for t in texts])
+    (tmp_path / "in" / ".DS_Store").write_bytes(b"\x00")
+    base = tmp_path / "in"
+    assert expand_data_files([f"{base}/*.jsonl"]) == [f"{base}/a.jsonl", f"{base}/b.jsonl"]
+    assert expand_data_files([str(base)]) == [f"{base}/a.jsonl", f"{base}/b.jsonl", f"{base}/sub/c.jsonl"]
+    assert expand_data_files([f"{base}/b.jsonl", f"{base}/*.jsonl"]) == [f"{base}/b.jsonl", f"{base}/a.jsonl"]
+    assert expand_data_files([f"{base}/**/*.jsonl"])[-1] == f"{base}/sub/c.jsonl"
+    docs, _ = read_all(DatasetConfig(name="d", data_files=[f"{base}/b.jsonl", f"{base}/*.jsonl"]))
+    assert [t for _, t, _ in docs] == ["b0", "b1", "a0"]
+
+
+@pytest.mark.parametrize("pattern, message", [
+    ("missing.jsonl", "data file '{base}/missing.jsonl' does not exist"),
+    ("*.parquet", "data_files pattern '{base}/*.parquet' matches no file"),
+    ("empty_dir", "data directory '{base}/empty_dir' holds no file"),
+])
+def test_missing_inputs_raise_input_error(tmp_path: Path, pattern: str, message: str) -> None:
+    (tmp_path / "empty_dir").mkdir()
+    write_jsonl(tmp_path / "present.jsonl", [{"text": "x"}])
+    ds = DatasetConfig(name="d", data_files=[str(tmp_path / "present.jsonl"), f"{tmp_path}/{pattern}"])
+    with pytest.raises(InputError) as info:
+        plan_splits(ds)
+    assert str(info.value) == message.format(base=tmp_path)
+
+
+def test_open_missing_file_raises_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        open_file(str(tmp_path / "nope.jsonl"))
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("bad.parquet", b"not parquet at all", "is not a readable Parquet file"),
+    ("bad.arrow", b"not arrow at all", "is not an Arrow IPC file or stream"),
+])
+def test_corrupt_binary_inputs_raise_input_error(tmp_path: Path, name: str, content: bytes, message: str) -> None:
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(InputError, match=message):
+        read_all(DatasetConfig(name="d", data_files=str(tmp_path / name)))
+
+
+# ---- records that cannot become documents --------------------------------------------------------
+
+
+def test_rejects_carry_position_and_reason_and_nothing_is_lost(tmp_path: Path) -> None:
+    lines = [
+        b'{"text": "good one", "id": 1}',
+        b'{"text": "broken"',
+        b'{"text": "bad \xff\xfe utf8"}',
+        b'{"body": "no text field"}',
+        b'{"text": 42}',
+        b'{"text": ["a", "list"]}',
+        b'{"text": ""}',
+        b'{"text": "   \\n "}',
+        b'[1, 2]',
+        b'',  # blank lines are not records
+        b'{"text": "' + "é".encode() * 6 + b'"}',
+        b'{"text": "good two"}',
+    ]
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(data)
+    offsets = [o for o in line_offsets(data)]
+    ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["id"])
+    docs, rejects = read_all(ds, max_document_bytes=11)
+    assert [(k, t, f) for k, t, f in docs] == [(f"{path}@{offsets[0]}", "good one", {"id": 1}),
+                                               (f"{path}@{offsets[-1]}", "good two", {"id": None})]
+    assert [(r.dataset, r.source) for r in rejects] == [("d", str(path))] * len(rejects)
+    assert [(r.position, r.reason) for r in rejects] == [
+        (offsets[1], "malformed JSON: Expecting ',' delimiter at column 18"),
+        (offsets[2], "invalid UTF-8 at byte 14"),
+        (offsets[3], "missing content field 'text'"),
+        (offsets[4], "content field 'text' is a int, not a string"),
+        (offsets[5], "content field 'text' is a list, not a string"),
+        (offsets[6], "empty text"),
+        (offsets[7], "empty text"),
+        (offsets[8], "record is a list, not an object"),
+        (offsets[9], "document is larger than max_document_bytes=11"),
+    ]
+    assert rejects[2].excerpt == "{'body': 'no text field'}"
+    assert len(docs) + len(rejects) == sum(1 for line in lines if line.strip())
+
+
+def test_max_document_bytes_counts_utf8_bytes(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": "é" * 5}, {"text": "e" * 11}])  # 10 and 11 bytes
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)), max_document_bytes=10)
+    assert [t for _, t, _ in docs] == ["é" * 5]
+    assert [r.reason for r in rejects] == ["document is larger than max_document_bytes=10"]
+
+
+def test_reject_excerpt_is_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "' + "x" * 5000 + "\n")
+    _, rejects = read_all(DatasetConfig(name="d", data_files=str(path)))
+    assert len(rejects) == 1 and rejects[0].reason.startswith("malformed JSON")
+    assert rejects[0].excerpt == ('{"text": "' + "x" * 5000)[:200]
+    assert rejects[0].to_json() == {"dataset": "d", "source": str(path), "position": 0,
+                                    "reason": rejects[0].reason, "excerpt": rejects[0].excerpt}
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "csv", "json"])
+def test_tabular_rejects_use_row_positions(tmp_path: Path, kind: str) -> None:
+    records = [{"text": "ok", "n": 1}, {"text": "", "n": 2}, {"text": "fine", "n": 3}, {"text": " ", "n": 4}]
+    path = tmp_path / f"in.{kind}"
+    table = pa.Table.from_pylist(records)
+    {"parquet": lambda: pq.write_table(table, path), "arrow": lambda: write_arrow_file(path, table, 2),
+     "csv": lambda: write_csv(path, records), "json": lambda: path.write_text(json.dumps(records))}[kind]()
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)))
+    assert [k for k, _, _ in docs] == [f"{path}@0", f"{path}@2"]
+    assert [(r.position, r.reason) for r in rejects] == [(1, "empty text"), (3, "empty text")]
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "csv"])
+def test_tabular_input_without_content_column_rejects_every_row(tmp_path: Path, kind: str) -> None:
+    records = [{"body": "a"}, {"body": "b"}, {"body": "c"}]
+    path = tmp_path / f"in.{kind}"
+    table = pa.Table.from_pylist(records)
+    {"parquet": lambda: pq.write_table(table, path), "arrow": lambda: write_arrow_file(path, table, 2),
+     "csv": lambda: write_csv(path, records)}[kind]()
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)))
+    assert docs == []
+    assert [(r.position, r.reason) for r in rejects] == [(i, "missing content field 'text'") for i in range(3)]
+
+
+def test_json_array_problems(tmp_path: Path) -> None:
+    (tmp_path / "bad.json").write_text('[{"text": "a"}, ')
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "bad.json")))
+    assert docs == [] and len(rejects) == 1
+    assert rejects[0].position == 0 and rejects[0].reason.startswith("malformed JSON array:")
+    (tmp_path / "mixed.json").write_text(json.dumps([{"text": "a"}, 5, {"text": None}]))
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "mixed.json")))
+    assert [t for _, t, _ in docs] == ["a"]
+    assert [(r.position, r.reason) for r in rejects] == [
+        (1, "record is a int, not an object"), (2, "content field 'text' is a NoneType, not a string")]
+
+
+@pytest.mark.parametrize("sample_by", ["line", "document"])
+def test_txt_invalid_utf8_is_rejected(tmp_path: Path, sample_by: str) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"fine\nbad \xc3\x28 bytes\nalso fine\n")
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path), sample_by=sample_by))
+    if sample_by == "line":
+        assert [t for _, t, _ in docs] == ["fine", "also fine"]
+        assert [(r.position, r.reason) for r in rejects] == [(5, "invalid UTF-8 at byte 4")]
+    else:
+        assert docs == []
+        assert [(r.position, r.reason) for r in rejects] == [(0, "invalid UTF-8 at byte 9")]
+
+
+# ---- limits and batching -------------------------------------------------------------------------
+
+
+def test_limit_takes_the_first_records_in_order(tmp_path: Path) -> None:
+    texts = make_texts(25, seed=3)
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    ds = DatasetConfig(name="d", data_files=str(path), num_rows=7)
+    splits = plan_splits(ds, target_bytes=16)
+    assert len(splits) == 1, "with num_rows set a file is one split, so 'first N' is well defined"
+    for batch_size in (1, 3, 7, 100):
+        docs, _ = read_all(ds, target_bytes=16, batch_size=batch_size, limit=7)
+        assert [t for _, t, _ in docs] == texts[:7], batch_size
+    assert read_all(ds, limit=0)[0] == []
+
+
+def test_limit_counts_rejects(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "a"}\nnot json\n{"text": "b"}\n{"text": "c"}\n')
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)), limit=3)
+    assert [t for _, t, _ in docs] == ["a", "b"]
+    assert len(rejects) == 1
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "csv", "json"])
+def test_limit_applies_to_tabular_inputs(tmp_path: Path, kind: str) -> None:
+    records = [{"text": f"t{i}"} for i in range(20)]
+    path = tmp_path / f"in.{kind}"
+    table = pa.Table.from_pylist(records)
+    {"parquet": lambda: pq.write_table(table, path, row_group_size=4),
+     "arrow": lambda: write_arrow_file(path, table, 4), "csv": lambda: write_csv(path, records),
+     "json": lambda: path.write_text(json.dumps(records))}[kind]()
+    docs, _ = read_all(DatasetConfig(name="d", data_files=str(path)), batch_size=3, limit=5)
+    assert [t for _, t, _ in docs] == ["t0", "t1", "t2", "t3", "t4"]
+
+
+def test_batches_hold_at_most_batch_size_and_count_input_bytes(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in make_texts(10, seed=4)])
+    ds = DatasetConfig(name="d", data_files=str(path))
+    (split,) = plan_splits(ds)
+    batches = list(read_split(split, ds, batch_size=3))
+    assert [len(b) for b in batches] == [3, 3, 3, 1]
+    assert sum(b.input_bytes for b in batches) == path.stat().st_size
+    assert split.size == total_input_bytes([split]) == path.stat().st_size
+
+
+# ---- splitting -----------------------------------------------------------------------------------
+
+
+def _check_split_equivalence(path: Path, kind: str, target_bytes: int, expected_texts: list[str]) -> int:
+    """Reading in splits of `target_bytes` gives what reading whole gives; returns the split count."""
+    ds = DatasetConfig(name="d", data_files=str(path), type=kind)
+    whole, whole_rejects = read_all(ds, target_bytes=2**40)
+    assert [t for _, t, _ in whole] == expected_texts
+    splits = plan_splits(ds, target_bytes=target_bytes)
+    size = path.stat().st_size
+    if size:
+        assert splits[0].start == 0 and splits[-1].end in (size, None)
+        assert all(a.end == b.start for a, b in zip(splits, splits[1:])), "splits must be contiguous"
+        assert [s.index for s in splits] == list(range(len(splits)))
+        assert sum(s.size for s in splits) == size
+    parts, part_rejects = read_all(ds, target_bytes=target_bytes, batch_size=2)
+    assert parts == whole
+    assert part_rejects == whole_rejects
+    return len(splits)
+
+
+_LINE = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
+                max_size=30)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(_LINE, max_size=25), trailing_newline=st.booleans(), target_bytes=st.integers(1, 120),
+       kind=st.sampled_from(["jsonl", "txt"]))
+def test_byte_range_splits_yield_every_document_once_in_order(lines: list[str], trailing_newline: bool,
+                                                             target_bytes: int, kind: str) -> None:
+    if kind == "jsonl":  # blank strings become blank lines, the rest JSON records (some with empty text)
+        encoded = [json.dumps({"text": s}, ensure_ascii=False) if s.strip() else s for s in lines]
+        expected = [s for s in lines if s.strip()]
+    else:
+        encoded = lines
+        # Lines are stripped as bytes (ASCII whitespace); blank-after-decoding lines are rejects.
+        expected = [s.strip(" \t") for s in lines if s.strip()]
+    data = "\n".join(encoded) + ("\n" if trailing_newline and encoded else "")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"in.{kind}"
+        path.write_bytes(data.encode("utf-8"))
+        _check_split_equivalence(path, kind, target_bytes, expected)
+
+
+def test_byte_range_splitting_really_splits(tmp_path: Path) -> None:
+    texts = make_texts(200, seed=5)
+    data = jsonl_bytes([{"text": t} for t in texts]).rstrip(b"\n")  # also: no trailing newline
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(data)
+    for target in (1, 7, 100, 1000, len(data) - 1):
+        assert _check_split_equivalence(path, "jsonl", target, texts) == -(-len(data) // target)
+
+
+def test_parquet_splits_by_row_groups(tmp_path: Path) -> None:
+    table = pa.table({"text": [f"row {i}" for i in range(100)], "n": list(range(100))})
+    path = tmp_path / "in.parquet"
+    pq.write_table(table, path, row_group_size=10)
+    group_bytes = pq.ParquetFile(path).metadata.row_group(0).total_byte_size
+    ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["n"])
+    for target, expected_splits in ((1, 10), (group_bytes * 3, 4), (2**40, 1)):
+        splits = plan_splits(ds, target_bytes=target)
+        assert len(splits) == expected_splits
+        assert splits[0].start == 0 and splits[-1].end in (10, None)
+        assert all(a.end == b.start for a, b in zip(splits, splits[1:]))
+        docs, _ = read_all(ds, target_bytes=target, batch_size=7)
+        assert [k for k, _, _ in docs] == [f"{path}@{i}" for i in range(100)]
+        assert [t for _, t, _ in docs] == [f"row {i}" for i in range(100)]
+        assert [f["n"] for _, _, f in docs] == list(range(100))
+
+
+def test_arrow_ipc_file_splits_by_record_batches(tmp_path: Path) -> None:
+    table = pa.table({"text": [f"row {i}" for i in range(100)]})
+    path = tmp_path / "in.arrow"
+    write_arrow_file(path, table, chunk=7)  # 15 record batches, the last one with 2 rows
+    ds = DatasetConfig(name="d", data_files=str(path))
+    size = path.stat().st_size
+    for target in (1, size // 4, size // 2):
+        splits = plan_splits(ds, target_bytes=target)
+        assert len(splits) > 1
+        assert splits[0].start == 0 and splits[-1].end == 15
+        assert all(a.end == b.start for a, b in zip(splits, splits[1:]))
+        docs, rejects = read_all(ds, target_bytes=target, batch_size=3)
+        assert rejects == []
+        assert [k for k, _, _ in docs] == [f"{path}@{i}" for i in range(100)]
+        assert [t for _, t, _ in docs] == [f"row {i}" for i in range(100)]
+
+
+def test_arrow_stream_is_one_split_with_row_positions(tmp_path: Path) -> None:
+    table = pa.table({"text": [f"row {i}" for i in range(50)]})
+    path = tmp_path / "in.arrow"
+    write_arrow_stream(path, table, chunk=6)
+    ds = DatasetConfig(name="d", data_files=str(path))
+    assert [(s.start, s.end) for s in plan_splits(ds, target_bytes=1)] == [(0, None)]
+    docs, _ = read_all(ds, target_bytes=1, batch_size=4)
+    assert [k for k, _, _ in docs] == [f"{path}@{i}" for i in range(50)]
+
+
+def test_split_indices_run_across_files(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        write_jsonl(tmp_path / f"{name}.jsonl", [{"text": t} for t in make_texts(30, seed=6)])
+    splits = plan_splits(DatasetConfig(name="d", data_files=f"{tmp_path}/*.jsonl"), target_bytes=500)
+    assert [s.index for s in splits] == list(range(len(splits)))
+    assert {s.path for s in splits} == {str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")}
+    assert all(isinstance(s, InputSplit) and s.dataset == "d" and s.type == "jsonl" for s in splits)

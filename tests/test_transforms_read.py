@@ -1,0 +1,36 @@
+"""`ReadDocuments` wiring under `TestPipeline` (Beam's own DirectRunner, offline fallback)."""
+
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from easydata.config import DatasetConfig
+from easydata.sources import plan_splits
+from tests.conftest import write_jsonl
+from transforms import REJECTED_TAG, STATS_TAG, ReadDocuments
+
+
+def test_documents_stats_and_dead_letters(tmp_path):
+    records = [{"text": f"doc {i}"} for i in range(30)] + [{"text": 5}, {"other": "x"}]
+    path = write_jsonl(tmp_path / "in.jsonl", records)
+    dataset = DatasetConfig(name="d", data_files=str(path))
+    splits = plan_splits(dataset, target_bytes=100)  # several byte-range splits
+    assert len(splits) > 3
+    staging = tmp_path / "staging"
+    with TestPipeline() as p:
+        read = p | ReadDocuments(dataset=dataset, splits=splits, batch_size=4, max_document_bytes=None,
+                                 staging=str(staging))
+        texts = read.documents | beam.FlatMap(lambda batch: batch.texts)
+        assert_that(texts, equal_to([f"doc {i}" for i in range(30)]), label="AllDocuments")
+        totals = (read[STATS_TAG]
+                  | beam.Map(lambda kv: (kv[1]["documents_in"], kv[1]["documents_rejected"]))
+                  | beam.CombineGlobally(lambda pairs: tuple(map(sum, zip(*pairs))) if pairs else (0, 0)))
+        assert_that(totals, equal_to([(32, 2)]), label="Counters")
+        assert_that(read[REJECTED_TAG] | beam.combiners.Count.Globally(), equal_to([1]), label="OneRejectFile")
+    rejected = [json.loads(line) for f in staging.rglob("*.jsonl") for line in f.read_text().splitlines()]
+    assert sorted(r["reason"] for r in rejected) == ["content field 'text' is a int, not a string",
+                                                    "missing content field 'text'"]
