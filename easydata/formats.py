@@ -30,6 +30,8 @@ __all__ = [
     "TOKEN_COLUMNS",
     "write_piece",
     "assemble_shard",
+    "common_schema",
+    "conform",
 ]
 
 SHARD_EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl"}
@@ -49,13 +51,60 @@ def token_list_array(flat: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat.astype(np.int32, copy=False)))
 
 
+def _as_text(value: Any) -> Optional[str]:
+    """The text form of a field value: strings as they are, anything else as JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
 def _field_array(values: list[Any]) -> pa.Array:
-    """Arrow array for an additional field; JSON text when values have mixed types."""
+    """Arrow array for an additional field; text (see `_as_text`) when values have mixed types."""
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array([None if v is None else json.dumps(v, ensure_ascii=False, default=str) for v in values],
-                        type=pa.string())
+        return pa.array([_as_text(v) for v in values], type=pa.string())
+
+
+def common_schema(schemas: list[pa.Schema]) -> pa.Schema:
+    """One schema for batches whose additional fields were typed independently.
+
+    Compatible types unify as Arrow does (null takes the other type, int32 widens to int64, ...);
+    a column whose types cannot unify (e.g. int64 in one batch, text in another) becomes text, with
+    `_as_text` values, so any mix of batches converges on the same schema whatever their order.
+    """
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    names: list[str] = []
+    for schema in schemas:
+        names.extend(n for n in schema.names if n not in names)
+    fields = []
+    for name in names:
+        present = [pa.schema([s.field(name)]) for s in schemas if name in s.names]
+        try:
+            fields.append(pa.unify_schemas(present, promote_options="permissive").field(name))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            fields.append(pa.field(name, pa.string()))
+    return pa.schema(fields)
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Casts `batch` to `schema` (from `common_schema`); non-text values headed for text become JSON."""
+    if batch.schema == schema:
+        return batch
+    columns = []
+    for field in schema:
+        column = batch.column(field.name) if field.name in batch.schema.names else pa.nulls(batch.num_rows)
+        if column.type == field.type:
+            columns.append(column)
+        elif pa.types.is_string(field.type) and not (pa.types.is_string(column.type) or
+                                                     pa.types.is_null(column.type)):
+            columns.append(pa.array([_as_text(v) for v in column.to_pylist()], type=pa.string()))
+        else:
+            columns.append(column.cast(field.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def documents_to_batch(flat: np.ndarray, offsets: np.ndarray, fields: dict[str, list[Any]],
@@ -135,6 +184,9 @@ class ShardWriter:
         if self.fmt == "parquet":
             self._writer.write_table(table, row_group_size=table.num_rows)
         elif self.fmt == "arrow":
+            # Fresh buffers: IPC would write a zero-copy slice with its parent's buffer extents, so the
+            # bytes would depend on how the rows arrived.
+            table = pa.Table.from_arrays([pa.concat_arrays(c.chunks) for c in table.columns], schema=table.schema)
             for b in table.to_batches(max_chunksize=table.num_rows):
                 self._writer.write_batch(b)
         else:
@@ -220,9 +272,7 @@ def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schem
     tokens = 0
     for path in piece_paths:
         for batch in iter_shard_batches(path, "arrow"):
-            batch = batch.select(out_schema.names)
-            if batch.schema != out_schema:
-                batch = batch.cast(out_schema)
+            batch = conform(batch.select(out_schema.names), out_schema)
             tokens += len(batch.column("input_ids").flatten())
             writer.write(batch)
     return writer.close(), tokens

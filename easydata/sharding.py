@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from easydata.formats import common_schema, conform
+
 __all__ = [
     "DEFAULT_GROUP_BYTES",
     "HASH_COLUMN",
@@ -128,8 +130,8 @@ def sort_group(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     batches = [b for b in batches if b.num_rows]
     if not batches:
         return pa.table({})
-    schema = pa.unify_schemas([b.schema for b in batches], promote_options="permissive")
-    table = pa.Table.from_batches([b if b.schema == schema else b.cast(schema) for b in batches], schema)
+    schema = common_schema([b.schema for b in batches])
+    table = pa.Table.from_batches([conform(b, schema) for b in batches], schema)
     table = table.combine_chunks()
     order = pc.sort_indices(table, sort_keys=[(HASH_COLUMN, "ascending"), (KEY_COLUMN, "ascending")])
     return table.take(order)
@@ -184,5 +186,4 @@ def serialize_schema(schema: pa.Schema) -> bytes:
 
 def unify_schemas(serialized: Iterable[bytes]) -> pa.Schema:
     """One schema for all pieces of a dataset (null-typed columns take the type seen elsewhere)."""
-    schemas = [pa.ipc.read_schema(pa.py_buffer(s)) for s in serialized]
-    return pa.unify_schemas(schemas, promote_options="permissive")
+    return common_schema([pa.ipc.read_schema(pa.py_buffer(s)) for s in serialized])

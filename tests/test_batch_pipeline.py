@@ -99,3 +99,22 @@ def test_every_output_format_round_trips(corpus, tokenizer_dir, tmp_path):
         assert report.ok, report.problems
         assert report.rows == len(texts)
 
+
+
+def test_field_types_that_vary_between_batches_converge(tokenizer_dir, tmp_path):
+    """`id` is an int in most records, text or a list in a few: every bundling gives the same text column."""
+    records = [{"text": f"document number {i}", "id": i} for i in range(60)]
+    records[45]["id"] = "forty-five"
+    records[50]["id"] = [5, 0]
+    write_jsonl(tmp_path / "in" / "a.jsonl", records)
+    digests = []
+    for batch_size in (4, 1000):
+        out = tmp_path / f"out{batch_size}"
+        cfg = _config(str(tmp_path / "in" / "a.jsonl"), tokenizer_dir, out)
+        cfg = cfg.replace(tokenize=cfg.tokenize.__class__(batch_size=batch_size))
+        run_batch(cfg, IN_PROCESS, show_progress=False)
+        table = pq.read_table(sorted((out / "web").glob("*.parquet")))
+        assert sorted(table.column("id").to_pylist()) == sorted([str(i) for i in range(60) if i not in (45, 50)]
+                                                                + ["forty-five", "[5, 0]"])
+        digests.append(_digest(out))
+    assert digests[0] == {k.replace("out1000", "out4"): v for k, v in digests[1].items()}
