@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import posixpath
 from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
@@ -25,7 +26,8 @@ from easydata.errors import InputError
 from easydata.filesystems import compression_of, expand_data_files, file_size, open_arrow_file, open_file, \
     strip_compression
 
-__all__ = ["InputSplit", "DocumentBatch", "Reject", "plan_splits", "read_split", "infer_type", "total_input_bytes"]
+__all__ = ["InputSplit", "DocumentBatch", "Reject", "plan_splits", "read_split", "infer_type", "total_input_bytes",
+           "key_names"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
@@ -45,6 +47,8 @@ class InputSplit:
         `end` None means "to the end of the file".
       index: position of this split in the dataset's split list (names its dead-letter file).
       size: approximate bytes covered, for progress reporting.
+      key_name: the file's name in document keys: its path relative to the dataset's common
+        directory, so keys (and the shuffle) do not change when the data moves (local -> gs://).
     """
 
     dataset: str
@@ -54,6 +58,7 @@ class InputSplit:
     end: Optional[int] = None
     index: int = 0
     size: int = 0
+    key_name: str = ""
 
 
 @dataclasses.dataclass
@@ -111,6 +116,7 @@ def plan_splits(dataset: DatasetConfig, target_bytes: int = 64 * 2**20) -> list[
       InputError: for missing files, globs matching nothing, or unknown types.
     """
     files = expand_data_files(dataset.data_file_list)
+    names = key_names(files)
     splits: list[InputSplit] = []
     for path in files:
         kind = dataset.type or infer_type(path)
@@ -128,8 +134,20 @@ def plan_splits(dataset: DatasetConfig, target_bytes: int = 64 * 2**20) -> list[
             ranges = _arrow_ranges(path, size, target_bytes)
         for start, end, part_size in ranges:
             splits.append(InputSplit(dataset=dataset.name, path=path, type=kind, start=start, end=end,
-                                     index=len(splits), size=part_size))
+                                     index=len(splits), size=part_size, key_name=names[path]))
     return splits
+
+
+def key_names(files: list[str]) -> dict[str, str]:
+    """Each file's path relative to the deepest directory holding all of them (`a.jsonl`, `sub/b.jsonl`)."""
+    stripped = {f: f.split("://", 1)[-1] for f in files}
+    if len(files) == 1:
+        return {files[0]: posixpath.basename(stripped[files[0]])}
+    try:
+        root = posixpath.commonpath([posixpath.dirname(p) for p in stripped.values()])
+    except ValueError:  # absolute and relative paths mixed: no common directory
+        return stripped
+    return {f: posixpath.relpath(p, root or ".") for f, p in stripped.items()}
 
 
 def _open_table_file(path: str):
@@ -173,9 +191,9 @@ def _arrow_ranges(path: str, size: int, target_bytes: int) -> list[tuple[int, Op
 class _Collector:
     """Accumulates records into `DocumentBatch`es and rejects into a list."""
 
-    def __init__(self, dataset: DatasetConfig, source: str, batch_size: int, max_document_bytes: Optional[int],
-                 limit: Optional[int]):
-        self.ds, self.source, self.batch_size = dataset, source, batch_size
+    def __init__(self, dataset: DatasetConfig, source: str, key_name: str, batch_size: int,
+                 max_document_bytes: Optional[int], limit: Optional[int]):
+        self.ds, self.source, self.key_name, self.batch_size = dataset, source, key_name, batch_size
         self.max_bytes, self.limit = max_document_bytes, limit
         self.rejects: list[Reject] = []
         self.count = 0
@@ -202,31 +220,36 @@ class _Collector:
         text = excerpt if isinstance(excerpt, str) else repr(excerpt)
         self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:_EXCERPT_CHARS]))
 
-    def add(self, position: int, record: Any) -> None:
-        """Adds one parsed record (a mapping, or a str for text input)."""
+    def add_record(self, position: int, record: Any) -> None:
+        """Adds one parsed structured record; it must be an object with a string content field."""
         if self.done:
             return
-        if isinstance(record, str):
-            text, get = record, None
-        else:
-            if not isinstance(record, dict):
-                return self.reject(position, f"record is a {type(record).__name__}, not an object", record)
-            if self.ds.content_field not in record:
-                return self.reject(position, f"missing content field '{self.ds.content_field}'", record)
-            text, get = record[self.ds.content_field], record.get
-            if not isinstance(text, str):
-                return self.reject(position, f"content field '{self.ds.content_field}' is a"
-                                   f" {type(text).__name__}, not a string", record)
+        if not isinstance(record, dict):
+            return self.reject(position, f"record is a {type(record).__name__}, not an object", record)
+        if self.ds.content_field not in record:
+            return self.reject(position, f"missing content field '{self.ds.content_field}'", record)
+        text = record[self.ds.content_field]
+        if not isinstance(text, str):
+            return self.reject(position, f"content field '{self.ds.content_field}' is a"
+                               f" {type(text).__name__}, not a string", record)
+        self._accept(position, text, record)
+
+    def add_text(self, position: int, text: str) -> None:
+        """Adds one plain-text document (text input: no fields)."""
+        if not self.done:
+            self._accept(position, text, None)
+
+    def _accept(self, position: int, text: str, record: Optional[dict[str, Any]]) -> None:
         if not text.strip():
             return self.reject(position, "empty text", text)
         if self.max_bytes is not None and len(text) * 4 > self.max_bytes and \
                 len(text.encode("utf-8")) > self.max_bytes:
             return self.reject(position, f"document is larger than max_document_bytes={self.max_bytes}", text)
         self.count += 1
-        self.keys.append(f"{self.source}@{position}")
+        self.keys.append(f"{self.key_name}@{position}")
         self.texts.append(text)
         for f in self.fields:
-            self.fields[f].append(get(f) if get else None)
+            self.fields[f].append(record.get(f) if record is not None else None)
 
     def flush(self, input_bytes: int = 0) -> Optional[DocumentBatch]:
         self.pending_bytes += input_bytes
@@ -254,7 +277,8 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
     Raises:
       InputError: when the file itself cannot be opened or decoded at all.
     """
-    collector = _Collector(dataset, split.path, batch_size, max_document_bytes, limit)
+    collector = _Collector(dataset, split.path, split.key_name or split.path, batch_size, max_document_bytes,
+                           limit)
     readers = {"jsonl": _read_lines, "txt": _read_lines, "json": _read_json, "csv": _read_csv,
                "parquet": _read_parquet, "arrow": _read_arrow}
     try:
@@ -304,9 +328,9 @@ def _read_lines(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
                         except json.JSONDecodeError as e:
                             out.reject(line_pos, f"malformed JSON: {e.msg} at column {e.colno}", text)
                         else:
-                            out.add(line_pos, record)
+                            out.add_record(line_pos, record)
                     else:
-                        out.add(line_pos, text)
+                        out.add_text(line_pos, text)
             yield len(raw)
             if out.done:
                 return
@@ -322,13 +346,13 @@ def _read_text_whole(split: InputSplit, dataset: DatasetConfig, out: _Collector)
         yield len(data)
         return
     if dataset.sample_by == "document":
-        out.add(0, text)
+        out.add_text(0, text)
         yield len(data)
         return
     position = 0
     for paragraph in text.split("\n\n"):
         if paragraph.strip():
-            out.add(position, paragraph.strip("\n"))
+            out.add_text(position, paragraph.strip("\n"))
         position += len(paragraph) + 2
         yield len(paragraph.encode("utf-8")) + 2
 
@@ -350,7 +374,7 @@ def _read_json(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> It
         return
     per = len(data) // max(len(records), 1)
     for i, record in enumerate(records):
-        out.add(i, record)
+        out.add_record(i, record)
         yield per
         if out.done:
             return
@@ -366,7 +390,7 @@ def _emit_table_batch(batch: Any, first_row: int, out: _Collector, dataset: Data
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     names = list(columns)
     for i in range(batch.num_rows):
-        out.add(first_row + i, {n: columns[n][i] for n in names})
+        out.add_record(first_row + i, {n: columns[n][i] for n in names})
         if out.done:
             return
 

@@ -117,4 +117,4 @@ def test_field_types_that_vary_between_batches_converge(tokenizer_dir, tmp_path)
         assert sorted(table.column("id").to_pylist()) == sorted([str(i) for i in range(60) if i not in (45, 50)]
                                                                 + ["forty-five", "[5, 0]"])
         digests.append(_digest(out))
-    assert digests[0] == {k.replace("out1000", "out4"): v for k, v in digests[1].items()}
+    assert digests[0] == digests[1]
