@@ -6,9 +6,12 @@ for Parquet, record-batch ranges for Arrow IPC files; compressed files, CSV, JSO
 streams are one split each. `read_split` turns one split into `DocumentBatch`es of at most
 `batch_size` documents.
 
-Every document gets a stable key `"<file>@<position>"` (byte offset of the line for line formats,
-row index for tabular formats), independent of how the input was split; it seeds the deterministic
-shuffle and names the record in dead-letter output. Records that cannot become documents (malformed
+Every document gets a stable key `"<name>@<position>"`: the file's path relative to the directory
+holding all of the dataset's files (see `key_names`), and the byte offset of the line for line
+formats or the row index for tabular formats. It does not depend on how the input was split or
+where the data lives (local or gs://), and it seeds the deterministic shuffle; adding files in a
+new sibling directory moves that common directory and so reshuffles. Dead-letter records name the
+full source path instead. Records that cannot become documents (malformed
 JSON, invalid UTF-8, missing / non-string / empty content, too large) are returned as rejects with a
 reason, never dropped.
 """
@@ -81,7 +84,7 @@ class DocumentBatch:
 
     Attributes:
       dataset: dataset name.
-      keys: stable `"<file>@<position>"` keys.
+      keys: stable `"<name>@<position>"` keys (see the module docstring).
       texts: document texts.
       fields: additional field name -> list of values, aligned with `texts`.
       input_bytes: raw input bytes consumed to produce this batch (for progress).
@@ -117,6 +120,12 @@ def plan_splits(dataset: DatasetConfig, target_bytes: int = 64 * 2**20) -> list[
     """
     files = expand_data_files(dataset.data_file_list)
     names = key_names(files)
+    seen: dict[str, str] = {}
+    for path, name in names.items():
+        if name in seen:
+            raise InputError(f"dataset '{dataset.name}': '{seen[name]}' and '{path}' have the same name"
+                             f" '{name}' (the same file listed twice, or one path on two filesystems)")
+        seen[name] = path
     splits: list[InputSplit] = []
     for path in files:
         kind = dataset.type or infer_type(path)

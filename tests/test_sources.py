@@ -1,5 +1,10 @@
 """Tests for `easydata.sources` and `easydata.filesystems`: every input type, compression, remote URLs,
-globs, rejects with reasons, limits, stable keys, and splits that yield each document exactly once."""
+globs, rejects with reasons, limits, stable keys, and splits that yield each document exactly once.
+
+Document keys are `"<key_name>@<position>"`, where `key_name` is the file's path relative to the deepest
+directory holding all of the dataset's files (the basename for a single file), so the expected keys below
+are literal names such as `in.jsonl@0` or `sub/c.jsonl@0`, never temporary directories; rejects keep
+the file's full path in `source`."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.filesystems import (compression_of, expand_data_files, join, open_arrow_file, open_file,
                                   strip_compression)
-from easydata.sources import InputSplit, Reject, infer_type, plan_splits, read_split, total_input_bytes
+from easydata.sources import InputSplit, Reject, infer_type, key_names, plan_splits, read_split, total_input_bytes
 
 from tests.conftest import make_texts, write_jsonl
 
@@ -128,7 +133,7 @@ def test_each_input_type_yields_texts_fields_and_keys(tmp_path: Path, kind: str)
     docs, rejects = read_all(ds, batch_size=4)
     assert rejects == []
     assert [t for _, t, _ in docs] == TEXTS
-    assert [k for k, _, _ in docs] == [f"{path}{s}" for s in suffixes]
+    assert [k for k, _, _ in docs] == [f"{name}{s}" for s in suffixes]
     assert [f["id"] for _, _, f in docs] == [0, 1, 2, 3, 4, 5]
     assert [f["lang"] for _, _, f in docs] == ["fr", "en", "fr", "en", "fr", "en"]
 
@@ -171,7 +176,7 @@ def test_txt_sample_by(tmp_path: Path, sample_by: str, expected: list[tuple[str,
     path.write_text(_TXT, encoding="utf-8")
     docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path), sample_by=sample_by))
     assert rejects == []
-    assert [(k, t) for k, t, _ in docs] == [(f"{path}{s}", t) for s, t in expected]
+    assert [(k, t) for k, t, _ in docs] == [(f"in.txt{s}", t) for s, t in expected]
 
 
 def test_txt_paragraph_and_document_are_one_split(tmp_path: Path) -> None:
@@ -215,9 +220,10 @@ def test_compressed_inputs_read_like_plain_ones(tmp_path: Path, kind: str, suffi
     assert len(splits) == 1 and splits[0].end is None, "compressed files cannot be split by byte range"
     docs, rejects = read_all(ds, target_bytes=8, batch_size=2)
     assert rejects == []
-    # Same texts, fields and positions (decompressed offsets); only the file part of the key differs.
-    assert [(k.replace(str(packed), "F"), t, f) for k, t, f in docs] == \
-           [(k.replace(str(plain), "F"), t, f) for k, t, f in expected]
+    # Same texts, fields and positions (decompressed offsets); only the file name in the key differs.
+    assert all(k.startswith(f"in.{kind}@") for k, _, _ in expected)
+    assert [(k, t, f) for k, t, f in docs] == \
+           [(k.replace(f"in.{kind}@", f"in.{kind}.{suffix}@"), t, f) for k, t, f in expected]
 
 
 def test_multi_frame_zstd_is_read_completely(tmp_path: Path) -> None:
@@ -247,17 +253,22 @@ def test_memory_urls_glob_directory_and_file(memory_fs: fsspec.AbstractFileSyste
     memory_fs.pipe("/data/a.jsonl", jsonl_bytes(RECORDS[:3]))
     memory_fs.pipe("/data/sub/c.jsonl", jsonl_bytes([{"text": "deep"}]))
 
+    a_keys = [f"a.jsonl@{o}" for o in line_offsets(jsonl_bytes(RECORDS[:3]))]
+    b_keys = [f"b.jsonl@{o}" for o in line_offsets(jsonl_bytes(RECORDS[3:]))]
+
     glob_docs, _ = read_all(DatasetConfig(name="d", data_files="memory://data/*.jsonl"))
     assert [t for _, t, _ in glob_docs] == TEXTS
-    assert glob_docs[0][0] == "memory:///data/a.jsonl@0"
-    assert glob_docs[3][0] == "memory:///data/b.jsonl@0"
+    assert [k for k, _, _ in glob_docs] == [*a_keys, *b_keys]
+    assert glob_docs[0][0] == "a.jsonl@0" and glob_docs[3][0] == "b.jsonl@0"
 
     memory_fs.pipe("/data/.hidden.jsonl", jsonl_bytes([{"text": "hidden"}]))  # skipped in directories
     dir_docs, _ = read_all(DatasetConfig(name="d", data_files="memory://data"))
     assert [t for _, t, _ in dir_docs] == [*TEXTS, "deep"]
+    assert [k for k, _, _ in dir_docs] == [*a_keys, *b_keys, "sub/c.jsonl@0"]
 
     file_docs, _ = read_all(DatasetConfig(name="d", data_files="memory://data/b.jsonl", additional_fields=["id"]))
     assert [f["id"] for _, _, f in file_docs] == [3, 4, 5]
+    assert [k for k, _, _ in file_docs] == b_keys
 
 
 def test_memory_parquet_is_split_by_row_group(memory_fs: fsspec.AbstractFileSystem) -> None:
@@ -268,7 +279,7 @@ def test_memory_parquet_is_split_by_row_group(memory_fs: fsspec.AbstractFileSyst
     splits = plan_splits(ds, target_bytes=1)
     assert [(s.start, s.end) for s in splits] == [(0, 1), (1, 2), (2, 3), (3, 4)]
     docs, _ = read_all(ds, target_bytes=1)
-    assert [k for k, _, _ in docs] == [f"memory:///p/in.parquet@{i}" for i in range(40)]
+    assert [k for k, _, _ in docs] == [f"in.parquet@{i}" for i in range(40)]
 
 
 def test_memory_filesystem_is_clean_between_tests(memory_fs: fsspec.AbstractFileSystem) -> None:
@@ -282,10 +293,11 @@ def test_file_urls(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "x" / "b.jsonl", RECORDS[2:])
     docs, _ = read_all(DatasetConfig(name="d", data_files=f"file://{tmp_path}/x/*.jsonl"))
     assert [t for _, t, _ in docs] == TEXTS
-    assert docs[0][0] == f"file://{tmp_path}/x/a.jsonl@0"
+    b_keys = [f"b.jsonl@{o}" for o in line_offsets(jsonl_bytes(RECORDS[2:]))]
+    assert [k for k, _, _ in docs] == [*(f"a.jsonl@{o}" for o in line_offsets(jsonl_bytes(RECORDS[:2]))), *b_keys]
     single, _ = read_all(DatasetConfig(name="d", data_files=f"file://{tmp_path}/x/b.jsonl"))
     assert [t for _, t, _ in single] == TEXTS[2:]
-    assert single[0][0] == f"file://{tmp_path}/x/b.jsonl@0"
+    assert [k for k, _, _ in single] == b_keys
 
 
 @pytest.mark.parametrize("kind", ["parquet", "arrow-file", "arrow-stream"])
@@ -301,7 +313,7 @@ def test_tabular_files_through_file_and_memory_urls(tmp_path: Path, memory_fs: f
         assert rejects == []
         assert [t for _, t, _ in docs] == TEXTS, url
         assert [f["id"] for _, _, f in docs] == list(range(len(TEXTS)))
-        assert docs[0][0].startswith(url.split("://")[0] + "://") and docs[-1][0].endswith(f"{name}@5")
+        assert [k for k, _, _ in docs] == [f"{name}@{i}" for i in range(len(TEXTS))], url
 
 
 def test_open_arrow_file_missing_is_input_error(tmp_path: Path) -> None:
@@ -320,6 +332,8 @@ def test_globs_lists_and_directories_are_sorted_and_deduplicated(tmp_path: Path)
     assert expand_data_files([f"{base}/**/*.jsonl"])[-1] == f"{base}/sub/c.jsonl"
     docs, _ = read_all(DatasetConfig(name="d", data_files=[f"{base}/b.jsonl", f"{base}/*.jsonl"]))
     assert [t for _, t, _ in docs] == ["b0", "b1", "a0"]
+    b1_offset = line_offsets(jsonl_bytes([{"text": "b0"}, {"text": "b1"}]))[1]
+    assert [k for k, _, _ in docs] == ["b.jsonl@0", f"b.jsonl@{b1_offset}", "a.jsonl@0"]
 
 
 @pytest.mark.parametrize("pattern, message", [
@@ -351,6 +365,106 @@ def test_corrupt_binary_inputs_raise_input_error(tmp_path: Path, name: str, cont
         read_all(DatasetConfig(name="d", data_files=str(tmp_path / name)))
 
 
+# ---- stable keys: independent of where the data lives ---------------------------------------------
+
+
+@pytest.mark.parametrize("files, expected", [
+    # a single file: its basename, whatever the directory or protocol
+    (["/data/a.jsonl"], ["a.jsonl"]),
+    (["gs://bucket/deep/dir/a.jsonl.gz"], ["a.jsonl.gz"]),
+    (["rel/dir/a.parquet"], ["a.parquet"]),
+    # several files in one directory: their basenames
+    (["/data/a.jsonl", "/data/b.jsonl"], ["a.jsonl", "b.jsonl"]),
+    (["a.jsonl", "b.jsonl"], ["a.jsonl", "b.jsonl"]),
+    (["../up/a.jsonl", "../up/b.jsonl"], ["a.jsonl", "b.jsonl"]),
+    (["/a.jsonl", "/b.jsonl"], ["a.jsonl", "b.jsonl"]),
+    # nested directories: the path below the deepest common directory
+    (["/data/a.jsonl", "/data/sub/b.jsonl", "/data/sub/deeper/c.jsonl"],
+     ["a.jsonl", "sub/b.jsonl", "sub/deeper/c.jsonl"]),
+    (["/data/x/a.jsonl", "/data/y/z/b.jsonl"], ["x/a.jsonl", "y/z/b.jsonl"]),
+    # URLs: the protocol is stripped
+    (["memory:///data/a.jsonl", "memory:///data/b.jsonl"], ["a.jsonl", "b.jsonl"]),
+    (["gs://bucket/in/a.jsonl", "gs://bucket/in/sub/b.jsonl"], ["a.jsonl", "sub/b.jsonl"]),
+    (["hf://datasets/org/name/data/a.parquet", "hf://datasets/org/name/data/b.parquet"], ["a.parquet", "b.parquet"]),
+    (["file:///tmp/x/a.jsonl", "/tmp/x/b.jsonl"], ["a.jsonl", "b.jsonl"]),
+    # different roots: relative to what they share (the bucket / filesystem root when nothing more)
+    (["/data/a.jsonl", "/data2/a.jsonl"], ["data/a.jsonl", "data2/a.jsonl"]),
+    (["gs://b1/a.jsonl", "gs://b2/a.jsonl"], ["b1/a.jsonl", "b2/a.jsonl"]),
+    (["/mnt/one/x/a.jsonl", "/mnt/two/b.jsonl"], ["one/x/a.jsonl", "two/b.jsonl"]),
+    # absolute and relative paths have no common directory: the paths as given
+    (["/abs/a.jsonl", "rel/b.jsonl"], ["/abs/a.jsonl", "rel/b.jsonl"]),
+])
+def test_key_names(files: list[str], expected: list[str]) -> None:
+    assert key_names(files) == dict(zip(files, expected))
+
+
+def test_key_names_of_no_files_is_empty() -> None:
+    assert key_names([]) == {}
+
+
+_TREE = {"a.jsonl": RECORDS[:2], "b.jsonl": RECORDS[2:4], "sub/c.jsonl": RECORDS[4:]}
+_TREE_KEYS = [f"{name}@{o}" for name, records in _TREE.items() for o in line_offsets(jsonl_bytes(records))]
+
+
+def _write_tree(base: Path) -> Path:
+    for name, records in _TREE.items():
+        write_jsonl(base / name, records)
+    return base
+
+
+def test_plan_splits_sets_key_names(tmp_path: Path) -> None:
+    base = _write_tree(tmp_path / "data")
+    splits = plan_splits(DatasetConfig(name="d", data_files=str(base)), target_bytes=40)
+    assert len(splits) > len(_TREE), "files are cut into several splits"
+    assert {s.path: s.key_name for s in splits} == {str(base / name): name for name in _TREE}
+
+
+@pytest.mark.parametrize("form", ["directory", "glob", "list"])
+def test_keys_are_the_same_wherever_the_files_live(tmp_path: Path, form: str) -> None:
+    patterns = {"directory": lambda b: str(b), "glob": lambda b: [f"{b}/*.jsonl", f"{b}/sub/*.jsonl"],
+                "list": lambda b: [str(b / name) for name in _TREE]}[form]
+    results = []
+    for base in (tmp_path / "here", tmp_path / "moved" / "somewhere" / "else"):
+        _write_tree(base)
+        with open(base / "b.jsonl", "a") as f:
+            f.write('{"no": "text"}\n')  # a reject, to compare their sources
+        ds = DatasetConfig(name="d", data_files=patterns(base), additional_fields=["id"])
+        for target_bytes in (2**20, 40):
+            docs, rejects = read_all(ds, target_bytes=target_bytes, batch_size=2)
+            assert [k for k, _, _ in docs] == _TREE_KEYS
+            assert [t for _, t, _ in docs] == TEXTS
+            assert [f["id"] for _, _, f in docs] == list(range(len(TEXTS)))
+            assert [(r.source, r.position) for r in rejects] == \
+                   [(str(base / "b.jsonl"), len(jsonl_bytes(RECORDS[2:4])))]
+            results.append(docs)
+    assert all(docs == results[0] for docs in results)
+
+
+def test_keys_are_the_same_for_file_urls_plain_paths_and_other_filesystems(
+        tmp_path: Path, memory_fs: fsspec.AbstractFileSystem) -> None:
+    base = _write_tree(tmp_path / "data")
+    for name in _TREE:
+        memory_fs.pipe(f"/bucket/prefix/{name}", (base / name).read_bytes())
+    forms = [str(base), f"file://{base}", f"{base}/**/*.jsonl", f"file://{base}/**/*.jsonl",
+             [str(base / "a.jsonl"), f"file://{base}/b.jsonl", f"file://{base}/sub/c.jsonl"],
+             "memory://bucket/prefix", "memory://bucket/prefix/**/*.jsonl"]
+    for data_files in forms:
+        docs, _ = read_all(DatasetConfig(name="d", data_files=data_files))
+        assert [(k, t) for k, t, _ in docs] == list(zip(_TREE_KEYS, TEXTS)), data_files
+    # A single file: its name, whether given as a path or a URL.
+    for data_files in (str(base / "sub" / "c.jsonl"), f"file://{base}/sub/c.jsonl",
+                       "memory://bucket/prefix/sub/c.jsonl"):
+        docs, _ = read_all(DatasetConfig(name="d", data_files=data_files))
+        assert [k for k, _, _ in docs] == [f"c.jsonl@{o}" for o in line_offsets(jsonl_bytes(_TREE["sub/c.jsonl"]))]
+
+
+def test_a_split_without_key_name_keys_on_its_path(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", RECORDS[:2])
+    ds = DatasetConfig(name="d", data_files=str(path))
+    (batch,) = read_split(InputSplit(dataset="d", path=str(path), type="jsonl"), ds)
+    assert batch.keys == [f"{path}@0", f"{path}@{line_offsets(jsonl_bytes(RECORDS[:2]))[1]}"]
+
+
 # ---- records that cannot become documents --------------------------------------------------------
 
 
@@ -375,8 +489,9 @@ def test_rejects_carry_position_and_reason_and_nothing_is_lost(tmp_path: Path) -
     offsets = [o for o in line_offsets(data)]
     ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["id"])
     docs, rejects = read_all(ds, max_document_bytes=11)
-    assert [(k, t, f) for k, t, f in docs] == [(f"{path}@{offsets[0]}", "good one", {"id": 1}),
-                                               (f"{path}@{offsets[-1]}", "good two", {"id": None})]
+    assert [(k, t, f) for k, t, f in docs] == [(f"mixed.jsonl@{offsets[0]}", "good one", {"id": 1}),
+                                               (f"mixed.jsonl@{offsets[-1]}", "good two", {"id": None})]
+    # Keys name the file relative to the dataset; rejects keep its full path for the dead-letter output.
     assert [(r.dataset, r.source) for r in rejects] == [("d", str(path))] * len(rejects)
     assert [(r.position, r.reason) for r in rejects] == [
         (offsets[1], "malformed JSON: Expecting ',' delimiter at column 18"),
@@ -418,7 +533,8 @@ def test_tabular_rejects_use_row_positions(tmp_path: Path, kind: str) -> None:
     {"parquet": lambda: pq.write_table(table, path), "arrow": lambda: write_arrow_file(path, table, 2),
      "csv": lambda: write_csv(path, records), "json": lambda: path.write_text(json.dumps(records))}[kind]()
     docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)))
-    assert [k for k, _, _ in docs] == [f"{path}@0", f"{path}@2"]
+    assert [k for k, _, _ in docs] == [f"in.{kind}@0", f"in.{kind}@2"]
+    assert [r.source for r in rejects] == [str(path)] * 2
     assert [(r.position, r.reason) for r in rejects] == [(1, "empty text"), (3, "empty text")]
 
 
@@ -444,6 +560,62 @@ def test_json_array_problems(tmp_path: Path) -> None:
     assert [t for _, t, _ in docs] == ["a"]
     assert [(r.position, r.reason) for r in rejects] == [
         (1, "record is a int, not an object"), (2, "content field 'text' is a NoneType, not a string")]
+
+
+# JSON values that are not objects: (JSON text, reason, excerpt).
+_NOT_OBJECTS = [
+    ('"a bare string"', "record is a str, not an object", "a bare string"),
+    ('"   "', "record is a str, not an object", "   "),
+    ("42", "record is a int, not an object", "42"),
+    ("-2.5", "record is a float, not an object", "-2.5"),
+    ('["text", "in a list"]', "record is a list, not an object", "['text', 'in a list']"),
+    ("null", "record is a NoneType, not an object", "None"),
+    ("true", "record is a bool, not an object", "True"),
+]
+
+
+@pytest.mark.parametrize("name", ["in.jsonl", "in.json"])  # `.json` holding JSON lines reads like JSONL
+def test_json_lines_that_are_not_objects_are_rejected(tmp_path: Path, name: str) -> None:
+    lines = ['{"text": "first", "id": 1}', *(j for j, _, _ in _NOT_OBJECTS), '{"text": "last", "id": 2}']
+    data = "".join(line + "\n" for line in lines).encode()
+    path = tmp_path / name
+    path.write_bytes(data)
+    offsets = line_offsets(data)
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path), additional_fields=["id"]))
+    assert docs == [(f"{name}@{offsets[0]}", "first", {"id": 1}), (f"{name}@{offsets[-1]}", "last", {"id": 2})]
+    assert [(r.source, r.position, r.reason, r.excerpt) for r in rejects] == \
+           [(str(path), o, reason, excerpt) for o, (_, reason, excerpt) in zip(offsets[1:-1], _NOT_OBJECTS)]
+    assert len(docs) + len(rejects) == len(lines)
+
+
+def test_json_array_elements_that_are_not_objects_are_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "in.json"
+    path.write_text("[" + ", ".join(['{"text": "first"}', *(j for j, _, _ in _NOT_OBJECTS), '{"text": "last"}']) + "]")
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)))
+    last = len(_NOT_OBJECTS) + 1
+    assert [(k, t) for k, t, _ in docs] == [("in.json@0", "first"), (f"in.json@{last}", "last")]
+    assert [(r.source, r.position, r.reason, r.excerpt) for r in rejects] == \
+           [(str(path), i, reason, excerpt) for i, (_, reason, excerpt) in enumerate(_NOT_OBJECTS, start=1)]
+
+
+@pytest.mark.parametrize("name", ["in.jsonl", "in.json"])
+def test_records_that_are_not_objects_count_towards_the_limit(tmp_path: Path, name: str) -> None:
+    records = ['"a string"', '{"text": "a"}', "7", '[{"text": "in a list"}]', '{"text": "b"}', '{"text": "c"}']
+    path = tmp_path / name
+    path.write_text("[" + ", ".join(records) + "]" if name.endswith(".json") else "\n".join(records) + "\n")
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)), limit=5)
+    assert [t for _, t, _ in docs] == ["a", "b"]
+    assert [r.reason for r in rejects] == ["record is a str, not an object", "record is a int, not an object",
+                                           "record is a list, not an object"]
+
+
+def test_text_lines_that_look_like_json_values_stay_text(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text('"quoted"\n42\n[1, 2]\n{"text": "x"}\n')
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)))
+    assert rejects == []
+    assert [(k, t) for k, t, _ in docs] == [("in.txt@0", '"quoted"'), ("in.txt@9", "42"), ("in.txt@12", "[1, 2]"),
+                                            ("in.txt@19", '{"text": "x"}')]
 
 
 @pytest.mark.parametrize("sample_by", ["line", "document"])
@@ -570,7 +742,7 @@ def test_parquet_splits_by_row_groups(tmp_path: Path) -> None:
         assert splits[0].start == 0 and splits[-1].end in (10, None)
         assert all(a.end == b.start for a, b in zip(splits, splits[1:]))
         docs, _ = read_all(ds, target_bytes=target, batch_size=7)
-        assert [k for k, _, _ in docs] == [f"{path}@{i}" for i in range(100)]
+        assert [k for k, _, _ in docs] == [f"in.parquet@{i}" for i in range(100)]
         assert [t for _, t, _ in docs] == [f"row {i}" for i in range(100)]
         assert [f["n"] for _, _, f in docs] == list(range(100))
 
@@ -588,7 +760,7 @@ def test_arrow_ipc_file_splits_by_record_batches(tmp_path: Path) -> None:
         assert all(a.end == b.start for a, b in zip(splits, splits[1:]))
         docs, rejects = read_all(ds, target_bytes=target, batch_size=3)
         assert rejects == []
-        assert [k for k, _, _ in docs] == [f"{path}@{i}" for i in range(100)]
+        assert [k for k, _, _ in docs] == [f"in.arrow@{i}" for i in range(100)]
         assert [t for _, t, _ in docs] == [f"row {i}" for i in range(100)]
 
 
@@ -599,7 +771,7 @@ def test_arrow_stream_is_one_split_with_row_positions(tmp_path: Path) -> None:
     ds = DatasetConfig(name="d", data_files=str(path))
     assert [(s.start, s.end) for s in plan_splits(ds, target_bytes=1)] == [(0, None)]
     docs, _ = read_all(ds, target_bytes=1, batch_size=4)
-    assert [k for k, _, _ in docs] == [f"{path}@{i}" for i in range(50)]
+    assert [k for k, _, _ in docs] == [f"in.arrow@{i}" for i in range(50)]
 
 
 def test_split_indices_run_across_files(tmp_path: Path) -> None:
@@ -608,4 +780,6 @@ def test_split_indices_run_across_files(tmp_path: Path) -> None:
     splits = plan_splits(DatasetConfig(name="d", data_files=f"{tmp_path}/*.jsonl"), target_bytes=500)
     assert [s.index for s in splits] == list(range(len(splits)))
     assert {s.path for s in splits} == {str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")}
+    assert {(s.path, s.key_name) for s in splits} == {(str(tmp_path / "a.jsonl"), "a.jsonl"),
+                                                       (str(tmp_path / "b.jsonl"), "b.jsonl")}
     assert all(isinstance(s, InputSplit) and s.dataset == "d" and s.type == "jsonl" for s in splits)
