@@ -26,8 +26,12 @@ What one run does (nothing is downloaded):
    The token count of the manifest is checked against the baseline: baseline tokens (special tokens
    of the tokenizer's post-processor included, as the pipeline keeps them by default) plus one EOS
    per document that does not already end with EOS (the pipeline appends it).
-5. Peak memory. The largest sum of RSS over the command's process tree (sampled from /proc every
-   0.2 s) and the largest single process's maximum RSS (from `wait4`); skipped where unavailable.
+5. Resources. CPU seconds (user+sys of the command and the workers it reaped, from `wait4`), the
+   largest sum of RSS over the command's process tree (sampled from /proc every 0.2 s) and the
+   largest single process's maximum RSS (`wait4`); shown as n/a where unavailable.
+6. CPU capacity, at start and end: N pure-Python loops in parallel against one alone. On a shared
+   host this is often well below the core count and changes from minute to minute; when it does,
+   the absolute numbers (and multi-core modes most) are unreliable: use `--repeat 3` (median run).
 
 Reading the ratios: `vs raw` is pipeline tokens/s divided by raw `encode_batch` tokens/s (all
 cores). 1.0 would mean the pipeline costs nothing beyond tokenizing; 0.25 means the whole job takes
@@ -35,8 +39,8 @@ four times as long as tokenizing alone. `vs raw, no startup` subtracts the mode'
 time first, so it shows the per-byte efficiency a large job would approach. Numbers from one run on
 a shared machine are noisy by several percent; compare modes within one run.
 
-Usage, from the repository root:
-  python benchmarks/bench_pipeline.py [--size-mb 24] [--tokenizer DIR] [--workdir DIR]
+Usage, from the repository root (with the project's virtualenv active):
+  python benchmarks/bench_pipeline.py [--size-mb 24] [--tokenizer DIR] [--workdir DIR] [--repeat N]
 """
 
 from __future__ import annotations
@@ -325,15 +329,17 @@ def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> dict[str, An
         sampler = TreeRssSampler(proc.pid)
         sampler.start()
         max_single: Optional[int] = None
+        cpu: Optional[float] = None
         if hasattr(os, "wait4"):
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             max_single = usage.ru_maxrss * 1024  # KiB on Linux
+            cpu = usage.ru_utime + usage.ru_stime
         else:
             proc.wait()
         seconds = time.perf_counter() - began
         sampler.stop()
-    return {"seconds": seconds, "returncode": proc.returncode,
+    return {"seconds": seconds, "returncode": proc.returncode, "cpu_seconds": cpu,
             "peak_tree_rss": sampler.peak if sampler.available else None, "max_single_rss": max_single}
 
 
@@ -390,6 +396,27 @@ def run_pipeline(label: str, config: Path, flags: list[str], env_changes: dict[s
     return result
 
 
+# ---- CPU capacity --------------------------------------------------------------------------------
+
+_SPIN = "import time\nt = time.perf_counter()\nx = 0\nfor i in range({n}): x += i\nprint(time.perf_counter() - t)"
+
+
+def _spin(copies: int, n: int = 8_000_000) -> list[float]:
+    """Runs `copies` pure-Python loops in parallel child processes; their own timings (no start-up)."""
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN.format(n=n)], stdout=subprocess.PIPE, text=True)
+             for _ in range(copies)]
+    return [float(p.communicate()[0]) for p in procs]
+
+
+def cpu_capacity() -> float:
+    """How many cores' worth of CPU this machine delivers right now (shared hosts deliver less)."""
+    cores = os.cpu_count() or 1
+    before = _spin(1)[0]
+    together = _spin(cores)
+    alone = (before + _spin(1)[0]) / 2  # one loop alone, before and after: the host may drift meanwhile
+    return sum(alone / t for t in together)
+
+
 # ---- report --------------------------------------------------------------------------------------
 
 
@@ -411,49 +438,70 @@ def print_table(rows: list[list[str]], header: list[str]) -> None:
         print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
 
 
-def print_baselines(raw: dict[str, Any], fast: Optional[dict[str, Any]], single: Optional[dict[str, Any]],
-                    text_bytes: int) -> None:
-    print("\nRaw tokenizer (texts in memory, batches of 1,000, only encode calls timed)")
+def print_baselines(baselines: list[tuple[str, Optional[dict[str, Any]]]], text_bytes: int) -> None:
+    print("\nRaw tokenizer (texts in memory, batches of 1,000 documents, only the encode calls timed)")
     rows = []
-    for name, r in [(f"encode_batch, {os.cpu_count()} threads", raw),
-                    (f"encode_batch_fast, {os.cpu_count()} threads", fast), ("encode_batch, 1 thread", single)]:
-        if r is None:
-            continue
-        rows.append([name, f"{r['seconds']:.2f}", f"{text_bytes / 1e6 / r['seconds']:.2f}",
-                     f"{r['tokens'] / r['seconds']:,.0f}", f"{r['tokens']:,}"])
+    for name, r in baselines:
+        if r is not None:
+            rows.append([name, f"{r['seconds']:.2f}", f"{text_bytes / 1e6 / r['seconds']:.2f}",
+                         f"{r['tokens'] / r['seconds']:,.0f}", f"{r['tokens']:,}"])
     print_table(rows, ["baseline", "seconds", "MB/s", "tokens/s", "tokens"])
 
 
-def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float, expected: int) -> None:
+def ok(result: dict[str, Any]) -> bool:
+    return result["returncode"] == 0 and "tokens" in result
+
+
+def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float, fast_tps: Optional[float],
+                           text_bytes: int) -> None:
     print("\nPipeline (wall clock of the whole `easydata run` command)")
     rows = []
     for name, full, tiny in results:
-        if full["returncode"] != 0 or "tokens" not in full:
-            rows.append([name, f"{full['seconds']:.1f}", "FAILED", "", "", "", "", "", ""])
+        if not ok(full):
+            rows.append([name, f"{full['seconds']:.1f}", "FAILED", *[""] * 7])
             continue
         tps = full["tokens"] / full["seconds"]
-        net = full["seconds"] - tiny["seconds"] if tiny["returncode"] == 0 else None
+        net = full["seconds"] - tiny["seconds"] if ok(tiny) else None
         net_ratio = f"{full['tokens'] / net / raw_tps:.3f}" if net and net > 0 else "n/a"
         rows.append([name, f"{full['seconds']:.1f}", f"{full['internal_seconds'] or 0:.1f}",
-                     f"{tiny['seconds']:.1f}", f"{tps:,.0f}", f"{tps / raw_tps:.3f}", net_ratio,
-                     fmt_bytes(full["peak_tree_rss"]), fmt_bytes(full["max_single_rss"])])
-    print_table(rows, ["mode", "seconds", "in-run s", "10-doc s", "tokens/s", "vs raw", "vs raw, no startup",
-                       "peak RSS (tree)", "largest proc"])
-    print("  seconds: whole command; in-run s: the manifest's elapsed_seconds (plan to commit, no interpreter"
-          "\n  start-up or Beam import); 10-doc s: the same command on a 10-document corpus (fixed cost).")
+                     f"{tiny['seconds']:.1f}" if ok(tiny) else "FAILED", f"{text_bytes / 1e6 / full['seconds']:.2f}",
+                     f"{tps:,.0f}", f"{tps / raw_tps:.3f}", net_ratio,
+                     f"{tps / fast_tps:.3f}" if fast_tps else "n/a"])
+    print_table(rows, ["mode", "seconds", "in-run s", "10-doc s", "MB/s", "tokens/s", "vs raw",
+                       "vs raw, no startup", "vs fast"])
+    print("  seconds: whole command. in-run s: the manifest's elapsed_seconds (planning to commit, without"
+          "\n  interpreter start-up and Beam import). 10-doc s: the same command on a 10-document corpus, the"
+          "\n  fixed cost of a job. vs raw: tokens/s over raw encode_batch tokens/s (all threads). vs fast:"
+          "\n  over encode_batch_fast tokens/s, the call the pipeline makes (no offsets: faster than encode_batch).")
+
+
+def print_resources(results: list[tuple[str, dict, dict]]) -> None:
+    print("\nResources (CPU: user+sys of the command and the worker processes it reaped)")
+    rows = []
+    for name, full, tiny in results:
+        cpu = full.get("cpu_seconds")
+        rows.append([name, "n/a" if cpu is None else f"{cpu:.1f}",
+                     "n/a" if cpu is None else f"{cpu / full['seconds']:.2f}",
+                     fmt_bytes(full["peak_tree_rss"]), fmt_bytes(full["max_single_rss"]),
+                     fmt_bytes(tiny["peak_tree_rss"])])
+    print_table(rows, ["mode", "CPU s", "cores busy", "peak RSS, all processes", "largest process",
+                       "10-doc peak RSS"])
+
+
+def print_token_check(results: list[tuple[str, dict, dict]], expected: int) -> None:
     print("\nToken count check (manifest totals vs raw encode_batch + appended EOS)")
     for name, full, _ in results:
-        if "tokens" in full:
+        if ok(full):
             diff = full["tokens"] - expected
             verdict = "match" if diff == 0 else f"MISMATCH ({diff:+,} tokens)"
             print(f"  {name:<11} {full['tokens']:>13,} tokens, {full['documents']:,} documents written,"
-                  f" {full['rejected']:,} rejected, {full['shards']} shards: {verdict}")
+                  f" {full['rejected']:,} rejected, {full['shards']} shard(s): {verdict}")
 
 
 def print_failures(results: list[tuple[str, dict, dict]]) -> None:
     for name, full, tiny in results:
         for kind, r in (("full", full), ("10-doc", tiny)):
-            if r["returncode"] != 0 or "tokens" not in r:
+            if not ok(r):
                 print(f"\n!! {name} ({kind}) exited with {r['returncode']}; last lines of {r['log']}:")
                 print(failure_tail(r))
 
@@ -466,6 +514,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--size-mb", type=float, default=24, help="corpus size in MB of text (default 24)")
     parser.add_argument("--tokenizer", help="tokenizer dir with tokenizer.json (default: Mistral, else sample)")
     parser.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help="corpus, configs, outputs, logs")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every measurement N times and report the median run (default 1)")
     parser.add_argument("--raw-json", action="store_true", help=argparse.SUPPRESS)  # child: baseline only
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -477,7 +527,8 @@ def raw_json_child(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_environment(tokenizer_dir: Path, corpus: Path, meta: dict[str, Any], workdir: Path) -> None:
+def print_environment(tokenizer_dir: Path, corpus: Path, meta: dict[str, Any], workdir: Path,
+                      capacity: float) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     def installed(name: str) -> str:
@@ -490,6 +541,7 @@ def print_environment(tokenizer_dir: Path, corpus: Path, meta: dict[str, Any], w
     print(f"easydata pipeline benchmark  ({os.cpu_count()} cores, Python {sys.version.split()[0]},"
           f" tokenizers {installed('tokenizers')}, apache-beam {installed('apache-beam')},"
           f" pyarrow {installed('pyarrow')})")
+    print(f"CPU capacity at start: {capacity:.2f} cores' worth (parallel pure-Python loops vs one alone)")
     for var in ("RAYON_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
         if var in os.environ:
             print(f"  note: {var}={os.environ[var]} is set in this environment")
@@ -500,40 +552,70 @@ def print_environment(tokenizer_dir: Path, corpus: Path, meta: dict[str, Any], w
     print(f"workdir:   {workdir}")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(argv)
-    if args.raw_json:
-        return raw_json_child(args)
-    workdir = Path(args.workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    tokenizer_dir = resolve_tokenizer(args.tokenizer)
-    corpus, meta = ensure_corpus(workdir, args.size_mb)
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median time (the lower middle one for an even count); a failure wins."""
+    failed = [r for r in runs if r.get("returncode", 0) != 0]
+    return failed[0] if failed else sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]
+
+
+def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: Optional[int],
+                      repeat: int) -> list[tuple[str, Optional[dict[str, Any]]]]:
+    cores = os.cpu_count()
+    raw = median_run([encode_all(tokenizer_dir, texts, "encode_batch", eos) for _ in range(repeat)])
+    fast = median_run([encode_all(tokenizer_dir, texts, "encode_batch_fast") for _ in range(repeat)]) \
+        if has_encode_batch_fast() else None
+    singles = [r for r in (encode_single_thread(tokenizer_dir, corpus) for _ in range(repeat)) if r]
+    return [(f"encode_batch, {cores} threads", raw), (f"encode_batch_fast, {cores} threads", fast),
+            ("encode_batch, 1 thread", median_run(singles) if singles else None)]
+
+
+def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int) -> list[tuple[str, dict, dict]]:
     tiny_corpus = write_tiny_corpus(corpus, workdir)
-    print_environment(tokenizer_dir, corpus, meta, workdir)
-
-    texts = load_texts(corpus)
-    eos = eos_token_id(tokenizer_dir)
-    raw = encode_all(tokenizer_dir, texts, "encode_batch", eos)
-    fast = encode_all(tokenizer_dir, texts, "encode_batch_fast") if has_encode_batch_fast() else None
-    single = encode_single_thread(tokenizer_dir, corpus)
-    text_bytes = sum(len(t.encode("utf-8")) for t in texts)
-    print_baselines(raw, fast, single, text_bytes)
-    expected = raw["tokens"] + len(texts) - raw["ending_with_eos"]
-    print(f"  expected pipeline tokens: {raw['tokens']:,} + {len(texts) - raw['ending_with_eos']:,} EOS"
-          f" = {expected:,} (EOS id {eos}; {raw['ending_with_eos']} documents already end with it)")
-    del texts
-
     full_config = write_config(workdir / "config-full.json", corpus, tokenizer_dir, workdir / "out-full")
     tiny_config = write_config(workdir / "config-tiny.json", tiny_corpus, tokenizer_dir, workdir / "out-tiny")
     run_pipeline("warmup", tiny_config, [], MODES[0][2], workdir, workdir / "out-tiny")  # page cache, .pyc
     results = []
     for name, flags, env_changes in MODES:
-        tiny = run_pipeline(f"{name}-tiny", tiny_config, flags, env_changes, workdir, workdir / "out-tiny")
-        full = run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full")
+        tiny = median_run([run_pipeline(f"{name}-tiny", tiny_config, flags, env_changes, workdir,
+                                        workdir / "out-tiny") for _ in range(repeat)])
+        full = median_run([run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full")
+                           for _ in range(repeat)])
         results.append((name, full, tiny))
         print(f"  ran {name}: {full['seconds']:.1f}s (10-doc: {tiny['seconds']:.1f}s)", flush=True)
+    return results
 
-    print_pipeline_results(results, raw["tokens"] / raw["seconds"], expected)
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.raw_json:
+        return raw_json_child(args)
+    repeat = max(1, args.repeat)
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    tokenizer_dir = resolve_tokenizer(args.tokenizer)
+    corpus, meta = ensure_corpus(workdir, args.size_mb)
+    print_environment(tokenizer_dir, corpus, meta, workdir, cpu_capacity())
+
+    texts = load_texts(corpus)
+    text_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    eos = eos_token_id(tokenizer_dir)
+    baselines = measure_baselines(tokenizer_dir, corpus, texts, eos, repeat)
+    print_baselines(baselines, text_bytes)
+    raw = baselines[0][1]
+    appended = len(texts) - raw["ending_with_eos"]
+    expected = raw["tokens"] + appended
+    print(f"  expected pipeline tokens: {raw['tokens']:,} + {appended:,} EOS = {expected:,}"
+          f" (EOS id {eos}; {raw['ending_with_eos']} documents already end with it)", flush=True)
+    del texts
+
+    results = measure_modes(workdir, corpus, tokenizer_dir, repeat)
+    fast = baselines[1][1]
+    print_pipeline_results(results, raw["tokens"] / raw["seconds"],
+                           fast["tokens"] / fast["seconds"] if fast else None, text_bytes)
+    print_resources(results)
+    print_token_check(results, expected)
+    print(f"\nCPU capacity at end: {cpu_capacity():.2f} cores' worth"
+          + (f" (median of {repeat} runs per measurement)" if repeat > 1 else " (one run per measurement)"))
     print("\nCommands (run from the repository root)")
     for name, full, tiny in results:
         print(f"  {name}:\n    {full['command']}\n    {tiny['command']}")
