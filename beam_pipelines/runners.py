@@ -2,15 +2,14 @@
 
 With no `--runner` (or `--runner=DirectRunner`), a local job runs on Beam's FnApiRunner (the engine
 behind DirectRunner) through `OfflineDirectRunner`, which skips Beam's first attempt to start the
-Prism runner (that attempt downloads a binary), in `multi_processing` mode with one worker process
-per core: no download, no network. `--direct_num_workers=1` runs in-process. Any other runner name
-and every other flag pass through to Beam unchanged.
+Prism runner (that attempt downloads a binary): no download, no network. By default it runs one
+in-process worker whose tokenizer uses every core; `--direct_num_workers=N` runs N worker processes.
+Any other runner name and every other flag pass through to Beam unchanged.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Optional
 
@@ -74,26 +73,26 @@ def is_local_runner(runner_name: Optional[str]) -> bool:
     return runner_name in _LOCAL_RUNNERS
 
 
-def make_runner_and_options(beam_args: list[str], *, default_workers: Optional[int] = None
-                            ) -> tuple[PipelineRunner | str, PipelineOptions]:
+def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str, PipelineOptions]:
     """Builds the runner and options for `beam_args` (unrecognised flags stay Beam's to judge).
 
-    Local runs default to multi-process with `default_workers` (all cores) workers, unless the flags
-    set `--direct_num_workers` / `--direct_running_mode` themselves.
+    Local runs default to one in-process worker: the tokenizer's own Rust threads already use every
+    core, and this measured faster than one worker process per core, which pays for moving every
+    token row between processes (benchmarks/bench_pipeline.py, README "Performance").
+    `--direct_num_workers=N` with N > 1 selects N worker processes unless `--direct_running_mode`
+    says otherwise.
     """
     options = PipelineOptions(beam_args)
     runner_name = options.view_as(StandardOptions).runner
-    if is_local_runner(runner_name):
-        direct = options.view_as(DirectOptions)
-        explicit = {a.split("=", 1)[0] for a in beam_args if a.startswith("--")}
-        if "--direct_running_mode" not in explicit:
-            direct.direct_running_mode = "multi_processing"
-        if "--direct_num_workers" not in explicit:
-            direct.direct_num_workers = default_workers or os.cpu_count() or 1
-        if direct.direct_num_workers == 1 and "--direct_running_mode" not in explicit:
-            direct.direct_running_mode = "in_memory"
-        if "--default_sdk_harness_log_level" not in explicit:
-            # Local worker processes log every gRPC channel at INFO; keep the terminal for progress.
-            options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
-        return OfflineDirectRunner(), options
-    return runner_name, options
+    if not is_local_runner(runner_name):
+        return runner_name, options
+    direct = options.view_as(DirectOptions)
+    explicit = {a.split("=", 1)[0] for a in beam_args if a.startswith("--")}
+    if "--direct_num_workers" not in explicit:
+        direct.direct_num_workers = 1
+    if "--direct_running_mode" not in explicit:
+        direct.direct_running_mode = "in_memory" if direct.direct_num_workers == 1 else "multi_processing"
+    if "--default_sdk_harness_log_level" not in explicit:
+        # Local worker processes log every gRPC channel at INFO; keep the terminal for progress.
+        options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
+    return OfflineDirectRunner(), options

@@ -18,10 +18,10 @@ What one run does (nothing is downloaded):
 4. Pipeline. `easydata run CONFIG --quiet` as a subprocess, wall-clock of the whole command
    (interpreter start, Beam import, planning, reading, tokenizing, shuffling, Parquet/zstd writing,
    commit), in three local modes:
-     default      no runner flags: multi-process, one worker process per core;
-     in-process   `--direct_num_workers=1`: one in-process worker, tokenizer threads on all cores;
-     procs-only   `--direct_running_mode=multi_processing --direct_num_workers=2` and
-                  `RAYON_NUM_THREADS=1`: parallel processes only, single-threaded tokenizer.
+     default      no runner flags: one in-process worker, tokenizer threads on all cores;
+     processes    `--direct_num_workers=2`: two worker processes, each with tokenizer threads;
+     procs-only   `--direct_num_workers=2` and `RAYON_NUM_THREADS=1`: parallel processes only,
+                  single-threaded tokenizer.
    Each mode is also run on a 10-document corpus: that time is the fixed cost of starting a job.
    The token count of the manifest is checked against the baseline: baseline tokens (special tokens
    of the tokenizer's post-processor included, as the pipeline keeps them by default) plus one EOS
@@ -70,9 +70,8 @@ SKIP_DIRS = {"__pycache__", ".git"}
 DOC_SUFFIXES = (".txt", ".rst", ".md", ".html", ".htm")
 MODES = [  # (name, extra CLI flags, environment changes: None removes the variable)
     ("default", [], {"RAYON_NUM_THREADS": None}),
-    ("in-process", ["--direct_num_workers=1"], {"RAYON_NUM_THREADS": None}),
-    ("procs-only", ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
-     {"RAYON_NUM_THREADS": "1"}),
+    ("processes", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": None}),
+    ("procs-only", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": "1"}),
 ]
 
 

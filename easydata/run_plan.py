@@ -8,7 +8,7 @@ the workers and the final commit need in a small, picklable `RunPlan`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 from easydata.config import PipelineConfig, TokenizerConfig
 from easydata.errors import ConfigError
@@ -57,13 +57,14 @@ class RunPlan:
         return first, (infos if differ else {})
 
 
-def prepare_run(config: PipelineConfig, *, split_bytes: int = 64 * 2**20,
+def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                 group_bytes: int = DEFAULT_GROUP_BYTES) -> RunPlan:
     """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
 
     Args:
       config: the job.
-      split_bytes: target size of an input split (work unit of one reader).
+      split_bytes: target size of an input split (work unit of one reader); default: from the
+        dataset's total size (`easydata.sources.split_size`).
       group_bytes: target size of a shuffle group (memory of one sorting worker).
 
     Raises:

@@ -1,7 +1,7 @@
 """Reading input files into batches of documents, in splits that several workers can share.
 
 `plan_splits` lists the files of a dataset and cuts them into `InputSplit`s of roughly
-`target_bytes`: byte ranges for uncompressed line formats (JSONL, line-mode text), row-group ranges
+`target_bytes` (`split_size` picks it from the input size): byte ranges for uncompressed line formats (JSONL, line-mode text), row-group ranges
 for Parquet, record-batch ranges for Arrow IPC files; compressed files, CSV, JSON arrays and Arrow
 streams are one split each. `read_split` turns one split into `DocumentBatch`es of at most
 `batch_size` documents.
@@ -30,12 +30,14 @@ from easydata.filesystems import compression_of, expand_data_files, file_size, o
     strip_compression
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "plan_splits", "read_split", "infer_type", "total_input_bytes",
-           "key_names"]
+           "key_names", "split_size", "MAX_BATCH_CHARS"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
                     ".txt": "txt", ".text": "txt", ".md": "txt"}
 _EXCERPT_CHARS = 200
+# A batch closes at `batch_size` documents or this many characters of text, whichever comes first.
+MAX_BATCH_CHARS = 4 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +111,19 @@ def infer_type(path: str) -> str:
     return _EXTENSION_TYPES[ext]
 
 
-def plan_splits(dataset: DatasetConfig, target_bytes: int = 64 * 2**20) -> list[InputSplit]:
-    """Lists a dataset's files and cuts them into splits of about `target_bytes`.
+def split_size(total_bytes: int, *, minimum: int = 4 * 2**20, maximum: int = 64 * 2**20,
+               splits_wanted: int = 16) -> int:
+    """A split size giving about `splits_wanted` splits, within `[minimum, maximum]` bytes.
+
+    Small inputs still get several splits, so several workers share them; large inputs get splits
+    of at most `maximum`, a few seconds of tokenization each.
+    """
+    return int(min(maximum, max(minimum, total_bytes // splits_wanted)))
+
+
+def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> list[InputSplit]:
+    """Lists a dataset's files and cuts them into splits of about `target_bytes` (default: from the
+    dataset's total size, see `split_size`).
 
     With `num_rows` set, each file is one split so the first `num_rows` documents in input order can
     be taken; the limit itself is applied by the caller.
@@ -126,10 +139,13 @@ def plan_splits(dataset: DatasetConfig, target_bytes: int = 64 * 2**20) -> list[
             raise InputError(f"dataset '{dataset.name}': '{seen[name]}' and '{path}' have the same name"
                              f" '{name}' (the same file listed twice, or one path on two filesystems)")
         seen[name] = path
+    sizes = {path: file_size(path) for path in files}
+    if target_bytes is None:
+        target_bytes = split_size(sum(sizes.values()))
     splits: list[InputSplit] = []
     for path in files:
         kind = dataset.type or infer_type(path)
-        size = file_size(path)
+        size = sizes[path]
         whole = (compression_of(path) is not None or kind in ("csv", "json")
                  or (kind == "txt" and dataset.sample_by != "line") or dataset.num_rows is not None)
         if whole or size <= target_bytes:
@@ -212,11 +228,14 @@ class _Collector:
     def _reset(self) -> None:
         self.keys: list[str] = []
         self.texts: list[str] = []
+        self.text_chars = 0
         self.fields: dict[str, list[Any]] = {f: [] for f in self.ds.additional_fields}
 
     @property
     def full(self) -> bool:
-        return len(self.texts) >= self.batch_size
+        # Bounded by bytes too: a batch of long documents would otherwise hold several GB of tokenizer
+        # output at once.
+        return len(self.texts) >= self.batch_size or self.text_chars >= MAX_BATCH_CHARS
 
     @property
     def done(self) -> bool:
@@ -257,6 +276,7 @@ class _Collector:
         self.count += 1
         self.keys.append(f"{self.key_name}@{position}")
         self.texts.append(text)
+        self.text_chars += len(text)
         for f in self.fields:
             self.fields[f].append(record.get(f) if record is not None else None)
 

@@ -2,19 +2,26 @@
 
 The tokenizer is loaded once per worker in `DoFn.setup`; each element is a whole `DocumentBatch`,
 tokenized in one batched Rust call by `easydata.tokenization.tokenize_documents`.
+
+Tokenizing runs one batch ahead on a helper thread: while the Rust tokenizer (which releases the
+GIL and uses its own threads) encodes batch N+1, this worker's Python thread passes batch N
+downstream (routing, counting, staging). Outputs keep their input order within a bundle, and the
+last pending batch is emitted in `finish_bundle` with the window and timestamp it arrived with.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any, Iterator, Optional
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.utils.windowed_value import WindowedValue
 
 from easydata.config import TokenizeStageConfig, TokenizerConfig
 from easydata.progress import ProgressSink
 from easydata.sources import DocumentBatch
-from easydata.tokenization import tokenize_documents
+from easydata.tokenization import TokenizedStats, tokenize_documents
 from easydata.tokenizer import TokenizerHandle
 
 __all__ = ["Tokenize"]
@@ -29,21 +36,47 @@ class _TokenizeFn(beam.DoFn):
         self._progress_dir = progress_dir
         self._tokenizer: Optional[TokenizerHandle] = None
         self._progress: Optional[ProgressSink] = None
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pending: Optional[tuple[concurrent.futures.Future, Any, Any]] = None
         self._documents = beam.metrics.Metrics.counter("easydata", "documents_tokenized")
         self._tokens = beam.metrics.Metrics.counter("easydata", "tokens")
 
     def setup(self) -> None:
         self._tokenizer = TokenizerHandle(self._tokenizer_config)
         self._progress = ProgressSink(self._progress_dir)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-tokenize")
 
-    def process(self, batch: DocumentBatch) -> Iterator[pa.RecordBatch]:
-        rows, stats = tokenize_documents(batch, self._tokenizer, self._config, self._seed)
+    def start_bundle(self) -> None:
+        self._pending = None
+
+    def _encode(self, batch: DocumentBatch) -> tuple[pa.RecordBatch, TokenizedStats]:
+        return tokenize_documents(batch, self._tokenizer, self._config, self._seed)
+
+    def _collect(self) -> tuple[pa.RecordBatch, Any, Any]:
+        future, window, timestamp = self._pending
+        self._pending = None
+        rows, stats = future.result()
         self._documents.inc(stats.documents)
         self._tokens.inc(stats.tokens)
         self._progress.add(documents=stats.documents, tokens=stats.tokens)
-        yield rows
+        return rows, window, timestamp
+
+    def process(self, batch: DocumentBatch, window=beam.DoFn.WindowParam,
+                timestamp=beam.DoFn.TimestampParam) -> Iterator[Any]:
+        submitted = (self._executor.submit(self._encode, batch), window, timestamp)
+        if self._pending is not None:
+            rows, previous_window, previous_timestamp = self._collect()
+            yield WindowedValue(rows, previous_timestamp, [previous_window])
+        self._pending = submitted
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._pending is not None:
+            rows, window, timestamp = self._collect()
+            yield WindowedValue(rows, timestamp, [window])
 
     def teardown(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
         if self._progress is not None:
             self._progress.flush()
 
