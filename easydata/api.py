@@ -13,8 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from easydata.config import DatasetConfig, PackStageConfig, PipelineConfig, MixStageConfig, SaveStageConfig, \
-    TokenizeStageConfig
+from easydata.config import DatasetConfig, MixStageConfig, PipelineConfig
 
 __all__ = ["Pipeline", "tokenize_and_save"]
 
@@ -43,17 +42,16 @@ class Pipeline:
         return self._with(datasets=[*self.config.datasets, *added])
 
     def tokenize(self, **settings: Any) -> "Pipeline":
-        return self._with(tokenize=dataclasses.replace(self.config.tokenize, **settings)
-                          if settings else self.config.tokenize or TokenizeStageConfig())
+        return self._with(tokenize=dataclasses.replace(self.config.tokenize, **settings))
 
     def mix(self, **settings: Any) -> "Pipeline":
         return self._with(mix=dataclasses.replace(self.config.mix or MixStageConfig(), **settings))
 
     def pack(self, **settings: Any) -> "Pipeline":
-        return self._with(pack=dataclasses.replace(self.config.pack or PackStageConfig(), **settings))
+        return self._with(pack=dataclasses.replace(self.config.pack, **settings))
 
     def save(self, **settings: Any) -> "Pipeline":
-        return self._with(save=dataclasses.replace(self.config.save or SaveStageConfig(), **settings))
+        return self._with(save=dataclasses.replace(self.config.save, **settings))
 
     def build(self, beam_args: Optional[Sequence[str]] = None, *, show_progress: bool = False) -> Any:
         """Validates the config, then builds and runs the Beam pipeline; returns a `BatchResult`."""

@@ -24,14 +24,13 @@ from easydata.sharding import ShardInfo
 __all__ = ["finalize_output", "output_schema"]
 
 
-def output_schema(config: PipelineConfig) -> dict[str, Any]:
-    """The manifest's `schema` entry for this config's output."""
-    columns = {"input_ids": "list<int32>", "attention_mask": "list<int32>"}
-    extra = {}
-    for ds in config.datasets:
-        for field in ds.additional_fields:
-            extra.setdefault(field, "any")
-    return {"columns": {**columns, **extra}, "token_columns": [c for c in TOKEN_COLUMNS if c in columns],
+def output_schema(shards: Iterable[ShardInfo]) -> dict[str, Any]:
+    """The manifest's `schema` entry: every column with its Arrow type, as written."""
+    columns: dict[str, str] = {}
+    for shard in shards:
+        for name, dtype in shard.columns:
+            columns.setdefault(name, dtype)
+    return {"columns": columns, "token_columns": [c for c in TOKEN_COLUMNS if c in columns],
             "packed": False, "seq_length": None}
 
 
@@ -80,9 +79,10 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     commit_output(plan.output_dir, plan.staging, moves)
     tokenizer, per_dataset = plan.tokenizer_manifest()
     elapsed = time.time() - started_at
+    written = [s for infos in by_dataset.values() for s in infos]
     manifest = build_manifest(
         config=config.to_dict(), fingerprint=config.fingerprint(), tokenizer=tokenizer,
-        schema=output_schema(config), datasets=datasets, output_format=config.save.format,
+        schema=output_schema(written), datasets=datasets, output_format=config.save.format,
         compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
         run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3)})
     write_manifest(plan.output_dir, manifest)

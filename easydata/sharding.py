@@ -178,6 +178,7 @@ class ShardInfo:
     rows: int
     tokens: int
     bytes: int
+    columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the written schema
 
 
 def serialize_schema(schema: pa.Schema) -> bytes:

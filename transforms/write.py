@@ -87,7 +87,8 @@ class _AssembleShardFn(beam.DoFn):
         if rows != expected:  # a bug guard: never commit a shard that lost rows
             raise RuntimeError(f"shard {relative}: wrote {rows} rows, pieces hold {expected}")
         yield ShardInfo(dataset=self._name, shard=shard, num_shards=num_shards, temp_path=dest,
-                        relative_path=relative, rows=rows, tokens=tokens, bytes=file_size(dest))
+                        relative_path=relative, rows=rows, tokens=tokens, bytes=file_size(dest),
+                        columns=tuple((f.name, str(f.type)) for f in schema if f.name not in _HIDDEN))
 
 
 def _unify(serialized: list[bytes]) -> pa.Schema:
