@@ -8,6 +8,7 @@ for local runs, and returns the committed manifest.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import tempfile
 import time
 from typing import Any, Optional
@@ -15,10 +16,11 @@ from typing import Any, Optional
 import apache_beam as beam
 
 from easydata.config import PipelineConfig
+from easydata.errors import EasyDataError
 from easydata.manifest import read_manifest
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
-from beam_pipelines.runners import make_runner_and_options
+from beam_pipelines.runners import make_runner_and_options, unknown_beam_flags
 from transforms import REJECTED_TAG, STATS_TAG, CommitOutput, ReadDocuments, Tokenize, WriteShards
 
 __all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
@@ -76,8 +78,13 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
       plan_options: `split_bytes` / `group_bytes` tuning passed to `prepare_run`.
     """
     started = time.time()
+    beam_args = list(beam_args or [])
+    for flag, suggestion in unknown_beam_flags(beam_args):
+        if suggestion:
+            raise EasyDataError(f"unknown option {flag} (did you mean {suggestion}?)")
+        print(f"easydata: warning: {flag} is not an option Beam knows here; passing it on", file=sys.stderr)
     plan = prepare_run(config, **plan_options)
-    runner, options = make_runner_and_options(list(beam_args or []))
+    runner, options = make_runner_and_options(beam_args)
     local = not isinstance(runner, str)  # local runners are instances, remote ones names
     pipeline = beam.Pipeline(runner=runner, options=options)
     with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir:

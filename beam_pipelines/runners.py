@@ -9,6 +9,7 @@ Any other runner name and every other flag pass through to Beam unchanged.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import sys
 from typing import Optional
@@ -17,7 +18,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
-__all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner"]
+__all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "unknown_beam_flags"]
 
 _LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
                   "SwitchingDirectRunner"}
@@ -71,6 +72,25 @@ class OfflineDirectRunner(DirectRunner):
 
 def is_local_runner(runner_name: Optional[str]) -> bool:
     return runner_name in _LOCAL_RUNNERS
+
+
+def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
+    """Flags no registered Beam options class declares, each with the closest known flag (or None).
+
+    Beam itself silently drops such flags, so a typo like `--runer=DataflowRunner` would otherwise
+    run the job locally. Options of runners not imported yet are unknown here, hence the suggestion:
+    callers refuse flags that look like typos and only warn about the others.
+    """
+    known = set(PipelineOptions([]).get_all_options())
+    found = []
+    for arg in beam_args:
+        if not arg.startswith("--"):
+            continue
+        name = arg[2:].split("=", 1)[0].replace("-", "_")
+        if name and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            found.append((arg.split("=", 1)[0], f"--{close[0]}" if close else None))
+    return found
 
 
 def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str, PipelineOptions]:

@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace an existing output (save.overwrite)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     run.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
+    run.add_argument("--resume", action="store_true", help="continue an interrupted run (not available yet)")
+    run.add_argument("--streaming", action="store_true", help="run the streaming pipeline (not available yet)")
 
     tok = sub.add_parser("tokenize", help="tokenize files into sharded output in one command",
                          description="One-line equivalent of tokenize_and_save. Unknown --flags go to Beam.")
@@ -136,6 +138,9 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if unknown:
         raise EasyDataError(f"unexpected argument '{unknown[0]}' (Beam options look like --name=value)")
     if args.command == "run":
+        for flag in ("resume", "streaming"):
+            if getattr(args, flag):
+                raise EasyDataError(f"--{flag} is not implemented yet in this release")
         return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose)
     if args.command == "tokenize":
         return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose)

@@ -140,3 +140,10 @@ def test_tokenize_command_with_real_tokenizer(tmp_path, mistral_tokenizer_dir):
     table = pq.read_table(sorted((tmp_path / "out" / "data").glob("*.parquet")))
     assert sorted(tuple(r) for r in table.column("input_ids").to_pylist()) == expected
     assert _cli("validate", str(tmp_path / "out")).returncode == 0
+
+
+def test_beam_flag_typo_and_unavailable_flags_are_one_line_errors(job, capsys):
+    err = _one_line_error(capsys, main(["run", str(job), "--quiet", "--runer=DataflowRunner"]))
+    assert "unknown option --runer (did you mean --runner?)" in err
+    err = _one_line_error(capsys, main(["run", str(job), "--resume"]))
+    assert "--resume is not implemented yet" in err

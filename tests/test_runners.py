@@ -37,3 +37,11 @@ def test_offline_runner_runs_a_pipeline_in_two_processes():
     with beam.Pipeline(runner=runner, options=options) as p:
         squares = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(lambda x: x * x)
         assert_that(squares, equal_to([x * x for x in range(20)]))
+
+
+def test_unknown_flags_are_found_with_suggestions():
+    from beam_pipelines.runners import unknown_beam_flags
+
+    assert unknown_beam_flags(["--runner=DirectRunner", "--direct_num_workers=2", "--runer=DataflowRunner",
+                               "--my_custom_flag", "positional"]) == [("--runer", "--runner"),
+                                                                      ("--my_custom_flag", None)]
