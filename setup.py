@@ -25,7 +25,8 @@ setup(
         "gcp": ["apache-beam[gcp]>=2.60,<3", "gcsfs>=2023.6"],
         "s3": ["s3fs>=2023.6"],
         "jax": ["jax>=0.4.20"],
-        "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1"],
+        # pandas, duckdb and datasets: tests prove the shards load in the tools users already have.
+        "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "pandas>=2", "duckdb>=1", "datasets>=2.18"],
     },
     entry_points={"console_scripts": ["easydata=easydata.cli:main"]},
 )
