@@ -147,3 +147,11 @@ def test_beam_flag_typo_and_unavailable_flags_are_one_line_errors(job, capsys):
     assert "unknown option --runer (did you mean --runner?)" in err
     err = _one_line_error(capsys, main(["run", str(job), "--resume"]))
     assert "--resume is not implemented yet" in err
+
+
+def test_too_many_rejects_fail_the_run_in_one_line(job, tmp_path, capsys):
+    """The check runs inside the pipeline's commit step: Beam's wrapped error still ends in one line."""
+    (tmp_path / "data" / "bad.jsonl").write_text('{"text": ""}\n{"oops": 1}\n')
+    err = _one_line_error(capsys, main(["run", str(job), "--quiet", "--set", "max_rejected_fraction=0.01"]))
+    assert "2 of 52 documents rejected" in err
+    assert not (tmp_path / "out" / "manifest.json").exists()
