@@ -1,0 +1,142 @@
+"""Packing: property-based invariants for every strategy, plus literal layouts for edge sizes.
+
+For random document lengths (including 0, 1, L-1, L, L+1 and 10L) every strategy must produce rows of
+exactly L tokens in which each document's tokens appear exactly once and in order, segment ids run
+1..k with 0 only as trailing padding, and positions restart at 0 in every segment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from easydata.packing import STRATEGIES, fill_rows, pack_documents, plan_packing
+
+L = 16
+PAD = -1
+
+
+def _documents(lengths: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Token i of document d is d * 1000 + i: every token is unique and names its place."""
+    tokens = np.concatenate([np.arange(n, dtype=np.int32) + 1000 * d for d, n in enumerate(lengths)] or
+                            [np.zeros(0, np.int32)]).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return tokens, offsets
+
+
+def assert_packed_invariants(rows, lengths: list[int], seq_length: int, max_segments=None) -> None:
+    ids, seg, pos = rows.input_ids, rows.segment_ids, rows.positions
+    assert ids.shape == seg.shape == pos.shape == (rows.num_rows, seq_length)
+    pad = seg == 0
+    assert np.all(ids[pad] == PAD)
+    # padding only at the tail of a row
+    assert not np.any(np.maximum.accumulate(pad, axis=1) & ~pad)
+    # segment ids 1..k in order, no gaps
+    for r in range(rows.num_rows):
+        real = seg[r][~pad[r]]
+        assert len(real) > 0, "no empty rows"
+        k = real.max()
+        assert list(np.unique(real)) == list(range(1, k + 1))
+        assert np.all(np.diff(real) >= 0)
+        if max_segments is not None:
+            assert k <= max_segments
+        for s in range(1, k + 1):
+            assert list(pos[r][seg[r] == s]) == list(range(int(np.sum(seg[r] == s))))
+    # every token exactly once, each document's pieces in order
+    flat = ids[~pad]
+    assert len(flat) == sum(lengths)
+    for d, n in enumerate(lengths):
+        placed = flat[(flat >= 1000 * d) & (flat < 1000 * d + 1000)] if n else np.zeros(0)
+        assert sorted(placed.tolist()) == list(range(1000 * d, 1000 * d + n))
+        # in order across rows and segments: reading rows in order gives 0..n-1 for greedy; for the
+        # bin strategies pieces of one document are full chunks then the remainder, also in order
+        assert placed.tolist() == sorted(placed.tolist())
+
+
+EDGE = st.sampled_from([0, 1, L - 1, L, L + 1, 10 * L])
+LENGTHS = st.lists(st.one_of(EDGE, st.integers(0, 3 * L)), max_size=40)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lengths=LENGTHS, cap=st.one_of(st.none(), st.integers(1, 4)), pool=st.integers(1, 5))
+def test_invariants_hold_for_every_strategy(strategy, lengths, cap, pool):
+    tokens, offsets = _documents(lengths)
+    rows = pack_documents(tokens, offsets, L, strategy=strategy, pad_id=PAD, max_segments=cap, pool_size=pool)
+    assert_packed_invariants(rows, lengths, L, cap)
+
+
+@pytest.mark.parametrize("strategy", ["first_fit", "best_fit", "pool"])
+@settings(max_examples=100, deadline=None)
+@given(lengths=LENGTHS)
+def test_bin_strategies_never_split_a_short_document(strategy, lengths):
+    plan = plan_packing(np.array(lengths, dtype=np.int64), L, strategy)
+    for d, n in enumerate(lengths):
+        pieces = np.flatnonzero(plan.doc == d)
+        expected = -(-n // L)
+        assert len(pieces) == expected  # documents <= L stay whole; longer: full chunks + remainder
+        assert len(set(plan.row[pieces].tolist())) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(lengths=LENGTHS)
+def test_greedy_wastes_at_most_the_last_row(lengths):
+    rows = pack_documents(*_documents(lengths), L, strategy="greedy", pad_id=PAD)
+    assert rows.num_rows == -(-sum(lengths) // L)
+    assert rows.padding_tokens == rows.num_rows * L - sum(lengths)
+
+
+def test_literal_layouts():
+    tokens, offsets = _documents([3, 17, 5])
+    greedy = pack_documents(tokens, offsets, 8, strategy="greedy", pad_id=PAD)
+    assert greedy.segment_ids.tolist() == [[1, 1, 1, 2, 2, 2, 2, 2], [1] * 8, [1, 1, 1, 1, 2, 2, 2, 2],
+                                           [1, 0, 0, 0, 0, 0, 0, 0]]
+    assert greedy.positions.tolist()[2] == [0, 1, 2, 3, 0, 1, 2, 3]
+    first = pack_documents(tokens, offsets, 8, strategy="first_fit", pad_id=PAD)
+    # items longest first: 8, 8 (doc 1 chunks), 5 (doc 2), 3 (doc 0), 1 (doc 1 remainder)
+    assert first.input_ids.tolist() == [
+        list(range(1000, 1008)), list(range(1008, 1016)),
+        [2000, 2001, 2002, 2003, 2004, 0, 1, 2], [1016, PAD, PAD, PAD, PAD, PAD, PAD, PAD]]
+    assert first.segment_ids.tolist()[2] == [1, 1, 1, 1, 1, 2, 2, 2]
+
+
+def test_best_fit_picks_the_tightest_row_first_fit_the_first():
+    # Longest first into rows of 10: 10 -> row 0; 8 -> row 1 (2 free); 5 -> row 2; 4 -> row 2 (1 free);
+    # the last item (1 token, document 2) goes to row 1 under first fit, to the tighter row 2 under best fit.
+    lengths = np.array([4, 5, 1, 8, 10])
+    first = plan_packing(lengths, 10, "first_fit")
+    best = plan_packing(lengths, 10, "best_fit")
+    assert dict(zip(first.doc.tolist(), first.row.tolist())) == {4: 0, 3: 1, 1: 2, 0: 2, 2: 1}
+    assert dict(zip(best.doc.tolist(), best.row.tolist())) == {4: 0, 3: 1, 1: 2, 0: 2, 2: 2}
+
+
+def test_loss_mask_travels_with_its_tokens():
+    tokens, offsets = _documents([5, 9, 2])
+    mask = (tokens % 2).astype(np.int32)
+    for strategy in STRATEGIES:
+        rows = pack_documents(tokens, offsets, 8, strategy=strategy, pad_id=PAD, loss_mask=mask)
+        real = rows.segment_ids > 0
+        assert np.array_equal(rows.loss_mask[real], rows.input_ids[real] % 2)
+        assert np.all(rows.loss_mask[~real] == 0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"seq_length": 0}, "`seq_length` must be positive, got 0."),
+    ({"strategy": "next_fit"}, "`strategy` must be one of greedy, first_fit, best_fit, pool, got 'next_fit'."),
+    ({"max_segments": 0}, "`max_segments` must be positive or None, got 0."),
+])
+def test_arguments_are_checked(kwargs, message):
+    args = {"seq_length": 8, "strategy": "greedy", **kwargs}
+    with pytest.raises(ValueError) as info:
+        plan_packing(np.array([1, 2]), args.pop("seq_length"), args.pop("strategy"), **args)
+    assert str(info.value) == message
+
+
+def test_no_documents_no_rows():
+    for strategy in STRATEGIES:
+        rows = pack_documents(np.zeros(0, np.int32), np.zeros(1, np.int64), 8, strategy=strategy)
+        assert rows.num_rows == 0 and rows.input_ids.shape == (0, 8)
+        assert fill_rows(plan_packing(np.array([0, 0]), 8, strategy), np.zeros(0, np.int32),
+                         np.zeros(3, np.int64), 8, 0).num_rows == 0
