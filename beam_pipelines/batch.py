@@ -1,4 +1,4 @@
-"""The batch pipeline: read -> tokenize -> shuffle into shards -> commit, for every dataset.
+"""The batch pipeline: read -> tokenize -> (pack) -> shuffle into shards -> commit, for every dataset.
 
 `build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` prepares the run
 (checks, splits, tokenizers, output directory), runs it on the chosen runner with a progress report
@@ -21,7 +21,8 @@ from easydata.manifest import read_manifest
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
 from beam_pipelines.runners import make_runner_and_options, unknown_beam_flags
-from transforms import REJECTED_TAG, STATS_TAG, CommitOutput, ReadDocuments, Tokenize, WriteShards
+from transforms import PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, CommitOutput, Pack, ReadDocuments, Tokenize, \
+    WriteShards
 
 __all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
 
@@ -43,6 +44,11 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
             progress_dir=progress_dir)
         rows = read.documents | f"Tokenize[{name}]" >> Tokenize(
             tokenizer=ds_plan.tokenizer, config=config.tokenize, seed=config.seed, progress_dir=progress_dir)
+        if config.pack.enabled:
+            packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=ds_plan.pad_id,
+                                                    seed=config.seed, num_groups=ds_plan.num_groups)
+            rows = packed.rows
+            stats.append(packed[PACK_STATS_TAG])
         shards.append(rows | f"Write[{name}]" >> WriteShards(
             name=name, num_groups=ds_plan.num_groups, save=config.save, staging=plan.staging))
         stats.append(read[STATS_TAG])

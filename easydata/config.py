@@ -192,8 +192,10 @@ class PackStageConfig:
       enabled: pack (true) or write one row per document (false).
       seq_length: length of every packed row.
       strategy: `greedy`, `first_fit`, `best_fit` or `pool`.
-      pad_token_id: padding id when the tokenizer has no pad token.
+      pad_token_id: padding id (default: the tokenizer's pad token, else its EOS, else 0); padding
+        is marked by `segment_ids == 0` whatever its id.
       max_segments_per_row: optional cap on documents per row.
+      pool_size: open rows kept by the `pool` strategy.
     """
 
     enabled: bool = False
@@ -201,6 +203,7 @@ class PackStageConfig:
     strategy: Literal["greedy", "first_fit", "best_fit", "pool"] = "first_fit"
     pad_token_id: Optional[int] = None
     max_segments_per_row: Optional[int] = None
+    pool_size: int = 8
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -355,8 +358,12 @@ class PipelineConfig:
             problems.append(f"max_rejected_fraction must be within [0, 1], got {self.max_rejected_fraction}")
         if self.pack.seq_length <= 0:
             problems.append(f"pack.seq_length must be positive, got {self.pack.seq_length}")
-        if self.pack.enabled:
-            problems.append("pack.enabled: packing is not implemented yet; set `pack.enabled: false`")
+        if self.pack.max_segments_per_row is not None and self.pack.max_segments_per_row <= 0:
+            problems.append(f"pack.max_segments_per_row must be positive, got {self.pack.max_segments_per_row}")
+        if self.pack.pool_size <= 0:
+            problems.append(f"pack.pool_size must be positive, got {self.pack.pool_size}")
+        if self.pack.pad_token_id is not None and self.pack.pad_token_id < 0:
+            problems.append(f"pack.pad_token_id must be >= 0, got {self.pack.pad_token_id}")
         if self.mix is not None and self.mix.weights:
             problems.append("mix: weighted mixing is not implemented yet; remove the `mix` section")
         save = self.save

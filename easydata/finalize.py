@@ -24,14 +24,43 @@ from easydata.sharding import ShardInfo
 __all__ = ["finalize_output", "output_schema"]
 
 
-def output_schema(shards: Iterable[ShardInfo]) -> dict[str, Any]:
-    """The manifest's `schema` entry: every column with its Arrow type, as written."""
+def output_schema(shards: Iterable[ShardInfo], config: PipelineConfig) -> dict[str, Any]:
+    """The manifest's `schema` entry: every column with its Arrow type as written, and packing."""
     columns: dict[str, str] = {}
     for shard in shards:
         for name, dtype in shard.columns:
             columns.setdefault(name, dtype)
+    packed = config.pack.enabled
     return {"columns": columns, "token_columns": [c for c in TOKEN_COLUMNS if c in columns],
-            "packed": False, "seq_length": None}
+            "packed": packed, "seq_length": config.pack.seq_length if packed else None,
+            "strategy": config.pack.strategy if packed else None}
+
+
+def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, packed: bool) -> dict[str, Any]:
+    """One dataset's manifest entry; checks that its counters add up."""
+    rows = sum(s.rows for s in infos)
+    written = c["packed_documents"] if packed else rows
+    if c["documents_in"] != written + c["documents_rejected"]:
+        raise RuntimeError(f"dataset '{name}': documents_in={c['documents_in']} but written={written} +"
+                           f" rejected={c['documents_rejected']}; refusing to commit")
+    if packed and (rows != c["packed_rows"] or sum(s.tokens for s in infos) != c["packed_tokens"]):
+        raise RuntimeError(f"dataset '{name}': shards hold {rows} rows, the packer made {c['packed_rows']};"
+                           " refusing to commit")
+    entry = {
+        "shards": [{"path": s.relative_path, "rows": s.rows, "tokens": s.tokens, "padding_tokens": s.padding_tokens,
+                    "bytes": s.bytes} for s in infos],
+        "documents_in": c["documents_in"],
+        "documents_written": written,
+        "documents_rejected": c["documents_rejected"],
+        "input_bytes": c["input_bytes"],
+        "padding_tokens": sum(s.padding_tokens for s in infos),
+    }
+    if packed:
+        slots = sum(s.tokens + s.padding_tokens for s in infos)
+        entry["segments"] = c["packed_segments"]
+        entry["segments_per_row"] = round(c["packed_segments"] / rows, 4) if rows else 0.0
+        entry["padding_fraction"] = round(entry["padding_tokens"] / slots, 6) if slots else 0.0
+    return entry
 
 
 def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo],
@@ -52,20 +81,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     datasets: dict[str, dict[str, Any]] = {}
     for name, infos in by_dataset.items():
         infos.sort(key=lambda s: s.shard)
-        written = sum(s.rows for s in infos)
-        c = counters[name]
-        if c["documents_in"] != written + c["documents_rejected"]:
-            raise RuntimeError(f"dataset '{name}': documents_in={c['documents_in']} but written={written} +"
-                               f" rejected={c['documents_rejected']}; refusing to commit")
-        datasets[name] = {
-            "shards": [{"path": s.relative_path, "rows": s.rows, "tokens": s.tokens, "bytes": s.bytes}
-                       for s in infos],
-            "documents_in": c["documents_in"],
-            "documents_written": written,
-            "documents_rejected": c["documents_rejected"],
-            "input_bytes": c["input_bytes"],
-            "padding_tokens": 0,
-        }
+        datasets[name] = _dataset_entry(name, infos, counters[name], config.pack.enabled)
     total_in = sum(d["documents_in"] for d in datasets.values())
     total_rejected = sum(d["documents_rejected"] for d in datasets.values())
     limit = config.max_rejected_fraction
@@ -78,11 +94,13 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     moves += [(join(plan.staging, rel), rel) for rel in rejected_files]
     commit_output(plan.output_dir, plan.staging, moves)
     tokenizer, per_dataset = plan.tokenizer_manifest()
+    if config.pack.enabled:
+        tokenizer = {**tokenizer, "pad_token_id_used": plan.datasets[0].pad_id if plan.datasets else None}
     elapsed = time.time() - started_at
     written = [s for infos in by_dataset.values() for s in infos]
     manifest = build_manifest(
         config=config.to_dict(), fingerprint=config.fingerprint(), tokenizer=tokenizer,
-        schema=output_schema(written), datasets=datasets, output_format=config.save.format,
+        schema=output_schema(written, config), datasets=datasets, output_format=config.save.format,
         compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
         run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3)})
     write_manifest(plan.output_dir, manifest)

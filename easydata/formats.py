@@ -261,18 +261,26 @@ def write_piece(table: pa.Table, path: str) -> None:
 
 
 def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schema, *, compression: str,
-                   row_group_size: int, drop_columns: tuple[str, ...] = ()) -> tuple[int, int]:
+                   row_group_size: int, drop_columns: tuple[str, ...] = ()) -> tuple[int, int, int]:
     """Streams staged pieces, in order, into one shard file.
 
     Returns:
-      `(rows, tokens)` written, where tokens counts `input_ids` values.
+      `(rows, tokens, padding_tokens)` written: tokens are real tokens (`segment_ids != 0` in packed
+      rows, every `input_ids` value otherwise), padding the rest.
     """
     out_schema = pa.schema([f for f in schema if f.name not in drop_columns])
     writer = ShardWriter(dest, fmt, out_schema, compression=compression, row_group_size=row_group_size)
-    tokens = 0
+    tokens = padding = 0
+    packed = "segment_ids" in out_schema.names
     for path in piece_paths:
         for batch in iter_shard_batches(path, "arrow"):
             batch = conform(batch.select(out_schema.names), out_schema)
-            tokens += len(batch.column("input_ids").flatten())
+            if packed:
+                segments = batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False)
+                real = int(np.count_nonzero(segments))
+                tokens += real
+                padding += len(segments) - real
+            else:
+                tokens += len(batch.column("input_ids").flatten())
             writer.write(batch)
-    return writer.close(), tokens
+    return writer.close(), tokens, padding

@@ -45,6 +45,7 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
             "documents_written": int(info["documents_written"]),
             "documents_rejected": int(info["documents_rejected"]),
         }
+        entry.update({k: v for k, v in info.items() if k not in entry})  # e.g. packing statistics
         outputs[name] = entry
         for key in totals:
             totals[key] += len(shards) if key == "shards" else entry[key]
@@ -100,7 +101,10 @@ def read_manifest(output_dir: str) -> dict[str, Any]:
         raise ValidationFailed(f"'{path}' is not a readable JSON manifest: {e}") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise ValidationFailed(f"'{path}' is not an easydata manifest (no format_version)")
-    if manifest["format_version"] > FORMAT_VERSION:
+    version = manifest["format_version"]
+    if not isinstance(version, int) or isinstance(version, bool):  # else `>` below raises TypeError
+        raise ValidationFailed(f"'{path}' has an invalid format_version {version!r}")
+    if version > FORMAT_VERSION:
         raise ValidationFailed(f"'{path}' has format_version {manifest['format_version']}; this easydata"
                                f" reads up to {FORMAT_VERSION}: upgrade easydata-beam")
     return manifest

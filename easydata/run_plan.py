@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from easydata.config import PipelineConfig, TokenizerConfig
 from easydata.errors import ConfigError
+from easydata.pack_stage import resolve_pad_id
 from easydata.output import new_run_id, prepare_output, staging_dir
 from easydata.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
 from easydata.sources import InputSplit, plan_splits
@@ -34,6 +35,7 @@ class DatasetPlan:
     tokenizer_info: TokenizerInfo
     input_bytes: int
     num_groups: int
+    pad_id: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +93,10 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
             loaded[tok] = handle.info
         splits = plan_splits(ds, target_bytes=split_bytes)
         input_bytes = sum(s.size for s in splits)
-        datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=loaded[tok],
+        info = loaded[tok]
+        datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes,
+                                    pad_id=resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id),
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
     prepare_output(config.save.output_dir, config.save.overwrite)

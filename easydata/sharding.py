@@ -162,7 +162,6 @@ class PieceInfo:
     group: int
     path: str
     rows: int
-    tokens: int
     schema: bytes  # serialized Arrow schema, to unify column types across a dataset's shards
 
 
@@ -178,6 +177,7 @@ class ShardInfo:
     rows: int
     tokens: int
     bytes: int
+    padding_tokens: int = 0
     columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the written schema
 
 

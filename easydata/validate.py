@@ -1,11 +1,12 @@
 """`easydata validate`: check that an output directory is complete and consistent with its manifest.
 
 Checks: the manifest exists and parses; every listed shard exists and reads to the end; its schema has
-the manifest's columns with int32 token lists; row and token counts equal the manifest's, per shard,
+the manifest's columns with int32 token lists; row and token counts (real tokens: packed rows' padding,
+`segment_ids == 0`, is not counted) equal the manifest's, per shard,
 per dataset and in total; token ids are in `[0, vocab_size)`; token-aligned columns have the same
 length as `input_ids` in every row; the document counters add up; no stray shard files are present
 that the manifest does not list. Packed outputs also get the packed invariants (exact row length,
-segment ids 0 only as trailing padding, positions restarting per segment).
+segment ids 1..k with 0 only as trailing padding, positions restarting per segment).
 
 Shards are read one record batch at a time, so validating never holds a whole shard in memory.
 """
@@ -56,7 +57,7 @@ class ValidationReport:
 
 def _check_batch(batch: pa.RecordBatch, where: str, vocab_size: int | None, schema: dict[str, Any],
                  problems: list[str]) -> int:
-    """Checks one record batch; returns its token count."""
+    """Checks one record batch; returns its real (non-padding) token count."""
     ids = batch.column("input_ids")
     lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False)
     values = ids.flatten().to_numpy(zero_copy_only=False)
@@ -81,6 +82,9 @@ def _check_batch(batch: pa.RecordBatch, where: str, vocab_size: int | None, sche
                 problems.append(f"{where}: segment id 0 (padding) is followed by real tokens")
             if np.any(np.diff(seg, axis=1)[~pad[:, 1:]] < 0):
                 problems.append(f"{where}: segment ids decrease within a row")
+            real = ~pad  # SPEC §5: segments are numbered 1..k in every row
+            if np.any(real[:, 0] & (seg[:, 0] != 1)) or np.any((np.diff(seg, axis=1) > 1) & real[:, 1:] & real[:, :-1]):
+                problems.append(f"{where}: segment ids do not count 1, 2, ..., k from the start of the row")
             if "positions" in batch.schema.names:
                 pos = batch.column("positions").flatten().to_numpy(zero_copy_only=False).reshape(-1, seq_length)
                 starts = np.ones_like(pad)
@@ -89,6 +93,8 @@ def _check_batch(batch: pa.RecordBatch, where: str, vocab_size: int | None, sche
                     np.where(starts, np.arange(seq_length)[None, :], 0), axis=1)
                 if np.any((pos != expected) & ~pad):
                     problems.append(f"{where}: positions do not restart at 0 for every segment")
+    if "segment_ids" in batch.schema.names:
+        return int(np.count_nonzero(batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False)))
     return int(len(values))
 
 

@@ -155,3 +155,26 @@ def test_too_many_rejects_fail_the_run_in_one_line(job, tmp_path, capsys):
     err = _one_line_error(capsys, main(["run", str(job), "--quiet", "--set", "max_rejected_fraction=0.01"]))
     assert "2 of 52 documents rejected" in err
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_tokenize_and_pack_with_real_tokenizer(tmp_path, mistral_tokenizer_dir):
+    """`easydata tokenize --pack`: the multiset of real tokens equals the reference tokenization + EOS."""
+    import collections
+
+    import numpy as np
+
+    texts = make_texts(400, seed=12, max_words=400)
+    write_jsonl(tmp_path / "corpus.jsonl", ({"text": t} for t in texts))
+    run = _cli("tokenize", "--data-files", str(tmp_path / "corpus.jsonl"), "--tokenizer", str(mistral_tokenizer_dir),
+               "--output", str(tmp_path / "out"), "--pack", "--seq-length", "256", "--quiet")
+    assert run.returncode == 0, run.stderr
+    tok = Tokenizer.from_file(str(mistral_tokenizer_dir / "tokenizer.json"))
+    expected = collections.Counter(t for text in texts for t in tok.encode(text).ids + [2])
+    table = pq.read_table(sorted((tmp_path / "out" / "data").glob("*.parquet")))
+    ids = np.array(table.column("input_ids").to_pylist())
+    seg = np.array(table.column("segment_ids").to_pylist())
+    assert ids.shape[1] == 256
+    assert collections.Counter(ids[seg > 0].tolist()) == expected
+    check = _cli("validate", str(tmp_path / "out"))
+    assert check.returncode == 0, check.stdout

@@ -2,13 +2,16 @@
 
 - `ReadDocuments`: input splits -> document batches (+ dead letters, counters)
 - `Tokenize`: document batches -> token rows
+- `Pack`: token rows -> fixed-length packed rows
 - `WriteShards`: token rows -> shuffled, evenly sized staged shards
 - `CommitOutput`: staged shards -> committed output with `manifest.json`
 """
 
 from transforms.commit import CommitOutput
+from transforms.pack import PACK_STATS_TAG, Pack
 from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
 from transforms.tokenize import Tokenize
 from transforms.write import WriteShards
 
-__all__ = ["ReadDocuments", "Tokenize", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG"]
+__all__ = ["ReadDocuments", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
+           "PACK_STATS_TAG"]

@@ -1,0 +1,92 @@
+"""The pack stage's unit of work: one sorted group of token rows in, packed Arrow rows out.
+
+The Beam `Pack` transform groups documents by their shuffle hash (so a group's content does not
+depend on bundling), sorts each group by (hash, key), and calls `pack_group`, which runs
+`easydata.packing` and returns `list<int32>` columns `input_ids`, `segment_ids`, `positions` (and
+`loss_mask` when the input had one), each row exactly `seq_length` long, plus the hidden shuffle
+columns: a row's key is `<group>:<row>` and its hash derives from the seed, so the later global
+shuffle of rows is as deterministic as everything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from easydata.config import PackStageConfig
+from easydata.formats import token_list_array
+from easydata.packing import pack_documents
+from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+
+__all__ = ["PackStats", "pack_group", "resolve_pad_id", "PACKED_COLUMNS"]
+
+PACKED_COLUMNS = ("input_ids", "segment_ids", "positions", "loss_mask")
+_ROWS_PER_BATCH = 1024
+
+
+@dataclasses.dataclass
+class PackStats:
+    """Counters of one packed group (summed per dataset for the manifest)."""
+
+    documents: int = 0
+    rows: int = 0
+    segments: int = 0
+    tokens: int = 0
+    padding_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """Counters named `packed_<field>`, to sit beside the reader's counters of a dataset."""
+        return {f"packed_{k}": v for k, v in dataclasses.asdict(self).items()}
+
+
+def resolve_pad_id(config: PackStageConfig, tokenizer_pad: Optional[int], tokenizer_eos: Optional[int]) -> int:
+    """The padding id: configured, else the tokenizer's pad token, else its EOS, else 0."""
+    for candidate in (config.pad_token_id, tokenizer_pad, tokenizer_eos):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _flat(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Values and offsets (rebased to 0) of a list column."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    values = array.values.to_numpy(zero_copy_only=False)
+    return values[offsets[0]:offsets[-1]], offsets - offsets[0]
+
+
+def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: int, dataset: str,
+               group: int) -> tuple[Iterator[pa.RecordBatch], PackStats]:
+    """Packs one group's documents (rows of `table`, in order) into fixed-length rows.
+
+    Returns:
+      Record batches of at most 1024 packed rows, and the group's counters.
+    """
+    tokens, offsets = _flat(table.column("input_ids"))
+    loss_mask = _flat(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
+    rows = pack_documents(tokens, offsets, config.seq_length, strategy=config.strategy, pad_id=pad_id,
+                          loss_mask=loss_mask, max_segments=config.max_segments_per_row,
+                          pool_size=config.pool_size)
+    stats = PackStats(documents=table.num_rows, rows=rows.num_rows, segments=rows.num_segments,
+                      tokens=int(len(tokens)), padding_tokens=rows.padding_tokens)
+    return _batches(rows, seed=seed, dataset=dataset, group=group, seq_length=config.seq_length), stats
+
+
+def _batches(rows, *, seed: int, dataset: str, group: int, seq_length: int) -> Iterator[pa.RecordBatch]:
+    for first in range(0, rows.num_rows, _ROWS_PER_BATCH):
+        n = min(_ROWS_PER_BATCH, rows.num_rows - first)
+        offsets = np.arange(n + 1, dtype=np.int64) * seq_length
+        columns = {
+            "input_ids": token_list_array(rows.input_ids[first:first + n].ravel(), offsets),
+            "segment_ids": token_list_array(rows.segment_ids[first:first + n].ravel(), offsets),
+            "positions": token_list_array(rows.positions[first:first + n].ravel(), offsets),
+        }
+        if rows.loss_mask is not None:
+            columns["loss_mask"] = token_list_array(rows.loss_mask[first:first + n].ravel(), offsets)
+        keys = [f"{group:06d}:{first + i:09d}" for i in range(n)]
+        columns[KEY_COLUMN] = pa.array(keys, type=pa.string())
+        columns[HASH_COLUMN] = pa.array(row_hashes(seed, f"{dataset}#packed", keys), type=pa.uint64())
+        yield pa.RecordBatch.from_pydict(columns)

@@ -1,0 +1,69 @@
+"""`Pack`: unpacked token rows -> fixed-length packed rows, deterministically.
+
+Documents are routed to hash groups (the same groups as the shuffle, sized to fit a worker), each
+group is sorted by (hash, key) and packed by `easydata.pack_stage.pack_group`. A group's content and
+order depend only on the data and the seed, so the packed rows are the same whatever the runner,
+worker count or bundle sizes. Packed rows then go through `WriteShards` like any rows, which
+shuffles them globally.
+
+Outputs (tagged):
+  main: packed `pa.RecordBatch`es (with hidden shuffle columns)
+  `pack_stats`: `(dataset, PackStats.as_dict())` per group
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import apache_beam as beam
+import pyarrow as pa
+
+from easydata.config import PackStageConfig
+from easydata.pack_stage import pack_group
+from easydata.sharding import sort_group, split_by_group
+
+__all__ = ["Pack", "PACK_STATS_TAG"]
+
+PACK_STATS_TAG = "pack_stats"
+
+
+class _PackGroupFn(beam.DoFn):
+    def __init__(self, name: str, config: PackStageConfig, pad_id: int, seed: int):
+        self._name, self._config, self._pad_id, self._seed = name, config, pad_id, seed
+        self._rows = beam.metrics.Metrics.counter("easydata", "packed_rows")
+
+    def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[Any]:
+        group, batches = element
+        table = sort_group(batches)
+        packed, stats = pack_group(table, config=self._config, pad_id=self._pad_id, seed=self._seed,
+                                   dataset=self._name, group=group)
+        yield from packed
+        self._rows.inc(stats.rows)
+        yield beam.pvalue.TaggedOutput(PACK_STATS_TAG, (self._name, stats.as_dict()))
+
+
+class Pack(beam.PTransform):
+    """Packs one dataset's token rows (see module docstring).
+
+    Args:
+      name: dataset (output) name; part of the packed rows' shuffle keys.
+      config: pack stage settings.
+      pad_id: id written on padding.
+      seed: the pipeline seed.
+      num_groups: hash groups (`easydata.sharding.choose_num_groups`).
+    """
+
+    def __init__(self, *, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int):
+        super().__init__()
+        self._name, self._config, self._pad_id = name, config, pad_id
+        self._seed, self._num_groups = seed, num_groups
+
+    def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        return (rows
+                | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups)
+                | "GroupDocuments" >> beam.GroupByKey()
+                | "PackGroups" >> beam.ParDo(_PackGroupFn(self._name, self._config, self._pad_id, self._seed)
+                                             ).with_outputs(PACK_STATS_TAG, main="rows"))
+
+    def display_data(self) -> dict[str, Any]:
+        return {"seq_length": self._config.seq_length, "strategy": self._config.strategy}
