@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -55,51 +55,122 @@ class ValidationReport:
         return "\n".join(lines)
 
 
-def _check_batch(batch: pa.RecordBatch, where: str, vocab_size: int | None, schema: dict[str, Any],
-                 problems: list[str]) -> int:
-    """Checks one record batch; returns its real (non-padding) token count."""
+def _structure_problems(batch: pa.RecordBatch, columns: list[str]) -> list[str]:
+    """Missing columns and token columns that are not `list<int32>` (value checks need both)."""
+    problems = []
+    missing = [c for c in columns if c not in batch.schema.names]
+    if missing:
+        problems.append(f"missing columns {missing}")
+    for col in TOKEN_COLUMNS:
+        if col in batch.schema.names:
+            dtype = batch.schema.field(col).type
+            if not (pa.types.is_list(dtype) or pa.types.is_large_list(dtype)) or dtype.value_type != pa.int32():
+                problems.append(f"column '{col}' is {dtype}, expected list<int32>")
+    return problems
+
+
+def _out_of_vocab(batch: pa.RecordBatch, vocab_size: int | None) -> int:
+    values = batch.column("input_ids").flatten().to_numpy(zero_copy_only=False)
+    if vocab_size is None or not len(values):
+        return 0
+    return int(np.count_nonzero((values < 0) | (values >= vocab_size)))
+
+
+def _value_problems(batch: pa.RecordBatch, schema: dict[str, Any]) -> list[str]:
+    """Aligned token columns and, for packed rows, the packing invariants."""
+    problems = []
     ids = batch.column("input_ids")
     lengths = pc.list_value_length(ids).to_numpy(zero_copy_only=False)
     values = ids.flatten().to_numpy(zero_copy_only=False)
-    if vocab_size is not None and len(values):
-        bad = int(np.count_nonzero((values < 0) | (values >= vocab_size)))
-        if bad:
-            problems.append(f"{where}: {bad} token ids outside [0, {vocab_size})")
+    aligned = True
     for name in TOKEN_COLUMNS[1:]:
         if name in batch.schema.names:
             other = pc.list_value_length(batch.column(name)).to_numpy(zero_copy_only=False)
             if not np.array_equal(other, lengths):
-                problems.append(f"{where}: column '{name}' length differs from input_ids in some rows")
+                problems.append(f"column '{name}' length differs from input_ids in some rows")
+                aligned = False
     seq_length = schema.get("seq_length")
-    if schema.get("packed") and seq_length:
-        if np.any(lengths != seq_length):
-            problems.append(f"{where}: packed rows must all be {seq_length} tokens long")
-        elif "segment_ids" in batch.schema.names and len(values):
-            seg = batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False).reshape(-1, seq_length)
-            pad = seg == 0
-            # Padding only at the tail: once 0 appears, the rest of the row is 0.
-            if np.any(np.maximum.accumulate(pad, axis=1) & ~pad):
-                problems.append(f"{where}: segment id 0 (padding) is followed by real tokens")
-            if np.any(np.diff(seg, axis=1)[~pad[:, 1:]] < 0):
-                problems.append(f"{where}: segment ids decrease within a row")
-            real = ~pad  # SPEC §5: segments are numbered 1..k in every row
-            if np.any(real[:, 0] & (seg[:, 0] != 1)) or np.any((np.diff(seg, axis=1) > 1) & real[:, 1:] & real[:, :-1]):
-                problems.append(f"{where}: segment ids do not count 1, 2, ..., k from the start of the row")
-            if "positions" in batch.schema.names:
-                pos = batch.column("positions").flatten().to_numpy(zero_copy_only=False).reshape(-1, seq_length)
-                starts = np.ones_like(pad)
-                starts[:, 1:] = seg[:, 1:] != seg[:, :-1]
-                expected = np.arange(seq_length)[None, :] - np.maximum.accumulate(
-                    np.where(starts, np.arange(seq_length)[None, :], 0), axis=1)
-                if np.any((pos != expected) & ~pad):
-                    problems.append(f"{where}: positions do not restart at 0 for every segment")
+    if not (schema.get("packed") and seq_length and aligned):
+        return problems
+    if np.any(lengths != seq_length):
+        problems.append(f"packed rows must all be {seq_length} tokens long")
+        return problems
+    if "segment_ids" not in batch.schema.names or not len(values):
+        return problems
+    seg = batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False).reshape(-1, seq_length)
+    pad = seg == 0
+    real = ~pad
+    # Padding only at the tail: once 0 appears, the rest of the row is 0.
+    if np.any(np.maximum.accumulate(pad, axis=1) & real):
+        problems.append("segment id 0 (padding) is followed by real tokens")
+    if np.any(np.diff(seg, axis=1)[real[:, 1:]] < 0):
+        problems.append("segment ids decrease within a row")
+    # SPEC §5: segments are numbered 1..k in every row
+    if np.any(real[:, 0] & (seg[:, 0] != 1)) or np.any((np.diff(seg, axis=1) > 1) & real[:, 1:] & real[:, :-1]):
+        problems.append("segment ids do not count 1, 2, ..., k from the start of the row")
+    if "positions" in batch.schema.names:
+        pos = batch.column("positions").flatten().to_numpy(zero_copy_only=False).reshape(-1, seq_length)
+        starts = np.ones_like(pad)
+        starts[:, 1:] = seg[:, 1:] != seg[:, :-1]
+        index = np.arange(seq_length)[None, :]
+        expected = index - np.maximum.accumulate(np.where(starts, index, 0), axis=1)
+        if np.any((pos != expected) & real):
+            problems.append("positions do not restart at 0 for every segment")
+    return problems
+
+
+def _real_tokens(batch: pa.RecordBatch) -> tuple[int, int]:
+    """(real tokens, padding tokens) of a batch: padding is `segment_ids == 0` in packed rows."""
+    total = len(batch.column("input_ids").flatten())
     if "segment_ids" in batch.schema.names:
-        return int(np.count_nonzero(batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False)))
-    return int(len(values))
+        real = int(np.count_nonzero(batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False)))
+        return real, total - real
+    return total, 0
+
+
+def _check_shard(path: str, fmt: str, columns: list[str], vocab: int | None, schema: dict[str, Any]
+                 ) -> tuple[Optional[tuple[int, int, int]], list[str]]:
+    """Reads a shard to the end: `((rows, tokens, padding), problems)`, or `(None, problems)` when its
+    structure is wrong (then counts would only repeat that problem)."""
+    rows = tokens = padding = bad_ids = 0
+    problems: dict[str, None] = {}  # ordered, each message once per shard
+    for batch in iter_shard_batches(path, fmt):
+        structure = _structure_problems(batch, columns)
+        if structure:
+            return None, structure
+        rows += batch.num_rows
+        real, pad = _real_tokens(batch)
+        tokens, padding = tokens + real, padding + pad
+        bad_ids += _out_of_vocab(batch, vocab)
+        if len(problems) < _MAX_PROBLEMS_PER_SHARD:
+            problems.update(dict.fromkeys(_value_problems(batch, schema)))
+            problems = dict.fromkeys(list(problems)[:_MAX_PROBLEMS_PER_SHARD])
+    found = list(problems)
+    if bad_ids:
+        found.insert(0, f"{bad_ids} token ids outside [0, {vocab})")
+    return (rows, tokens, padding), found
+
+
+_COUNTS = ("rows", "tokens", "padding_tokens")
+
+
+def _check_sums(where: str, entry: dict[str, Any], parts: list[dict[str, Any]], of: str) -> list[str]:
+    """An entry's counts must equal the sums of its parts' (each level against the one below it, so a
+    wrong number is reported once, where it is wrong)."""
+    problems = []
+    for key in _COUNTS:
+        expected = sum(int(part.get(key) or 0) for part in parts)
+        if entry.get(key, 0) != expected:
+            problems.append(f"{where}: manifest says {entry.get(key)} {key.replace('_', ' ')}, its {of} add up"
+                            f" to {expected}")
+    return problems
 
 
 def validate_output(output_dir: str) -> ValidationReport:
     """Validates an output directory (see module docstring); never raises for a bad output.
+
+    Every shard file is checked against its manifest entry, every dataset entry against the sum of
+    its shard entries, and the totals against the sum of the dataset entries.
 
     Raises:
       ValidationFailed: only when there is no readable manifest at all.
@@ -112,47 +183,35 @@ def validate_output(output_dir: str) -> ValidationReport:
     schema = manifest.get("schema") or {}
     columns = list((schema.get("columns") or {"input_ids": None}).keys())
     fs, root = get_fs(output_dir)
-    for name, info in sorted((manifest.get("datasets") or {}).items()):
+    datasets = manifest.get("datasets") or {}
+    for name, info in sorted(datasets.items()):
         ds_rows = ds_tokens = 0
         listed = set()
         for shard in info.get("shards", []):
             path = join(output_dir, shard["path"])
             listed.add(posixpath.basename(shard["path"]))
-            rows = tokens = 0
-            before = len(problems)
             try:
-                for batch in iter_shard_batches(path, fmt):
-                    missing = [c for c in columns if c not in batch.schema.names]
-                    if missing:
-                        problems.append(f"{shard['path']}: missing columns {missing}")
-                        break
-                    for col in TOKEN_COLUMNS:
-                        if col in batch.schema.names and batch.schema.field(col).type.value_type != pa.int32():
-                            problems.append(f"{shard['path']}: column '{col}' is"
-                                            f" {batch.schema.field(col).type}, expected list<int32>")
-                    rows += batch.num_rows
-                    tokens += _check_batch(batch, shard["path"], vocab, schema, problems)
-                    if len(problems) - before >= _MAX_PROBLEMS_PER_SHARD:
-                        break
+                counts, found = _check_shard(path, fmt, columns, vocab, schema)
             except EasyDataError as e:
                 problems.append(f"{shard['path']}: {e}")
                 continue
             except Exception as e:  # a truncated or corrupt file: report, keep checking the rest
                 problems.append(f"{shard['path']}: unreadable ({type(e).__name__}: {str(e).splitlines()[0]})")
                 continue
-            if rows != shard["rows"]:
-                problems.append(f"{shard['path']}: {rows} rows, manifest says {shard['rows']}")
-            if tokens != shard["tokens"]:
-                problems.append(f"{shard['path']}: {tokens} tokens, manifest says {shard['tokens']}")
-            ds_rows += rows
-            ds_tokens += tokens
-        if ds_rows != info.get("rows") or ds_tokens != info.get("tokens"):
-            problems.append(f"dataset '{name}': shards hold {ds_rows} rows / {ds_tokens} tokens, manifest says"
-                            f" {info.get('rows')} / {info.get('tokens')}")
-        counts = (info.get("documents_in"), info.get("documents_written"), info.get("documents_rejected"))
-        if None in counts or counts[0] != counts[1] + counts[2]:
-            problems.append(f"dataset '{name}': documents_in {counts[0]} != documents_written {counts[1]} +"
-                            f" documents_rejected {counts[2]}")
+            problems.extend(f"{shard['path']}: {p}" for p in found)
+            if counts is None:  # wrong structure: counting would only repeat that
+                continue
+            for key, value in zip(_COUNTS, counts):
+                if value != shard.get(key, 0):
+                    problems.append(f"{shard['path']}: {value} {key.replace('_', ' ')}, manifest says"
+                                    f" {shard.get(key, 0)}")
+            ds_rows += counts[0]
+            ds_tokens += counts[1]
+        problems.extend(_check_sums(f"dataset '{name}'", info, info.get("shards", []), "shards"))
+        docs = (info.get("documents_in"), info.get("documents_written"), info.get("documents_rejected"))
+        if None in docs or docs[0] != docs[1] + docs[2]:
+            problems.append(f"dataset '{name}': documents_in {docs[0]} != documents_written {docs[1]} +"
+                            f" documents_rejected {docs[2]}")
         folder = join(root, name)
         if fs.exists(folder):
             present = {posixpath.basename(p) for p in fs.ls(folder, detail=False)}
@@ -162,8 +221,5 @@ def validate_output(output_dir: str) -> ValidationReport:
         report.shards += len(info.get("shards", []))
         report.rows += ds_rows
         report.tokens += ds_tokens
-    totals = manifest.get("totals") or {}
-    if totals.get("rows") != report.rows or totals.get("tokens") != report.tokens:
-        problems.append(f"totals: manifest says {totals.get('rows')} rows / {totals.get('tokens')} tokens,"
-                        f" shards hold {report.rows} / {report.tokens}")
+    problems.extend(_check_sums("totals", manifest.get("totals") or {}, list(datasets.values()), "datasets"))
     return report

@@ -3,6 +3,8 @@
 Nothing here touches the network. The session tokenizer is a byte-level BPE trained in seconds on
 generated English-like text; `mistral_tokenizer_dir` is the production tokenizer from
 `../shared/tokenizers` and skips the test when that folder is absent (a user's fresh clone).
+`write_synthetic_output` builds a finished output (shards + manifest) without running a pipeline;
+`memory_fs` gives a test an empty fsspec `memory://` filesystem.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Optional
 
+import pyarrow as pa
 import pytest
 
 from easydata.tokenizer_training import train_bpe_tokenizer
@@ -53,3 +56,66 @@ def mistral_tokenizer_dir() -> Path:
     if not (path / "tokenizer.json").is_file():
         pytest.skip(f"real tokenizer not available at {path}")
     return path
+
+
+# ---- synthetic outputs (for validate / inspect tests) ---------------------------------------------
+
+SYNTHETIC_TOKENIZER = {"name_or_path": "synthetic-tokenizer", "content_hash": "sha256:00", "vocab_size": 512,
+                       "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+
+
+def write_synthetic_output(output_dir: str, datasets: dict[str, list[list[dict[str, Any]]]], schema: pa.Schema, *,
+                           fmt: str = "parquet", compression: str = "none", seq_length: Optional[int] = None,
+                           tokenizer: Optional[dict[str, Any]] = None, row_group_size: int = 2) -> dict[str, Any]:
+    """Writes shards (one list of rows each) and a manifest as a finished run would; returns the manifest.
+
+    `schema` is the Arrow schema of every shard; `seq_length` marks the output as packed.
+    """
+    from easydata.filesystems import join
+    from easydata.formats import ShardWriter, TOKEN_COLUMNS, shard_file_name
+    from easydata.manifest import build_manifest, write_manifest
+
+    infos: dict[str, dict[str, Any]] = {}
+    for name, shards in datasets.items():
+        entries, padding = [], 0
+        for index, rows in enumerate(shards):
+            rel = f"{name}/{shard_file_name(index, len(shards), fmt, compression)}"
+            writer = ShardWriter(join(output_dir, rel), fmt, schema, compression=compression,
+                                 row_group_size=row_group_size)
+            for row in rows:  # one row per write: shards end up with several row groups
+                writer.write(pa.Table.from_pylist([row], schema=schema))
+            writer.close()
+            # Tokens are real tokens: packed rows' padding (segment id 0) counts as padding_tokens.
+            tokens = sum(len(r["input_ids"]) if "segment_ids" not in r else sum(s != 0 for s in r["segment_ids"])
+                         for r in rows)
+            shard_padding = sum(len(r["input_ids"]) for r in rows) - tokens
+            entries.append({"path": rel, "rows": len(rows), "tokens": tokens, "padding_tokens": shard_padding})
+            padding += shard_padding
+        written = sum(len(rows) for rows in shards)
+        infos[name] = {"shards": entries, "documents_in": written + 1, "documents_written": written,
+                       "documents_rejected": 1, "padding_tokens": padding}
+    manifest_schema = {"columns": {f.name: str(f.type) for f in schema},
+                       "token_columns": [c for c in TOKEN_COLUMNS if c in schema.names],
+                       "packed": seq_length is not None, "seq_length": seq_length}
+    manifest = build_manifest(config={"save": {"output_dir": output_dir}}, fingerprint="fp", schema=manifest_schema,
+                              tokenizer=dict(tokenizer or SYNTHETIC_TOKENIZER), datasets=infos, output_format=fmt,
+                              compression=compression)
+    write_manifest(output_dir, manifest)
+    return manifest
+
+
+@pytest.fixture
+def memory_fs() -> Iterator[Any]:
+    """fsspec's process-wide `memory://` filesystem, emptied before and after the test."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+
+    def clear() -> None:
+        fs.store.clear()
+        fs.pseudo_dirs.clear()
+        fs.pseudo_dirs.append("")
+
+    clear()
+    yield fs
+    clear()

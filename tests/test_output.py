@@ -1,0 +1,193 @@
+"""Tests for `easydata.output`: an existing output is refused or replaced only when that is safe, and a
+commit swaps the staged files in (old manifest first out, other runs' staging left alone), on a local
+disk and on an fsspec `memory://` filesystem."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from easydata.errors import OutputError
+from easydata.filesystems import get_fs, join
+from easydata.output import TEMP_PREFIX, commit_output, new_run_id, prepare_output, staging_dir
+
+OLD_OUTPUT = {
+    "manifest.json": b'{"format_version": 1}',
+    "web/part-00000-of-00002.parquet": b"old web 0",
+    "web/part-00001-of-00002.parquet": b"old web 1",
+    "code/part-00000-of-00001.parquet": b"old code",  # a dataset the new run no longer has
+    "rejected/web-00000.jsonl": b'{"reason": "old"}\n',
+    ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging",
+}
+
+
+@pytest.fixture(params=["local", "memory"])
+def output_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An output location that does not exist yet, on a local disk or in `memory://`."""
+    if request.param == "local":
+        return str(tmp_path / "runs" / "out")
+    request.getfixturevalue("memory_fs")
+    return "memory://runs/out"
+
+
+def put(url: str, files: dict[str, bytes]) -> None:
+    fs, root = get_fs(url)
+    for rel, data in files.items():
+        path = join(root, rel)
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        fs.pipe_file(path, data)
+
+
+def tree(url: str) -> dict[str, bytes]:
+    """Every file under `url`, by relative path, with its bytes."""
+    fs, root = get_fs(url)
+    root = root.rstrip("/")
+    return {p[len(root) + 1:]: fs.cat_file(p) for p in fs.find(root)}
+
+
+def exists(url: str, rel: str = "") -> bool:
+    fs, root = get_fs(url)
+    return fs.exists(join(root, rel) if rel else root)
+
+
+# ---- prepare_output ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_prepare_creates_a_missing_directory_with_its_parents(output_url: str, overwrite: bool) -> None:
+    assert not exists(output_url)
+    prepare_output(output_url, overwrite=overwrite)
+    fs, root = get_fs(output_url)
+    assert fs.isdir(root)
+    assert fs.ls(root, detail=False) == []
+
+
+def test_prepare_accepts_an_existing_empty_directory(output_url: str) -> None:
+    fs, root = get_fs(output_url)
+    fs.makedirs(root, exist_ok=True)
+    prepare_output(output_url, overwrite=False)
+    assert fs.isdir(root)
+
+
+def test_prepare_refuses_a_non_empty_directory_without_overwrite(output_url: str) -> None:
+    put(output_url, OLD_OUTPUT)
+    with pytest.raises(OutputError) as info:
+        prepare_output(output_url, overwrite=False)
+    assert str(info.value) == (f"output '{output_url}' already exists; set save.overwrite: true (or"
+                               " --set save.overwrite=true) to replace it, or choose another --output")
+    assert tree(output_url) == OLD_OUTPUT
+
+
+@pytest.mark.parametrize("files", [
+    {"data.csv": b"a,b\n1,2\n"},
+    {"notes/readme.txt": b"mine", "manifest.json.bak": b"{}"},
+    {".easydata-tmp": b"not a staging dir name"},  # the bare prefix is not a run's staging directory
+], ids=["file", "nested", "bare-prefix"])
+def test_overwrite_refuses_a_foreign_directory_and_leaves_it_untouched(output_url: str,
+                                                                       files: dict[str, bytes]) -> None:
+    put(output_url, files)
+    with pytest.raises(OutputError) as info:
+        prepare_output(output_url, overwrite=True)
+    assert str(info.value) == (f"refusing to overwrite '{output_url}': it is not an easydata output"
+                               " (no manifest.json); remove it yourself or choose another --output")
+    assert tree(output_url) == files
+
+
+@pytest.mark.parametrize("files", [
+    OLD_OUTPUT,
+    {"manifest.json": b"{}"},
+    {".easydata-tmp-0123456789ab/web/piece-0.arrow": b"a crashed run's staging"},
+], ids=["finished-output", "manifest-only", "crashed-run"])
+def test_overwrite_allows_an_earlier_easydata_output_and_deletes_nothing_yet(output_url: str,
+                                                                            files: dict[str, bytes]) -> None:
+    put(output_url, files)
+    prepare_output(output_url, overwrite=True)
+    assert tree(output_url) == files  # nothing is removed before the new output is ready to commit
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_prepare_refuses_a_path_that_is_a_file(output_url: str, overwrite: bool) -> None:
+    fs, root = get_fs(output_url)
+    fs.makedirs(root.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(root, b"I am a file")
+    with pytest.raises(OutputError) as info:
+        prepare_output(output_url, overwrite=overwrite)
+    assert str(info.value) == f"output '{output_url}' exists and is a file"
+    assert fs.cat_file(root) == b"I am a file"
+
+
+# ---- staging names -------------------------------------------------------------------------------
+
+
+def test_staging_dir_and_run_ids() -> None:
+    assert TEMP_PREFIX == ".easydata-tmp-"
+    assert staging_dir("memory://out/", "abc") == "memory://out/.easydata-tmp-abc"
+    assert staging_dir("/data/out", "0123456789ab") == "/data/out/.easydata-tmp-0123456789ab"
+    ids = {new_run_id() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(re.fullmatch(r"[0-9a-f]{12}", i) for i in ids)
+
+
+# ---- commit_output -------------------------------------------------------------------------------
+
+
+def stage(output_url: str, run_id: str, staged: dict[str, tuple[str, bytes]]) -> tuple[str, list[tuple[str, str]]]:
+    """Writes `{staged_name: (final_rel, bytes)}` into the run's staging dir; returns (staging, moves)."""
+    staging = staging_dir(output_url, run_id)
+    put(staging, {name: data for name, (_, data) in staged.items()})
+    return staging, [(join(staging, name), rel) for name, (rel, _) in staged.items()]
+
+
+NEW_FILES = {
+    "shards/web-0.parquet": ("web/part-00000-of-00001.parquet", b"new web 0"),
+    "shards/mixed-0.parquet": ("mixed/part-00000-of-00002.parquet", b"new mixed 0"),
+    "shards/mixed-1.parquet": ("mixed/part-00001-of-00002.parquet", b"new mixed 1"),
+    "rejected/web-00000.jsonl": ("rejected/web-00000.jsonl", b'{"reason": "new"}\n'),
+}
+
+
+def test_commit_replaces_the_previous_output(output_url: str) -> None:
+    put(output_url, OLD_OUTPUT)
+    prepare_output(output_url, overwrite=True)
+    staging, moves = stage(output_url, "run1", NEW_FILES)
+    commit_output(output_url, staging, moves)
+    assert tree(output_url) == {
+        "web/part-00000-of-00001.parquet": b"new web 0",
+        "mixed/part-00000-of-00002.parquet": b"new mixed 0",
+        "mixed/part-00001-of-00002.parquet": b"new mixed 1",
+        "rejected/web-00000.jsonl": b'{"reason": "new"}\n',
+        ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging",
+    }
+    # The caller writes the manifest afterwards; the old dataset folder and this run's staging are gone.
+    assert not exists(output_url, "manifest.json")
+    assert not exists(output_url, "code")
+    assert not exists(output_url, f"{TEMP_PREFIX}run1")
+
+
+def test_commit_into_a_fresh_output(output_url: str) -> None:
+    prepare_output(output_url, overwrite=False)
+    staging, moves = stage(output_url, "first", {"a.parquet": ("web/part-00000-of-00001.parquet", b"rows")})
+    commit_output(output_url, staging, moves)
+    assert tree(output_url) == {"web/part-00000-of-00001.parquet": b"rows"}
+    fs, root = get_fs(output_url)
+    assert [p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)] == ["web"]
+
+
+def test_commit_removes_the_old_manifest_before_touching_anything(output_url: str) -> None:
+    """A commit that dies half way must not leave the old manifest describing a changed directory."""
+    put(output_url, OLD_OUTPUT)
+    staging, moves = stage(output_url, "run2", {"web-0.parquet": ("web/part-00000-of-00001.parquet", b"new")})
+    moves.append((join(staging, "never-written.parquet"), "web/part-00001-of-00002.parquet"))
+    with pytest.raises(FileNotFoundError):
+        commit_output(output_url, staging, moves)
+    assert not exists(output_url, "manifest.json")
+    assert tree(output_url) == {"web/part-00000-of-00001.parquet": b"new",
+                                ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}
+    # The debris still counts as an easydata output (it holds staging dirs), so a re-run may replace it.
+    prepare_output(output_url, overwrite=True)
+    staging, moves = stage(output_url, "run3", {"w.parquet": ("web/part-00000-of-00001.parquet", b"again")})
+    commit_output(output_url, staging, moves)
+    assert tree(output_url) == {"web/part-00000-of-00001.parquet": b"again",
+                                ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}

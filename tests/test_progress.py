@@ -1,0 +1,130 @@
+"""Tests for `easydata.progress`: worker sinks write their counters, `read_progress` sums every worker's
+latest file (skipping ones being rewritten), a sink without a directory does nothing, and the monitor
+prints plain progress lines off a terminal and stops when its `with` block ends."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from easydata.progress import ProgressMonitor, ProgressSink, read_progress
+
+ZERO = {"input_bytes": 0, "documents": 0, "tokens": 0}
+
+
+def progress_files(directory: Path) -> dict[str, dict[str, int]]:
+    return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+
+
+def test_sink_writes_its_counters(tmp_path: Path) -> None:
+    sink = ProgressSink(str(tmp_path / "progress"), interval=3600)
+    sink.add(input_bytes=100, documents=2, tokens=50)
+    sink.flush()
+    files = progress_files(tmp_path / "progress")
+    assert list(files.values()) == [{"input_bytes": 100, "documents": 2, "tokens": 50}]
+    (name,) = files
+    assert re.fullmatch(r"\d+-[0-9a-f]{8}\.json", name)  # <pid>-<random>: unique per worker
+    sink.add(input_bytes=20, documents=1)  # within the interval: buffered
+    assert progress_files(tmp_path / "progress")[name] == {"input_bytes": 100, "documents": 2, "tokens": 50}
+    sink.flush()
+    assert progress_files(tmp_path / "progress")[name] == {"input_bytes": 120, "documents": 3, "tokens": 50}
+
+
+def test_sink_flushes_every_add_with_zero_interval(tmp_path: Path) -> None:
+    sink = ProgressSink(str(tmp_path), interval=0)
+    for _ in range(5):
+        sink.add(documents=1, tokens=7)
+    assert read_progress(str(tmp_path)) == {"input_bytes": 0, "documents": 5, "tokens": 35}
+
+
+def test_read_progress_sums_several_sinks(tmp_path: Path) -> None:
+    sinks = [ProgressSink(str(tmp_path), interval=0) for _ in range(3)]
+    for i, sink in enumerate(sinks, start=1):
+        sink.add(input_bytes=1000 * i, documents=i, tokens=10 * i)
+    sinks[0].add(documents=4)
+    assert len(progress_files(tmp_path)) == 3
+    assert read_progress(str(tmp_path)) == {"input_bytes": 6000, "documents": 10, "tokens": 60}
+
+
+def test_read_progress_skips_partial_files_and_missing_keys(tmp_path: Path) -> None:
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=5, documents=1, tokens=3)
+    (tmp_path / "being-rewritten.json").write_text('{"input_bytes": 9')  # a torn write
+    (tmp_path / "old-worker.json").write_text('{"documents": 2}')
+    (tmp_path / "notes.txt").write_text('{"documents": 100}')  # not a progress file
+    assert read_progress(str(tmp_path)) == {"input_bytes": 5, "documents": 3, "tokens": 3}
+
+
+def test_read_progress_of_a_missing_directory(tmp_path: Path) -> None:
+    assert read_progress(str(tmp_path / "nowhere")) == ZERO
+
+
+def test_sink_without_directory_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    sink = ProgressSink(None, interval=0)
+    sink.add(input_bytes=10, documents=1, tokens=5)
+    sink.flush()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sink_never_fails_the_job(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    sink = ProgressSink(str(blocker / "progress"), interval=0)
+    sink.add(documents=1)  # cannot create the directory: silently ignored
+    sink.flush()
+    assert blocker.read_text() == "not a directory"
+
+
+def test_sink_works_on_memory_filesystem(memory_fs: Any) -> None:
+    ProgressSink("memory://progress", interval=0).add(input_bytes=3, documents=1, tokens=2)
+    ProgressSink("memory://progress", interval=0).add(input_bytes=4, documents=1, tokens=1)
+    assert read_progress("memory://progress") == {"input_bytes": 7, "documents": 2, "tokens": 3}
+
+
+# ---- monitor -------------------------------------------------------------------------------------
+
+
+def monitor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "easydata-progress"]
+
+
+def test_monitor_prints_plain_lines_off_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=250, documents=3, tokens=1234)
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=250, documents=1000, tokens=1_000_000)
+    with ProgressMonitor(str(tmp_path), total_bytes=2000, log_every=0.01):
+        assert len(monitor_threads()) == 1
+        deadline = time.monotonic() + 5
+        err = ""
+        while not err and time.monotonic() < deadline:  # the first line comes after about 0.5 s
+            time.sleep(0.05)
+            err = capsys.readouterr().err
+    assert monitor_threads() == []
+    line = err.splitlines()[0]
+    assert re.fullmatch(r"\[easydata\]  25\.0% of input read, 1,003 documents, 1,001,234 tokens, \d+s", line), line
+    time.sleep(0.6)
+    assert capsys.readouterr().err == ""  # stopped: nothing more is printed
+
+
+def test_monitor_caps_at_100_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=5000, documents=1, tokens=1)
+    with ProgressMonitor(str(tmp_path), total_bytes=0, log_every=0):  # unknown total: counted as 1 byte
+        deadline = time.monotonic() + 5
+        err = ""
+        while not err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err = capsys.readouterr().err
+    assert err.startswith("[easydata] 100.0% of input read, 1 documents, 1 tokens, ")
+
+
+def test_disabled_monitor_starts_no_thread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=1, documents=1, tokens=1)
+    with ProgressMonitor(str(tmp_path), total_bytes=10, log_every=0, enabled=False):
+        assert monitor_threads() == []
+        time.sleep(0.6)
+    assert capsys.readouterr().err == ""
