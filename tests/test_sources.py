@@ -13,7 +13,7 @@ import gzip
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import fsspec
 import pyarrow as pa
@@ -34,21 +34,6 @@ from tests.conftest import make_texts, write_jsonl
 # Texts that stress the CSV / JSON encoders: separators, quotes, newlines, non-ASCII, numbers.
 TEXTS = ["plain text", "comma, and \"quotes\"", "multi\nline value", "tab\tseparated", "café 東京 🙂", "12345"]
 RECORDS = [{"text": t, "id": i, "lang": "en" if i % 2 else "fr"} for i, t in enumerate(TEXTS)]
-
-
-@pytest.fixture
-def memory_fs() -> Iterator[fsspec.AbstractFileSystem]:
-    """The process-wide fsspec memory filesystem, emptied before and after the test."""
-    fs = fsspec.filesystem("memory")
-
-    def clear() -> None:
-        fs.store.clear()
-        fs.pseudo_dirs.clear()
-        fs.pseudo_dirs.append("")
-
-    clear()
-    yield fs
-    clear()
 
 
 def read_all(dataset: DatasetConfig, *, target_bytes: int = 64 * 2**20, batch_size: int = 1000,
