@@ -71,23 +71,37 @@ def common_schema(schemas: list[pa.Schema]) -> pa.Schema:
 
     Compatible types unify as Arrow does (null takes the other type, int32 widens to int64, ...);
     a column whose types cannot unify (e.g. int64 in one batch, text in another) becomes text, with
-    `_as_text` values, so any mix of batches converges on the same schema whatever their order.
+    `_as_text` values. Token columns come first in a fixed order, so any mix of batches converges on
+    the same schema whatever their order.
     """
     try:
-        return pa.unify_schemas(schemas, promote_options="permissive")
+        unified = pa.unify_schemas(schemas, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
-    names: list[str] = []
-    for schema in schemas:
-        names.extend(n for n in schema.names if n not in names)
-    fields = []
-    for name in names:
-        present = [pa.schema([s.field(name)]) for s in schemas if name in s.names]
-        try:
-            fields.append(pa.unify_schemas(present, promote_options="permissive").field(name))
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            fields.append(pa.field(name, pa.string()))
-    return pa.schema(fields)
+        names: list[str] = []
+        for schema in schemas:
+            names.extend(n for n in schema.names if n not in names)
+        fields = []
+        for name in names:
+            present = [pa.schema([s.field(name)]) for s in schemas if name in s.names]
+            try:
+                fields.append(pa.unify_schemas(present, promote_options="permissive").field(name))
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                fields.append(pa.field(name, pa.string()))
+        unified = pa.schema(fields)
+    tokens = [unified.field(c) for c in TOKEN_COLUMNS if c in unified.names]
+    return pa.schema(tokens + [f for f in unified if f.name not in TOKEN_COLUMNS])
+
+
+def _default_loss_mask(batch: pa.RecordBatch) -> pa.Array:
+    """The loss mask of rows that had none (plain text beside chat data): train every real token."""
+    ids = batch.column("input_ids")
+    offsets = ids.offsets.to_numpy().astype(np.int64)
+    offsets = offsets - offsets[0]
+    if "segment_ids" in batch.schema.names:
+        values = (batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False) != 0).astype(np.int32)
+    else:
+        values = np.ones(int(offsets[-1]), dtype=np.int32)
+    return token_list_array(values, offsets)
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -96,6 +110,9 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         return batch
     columns = []
     for field in schema:
+        if field.name not in batch.schema.names and field.name == "loss_mask":
+            columns.append(_default_loss_mask(batch))
+            continue
         column = batch.column(field.name) if field.name in batch.schema.names else pa.nulls(batch.num_rows)
         if column.type == field.type:
             columns.append(column)
@@ -108,12 +125,16 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def documents_to_batch(flat: np.ndarray, offsets: np.ndarray, fields: dict[str, list[Any]],
-                       extra: Optional[dict[str, pa.Array]] = None) -> pa.RecordBatch:
-    """Unpacked rows: `input_ids`, `attention_mask`, the additional fields, then `extra` columns."""
+                       extra: Optional[dict[str, pa.Array]] = None,
+                       loss_mask: Optional[np.ndarray] = None) -> pa.RecordBatch:
+    """Unpacked rows: `input_ids`, `attention_mask`, [`loss_mask`,] the additional fields, then
+    `extra` columns."""
     columns: dict[str, pa.Array] = {
         "input_ids": token_list_array(flat, offsets),
         "attention_mask": token_list_array(np.ones(len(flat), dtype=np.int32), offsets),
     }
+    if loss_mask is not None:
+        columns["loss_mask"] = token_list_array(loss_mask, offsets)
     for name, values in fields.items():
         columns[name] = _field_array(values)
     columns.update(extra or {})

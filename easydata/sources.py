@@ -24,6 +24,7 @@ import os
 import posixpath
 from typing import Any, Iterator, Optional
 
+from easydata.chat import ChatError, conversation_from_record
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.filesystems import compression_of, expand_data_files, file_size, open_arrow_file, open_file, \
@@ -90,6 +91,9 @@ class DocumentBatch:
       texts: document texts.
       fields: additional field name -> list of values, aligned with `texts`.
       input_bytes: raw input bytes consumed to produce this batch (for progress).
+      conversations: for chat records, their `easydata.chat.Conversation` (its text is rendered by the
+        chat stage); None for plain text documents; the whole list is None when there is no chat record.
+      spans: after the chat stage, each document's trained character spans (None: train every token).
     """
 
     dataset: str
@@ -97,6 +101,8 @@ class DocumentBatch:
     texts: list[str]
     fields: dict[str, list[Any]]
     input_bytes: int = 0
+    conversations: Optional[list[Any]] = None
+    spans: Optional[list[Optional[list[tuple[int, int]]]]] = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -217,8 +223,9 @@ class _Collector:
     """Accumulates records into `DocumentBatch`es and rejects into a list."""
 
     def __init__(self, dataset: DatasetConfig, source: str, key_name: str, batch_size: int,
-                 max_document_bytes: Optional[int], limit: Optional[int]):
+                 max_document_bytes: Optional[int], limit: Optional[int], messages_field: str = "messages"):
         self.ds, self.source, self.key_name, self.batch_size = dataset, source, key_name, batch_size
+        self.messages_field = messages_field
         self.max_bytes, self.limit = max_document_bytes, limit
         self.rejects: list[Reject] = []
         self.count = 0
@@ -229,6 +236,7 @@ class _Collector:
         self.keys: list[str] = []
         self.texts: list[str] = []
         self.text_chars = 0
+        self.conversations: Optional[list[Any]] = None
         self.fields: dict[str, list[Any]] = {f: [] for f in self.ds.additional_fields}
 
     @property
@@ -249,18 +257,37 @@ class _Collector:
         self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:_EXCERPT_CHARS]))
 
     def add_record(self, position: int, record: Any) -> None:
-        """Adds one parsed structured record; it must be an object with a string content field."""
+        """Adds one parsed structured record: an object whose content field holds a string (a text
+        document) or a list of messages (a chat record; also the `messages_field`, or a
+        `prompt`/`completion` pair)."""
         if self.done:
             return
         if not isinstance(record, dict):
             return self.reject(position, f"record is a {type(record).__name__}, not an object", record)
+        text = record.get(self.ds.content_field, record.get(self.messages_field))
+        is_pair = text is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str)
+        if isinstance(text, list) or is_pair:
+            try:
+                conversation = conversation_from_record(text, record)
+            except ChatError as e:
+                return self.reject(position, str(e), record)
+            return self._accept_conversation(position, conversation, record)
         if self.ds.content_field not in record:
             return self.reject(position, f"missing content field '{self.ds.content_field}'", record)
-        text = record[self.ds.content_field]
         if not isinstance(text, str):
             return self.reject(position, f"content field '{self.ds.content_field}' is a"
                                f" {type(text).__name__}, not a string", record)
         self._accept(position, text, record)
+
+    def _accept_conversation(self, position: int, conversation: Any, record: dict[str, Any]) -> None:
+        if self.conversations is None:
+            self.conversations = [None] * len(self.texts)
+        self.count += 1
+        self.keys.append(f"{self.key_name}@{position}")
+        self.texts.append("")  # rendered by the chat stage
+        self.conversations.append(conversation)
+        for f in self.fields:
+            self.fields[f].append(record.get(f))
 
     def add_text(self, position: int, text: str) -> None:
         """Adds one plain-text document (text input: no fields)."""
@@ -277,6 +304,8 @@ class _Collector:
         self.keys.append(f"{self.key_name}@{position}")
         self.texts.append(text)
         self.text_chars += len(text)
+        if self.conversations is not None:
+            self.conversations.append(None)
         for f in self.fields:
             self.fields[f].append(record.get(f) if record is not None else None)
 
@@ -284,7 +313,8 @@ class _Collector:
         self.pending_bytes += input_bytes
         if not self.texts:
             return None
-        batch = DocumentBatch(self.ds.name, self.keys, self.texts, self.fields, self.pending_bytes)
+        batch = DocumentBatch(self.ds.name, self.keys, self.texts, self.fields, self.pending_bytes,
+                              conversations=self.conversations)
         self.pending_bytes = 0
         self._reset()
         return batch
@@ -292,7 +322,7 @@ class _Collector:
 
 def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1000,
                max_document_bytes: Optional[int] = None, limit: Optional[int] = None,
-               rejects: Optional[list[Reject]] = None) -> Iterator[DocumentBatch]:
+               rejects: Optional[list[Reject]] = None, messages_field: str = "messages") -> Iterator[DocumentBatch]:
     """Yields the documents of one split in batches; appends unusable records to `rejects`.
 
     Args:
@@ -302,12 +332,13 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
       max_document_bytes: reject documents whose UTF-8 text is larger.
       limit: stop after this many records (documents + rejects).
       rejects: list receiving `Reject`s (a fresh list is used when None).
+      messages_field: the field holding chat messages when the content field is absent.
 
     Raises:
       InputError: when the file itself cannot be opened or decoded at all.
     """
     collector = _Collector(dataset, split.path, split.key_name or split.path, batch_size, max_document_bytes,
-                           limit)
+                           limit, messages_field)
     readers = {"jsonl": _read_lines, "txt": _read_lines, "json": _read_json, "csv": _read_csv,
                "parquet": _read_parquet, "arrow": _read_arrow}
     try:

@@ -174,6 +174,34 @@ class TokenizerHandle:
                                bos=self.bos_token_id if add_bos else None,
                                eos=self.eos_token_id if add_eos else None, max_length=max_length)
 
+    def encode_chat_batch(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
+                          max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tokenizes rendered chat texts and marks the tokens overlapping their trained spans.
+
+        The text comes from a chat template, which places its own special tokens, so nothing is
+        added but an EOS (if `add_eos` and the text does not already end with it; its mask is 0).
+
+        Returns:
+          `(flat_ids, offsets, flat_loss_mask)`: as `encode_batch`, plus an int32 0/1 mask aligned
+          with `flat_ids`.
+        """
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        masks = []
+        id_lists = []
+        for encoding, doc_spans in zip(encodings, spans):
+            char_offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+            mask = np.zeros(len(char_offsets), dtype=bool)
+            for start, end in doc_spans:
+                mask |= (char_offsets[:, 0] < end) & (char_offsets[:, 1] > start)
+            masks.append(mask.astype(np.int32))
+            id_lists.append(encoding.ids)
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        flat = _flatten(id_lists, int(lengths.sum()))
+        mask_flat = np.concatenate(masks) if masks else np.zeros(0, np.int32)
+        eos = self.eos_token_id if add_eos else None
+        layout = _special_layout(flat, lengths, bos=None, eos=eos, max_length=max_length)
+        return layout.apply(flat, 0, eos or 0), layout.offsets, layout.apply(mask_flat, 0, 0)
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
 
@@ -187,9 +215,27 @@ def _flatten(id_lists: list[list[int]], total: int) -> np.ndarray:
     return pa.array(id_lists, type=pa.list_(pa.int32())).flatten().to_numpy()
 
 
-def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
-                    max_length: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Prepends BOS / appends EOS / truncates, vectorised over the whole batch.
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where ids go when BOS/EOS are added and documents truncated (see `_special_layout`)."""
+
+    offsets: np.ndarray  # new document boundaries
+    src: np.ndarray      # kept positions in the input...
+    dst: np.ndarray      # ...and where they land
+    bos_at: np.ndarray   # positions receiving BOS
+    eos_at: np.ndarray   # positions receiving EOS
+
+    def apply(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
+        out = np.empty(int(self.offsets[-1]), dtype=np.int32)
+        out[self.dst] = values[self.src]
+        out[self.bos_at] = bos_value
+        out[self.eos_at] = eos_value
+        return out
+
+
+def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
+                    max_length: Optional[int]) -> _Layout:
+    """Plans prepending BOS / appending EOS / truncating, vectorised over the whole batch.
 
     A document keeps its BOS and EOS when truncated: the body is cut to make room for them.
     """
@@ -213,17 +259,21 @@ def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int]
             back = np.where(front + body + back > max_length, 1, back)
         back = np.minimum(back, max_length - front)
         body = np.minimum(body, max_length - front - back)
-    if bos is None and eos is None and max_length is None:
-        return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     sizes = front + body + back
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    out = np.empty(int(offsets[-1]), dtype=np.int32)
     doc = np.repeat(np.arange(n), body)
     rank = np.arange(len(doc)) - np.repeat(np.cumsum(body) - body, body)
-    out[offsets[:-1][doc] + front[doc] + rank] = flat[starts[doc] + rank]
-    out[offsets[:-1][front > 0]] = bos if bos is not None else 0
-    out[offsets[1:][back > 0] - 1] = eos if eos is not None else 0
-    return out, offsets
+    return _Layout(offsets=offsets, src=starts[doc] + rank, dst=offsets[:-1][doc] + front[doc] + rank,
+                   bos_at=offsets[:-1][front > 0], eos_at=offsets[1:][back > 0] - 1)
+
+
+def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
+                    max_length: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Prepends BOS / appends EOS / truncates ids; returns `(flat_ids, offsets)`."""
+    if bos is None and eos is None and max_length is None:
+        return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    layout = _special_layout(flat, lengths, bos=bos, eos=eos, max_length=max_length)
+    return layout.apply(flat, bos or 0, eos or 0), layout.offsets
 
 
 def load_tokenizer(spec: str | TokenizerConfig) -> TokenizerHandle:

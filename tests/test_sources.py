@@ -483,7 +483,7 @@ def test_rejects_carry_position_and_reason_and_nothing_is_lost(tmp_path: Path) -
         (offsets[2], "invalid UTF-8 at byte 14"),
         (offsets[3], "missing content field 'text'"),
         (offsets[4], "content field 'text' is a int, not a string"),
-        (offsets[5], "content field 'text' is a list, not a string"),
+        (offsets[5], "message 0 is a str, not an object"),  # a list is read as chat messages
         (offsets[6], "empty text"),
         (offsets[7], "empty text"),
         (offsets[8], "record is a list, not an object"),

@@ -1,0 +1,232 @@
+"""Chat records -> rendered text plus the character spans the model is trained on.
+
+`conversation_from_record` accepts OpenAI messages (`role`/`content`), ShareGPT turns (`from`/`value`,
+roles normalised: human->user, gpt/bot/model->assistant), optional `tools`, and prompt/completion
+pairs. `ChatRenderer` renders a conversation with a jinja chat template in the environment Hugging
+Face templates expect (`raise_exception`, `strftime_now`, `tojson`, trim/lstrip blocks, special tokens
+as variables) and returns the text with the spans of assistant responses:
+
+* templates with `{% generation %}...{% endgeneration %}` blocks: exactly those blocks;
+* any other template: each message's content is located in the rendered text, in conversation order
+  (so a user quoting the assistant cannot be mistaken for it); an assistant span is its content
+  plus, when the next non-blank text is a special token (`<|im_end|>`, `</s>`, `<|eot_id|>`, ...),
+  that end-of-turn token.
+
+Anything that does not fit (invalid roles, no assistant turn, a template error, an assistant message
+the template does not reproduce) raises `ChatError` with a reason for the dead-letter output: there is
+never a silent fallback to another format. Token-level masks come later, from the tokenizer's offsets
+(`easydata.tokenization`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import re
+from typing import Any, Iterable, Optional, Sequence
+
+__all__ = ["ChatError", "Conversation", "ChatRenderer", "conversation_from_record", "template_hash",
+           "ROLE_ALIASES"]
+
+ROLE_ALIASES = {
+    "system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
+    "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "ipython": "tool",
+}
+_GEN_OPEN, _GEN_CLOSE = "\ue000", "\ue001"  # private-use sentinels around generation blocks
+
+
+class ChatError(ValueError):
+    """A chat record that cannot be rendered; the message is the dead-letter reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+    """A normalised conversation: messages with canonical roles, and optional tool definitions."""
+
+    messages: list[dict[str, Any]]
+    tools: Optional[list[Any]] = None
+
+
+def _message(raw: Any, index: int) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ChatError(f"message {index} is a {type(raw).__name__}, not an object")
+    if "role" in raw:
+        role, content = raw["role"], raw.get("content")
+    elif "from" in raw:
+        role, content = raw["from"], raw.get("value")
+    else:
+        raise ChatError(f"message {index} has neither 'role' nor 'from'")
+    canonical = ROLE_ALIASES.get(str(role).lower()) if isinstance(role, str) else None
+    if canonical is None:
+        raise ChatError(f"message {index} has unknown role {role!r}")
+    if isinstance(content, list):  # content parts: keep the text parts
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
+        if not all(isinstance(t, str) for t in texts):
+            raise ChatError(f"message {index} has content parts without text")
+        content = "".join(texts)
+    if content is None and not raw.get("tool_calls"):
+        raise ChatError(f"message {index} ({canonical}) has no content")
+    if content is not None and not isinstance(content, str):
+        raise ChatError(f"message {index} ({canonical}) content is a {type(content).__name__}, not a string")
+    message = {k: v for k, v in raw.items() if k not in ("from", "value")}
+    message.update(role=canonical, content=content if content is not None else "")
+    return message
+
+
+def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = None) -> Conversation:
+    """Normalises a record's messages (or its `prompt`/`completion` pair when `content` is None).
+
+    Raises:
+      ChatError: for anything that is not a usable conversation.
+    """
+    record = record or {}
+    if content is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str):
+        content = [{"role": "user", "content": record["prompt"]},
+                   {"role": "assistant", "content": record["completion"]}]
+    if not isinstance(content, list) or not content:
+        raise ChatError("messages must be a non-empty list")
+    messages = [_message(m, i) for i, m in enumerate(content)]
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ChatError("conversation has no assistant message")
+    tools = record.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
+    return Conversation(messages=messages, tools=tools)
+
+
+def template_hash(template: str) -> str:
+    return "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
+
+
+def _environment() -> Any:
+    from jinja2 import nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationExtension(Extension):
+        """`{% generation %}...{% endgeneration %}`: marks assistant output with sentinels."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_mark", []), [], [], body).set_lineno(lineno)
+
+        def _mark(self, caller: Any) -> str:
+            return _GEN_OPEN + caller() + _GEN_CLOSE
+
+    def raise_exception(message: str) -> None:
+        from jinja2.exceptions import TemplateError
+
+        raise TemplateError(message)
+
+    def tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[GenerationExtension, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    return env
+
+
+class ChatRenderer:
+    """Renders conversations with one chat template.
+
+    Args:
+      template: jinja chat template text.
+      special_tokens: template variables such as `bos_token`, `eos_token`.
+      end_of_turn_tokens: special token strings that may close an assistant turn (all of the
+        tokenizer's special tokens is a good choice).
+    """
+
+    def __init__(self, template: str, special_tokens: dict[str, Optional[str]],
+                 end_of_turn_tokens: Iterable[str]):
+        try:
+            self._template = _environment().from_string(template)
+        except Exception as e:  # a template that does not even parse is a config error
+            raise ValueError(f"chat template does not parse: {e}") from e
+        self._uses_generation = "generation" in template and "endgeneration" in template
+        self._variables = {k: v for k, v in special_tokens.items() if v is not None}
+        self._end_tokens = sorted((t for t in end_of_turn_tokens if t), key=len, reverse=True)
+
+    def render(self, conversation: Conversation) -> tuple[str, list[tuple[int, int]]]:
+        """Returns `(text, spans)`: the rendered conversation and its trained character spans.
+
+        Raises:
+          ChatError: when the template fails or an assistant message cannot be located.
+        """
+        for m in conversation.messages:
+            if _GEN_OPEN in m["content"] or _GEN_CLOSE in m["content"]:
+                raise ChatError("message content holds reserved private-use characters U+E000/U+E001")
+        try:
+            text = self._template.render(messages=conversation.messages, tools=conversation.tools,
+                                         add_generation_prompt=False, **self._variables)
+        except Exception as e:
+            raise ChatError(f"chat template error: {type(e).__name__}: {e}") from None
+        if self._uses_generation:
+            return _strip_generation_marks(text)
+        return text, self._locate(text, conversation.messages)
+
+    def _locate(self, text: str, messages: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+        spans, cursor = [], 0
+        for index, message in enumerate(messages):
+            content = message["content"]
+            if not content:
+                continue
+            start, found = _find(text, content, cursor)
+            if start < 0:
+                if message["role"] == "assistant":
+                    raise ChatError(f"assistant message {index} does not appear in the rendered template")
+                continue  # templates may drop or rewrite system/tool text; it is never trained anyway
+            end = start + len(found)
+            cursor = end
+            if message["role"] == "assistant":
+                end = self._end_of_turn(text, end)
+                spans.append((start, end))
+                cursor = end
+        return spans
+
+    def _end_of_turn(self, text: str, end: int) -> int:
+        probe = end
+        while probe < len(text) and text[probe] in " \t\r\n":
+            probe += 1
+        for token in self._end_tokens:
+            if text.startswith(token, probe):
+                return probe + len(token)
+        return end
+
+
+def _find(text: str, content: str, cursor: int) -> tuple[int, str]:
+    """Position of `content` (or of its stripped form, as templates often `.strip()`) after `cursor`."""
+    start = text.find(content, cursor)
+    if start >= 0:
+        return start, content
+    stripped = content.strip()
+    if stripped and stripped != content:
+        start = text.find(stripped, cursor)
+        if start >= 0:
+            return start, stripped
+    return -1, content
+
+
+def _strip_generation_marks(marked: str) -> tuple[str, list[tuple[int, int]]]:
+    """Removes the generation sentinels; returns the clean text and the spans they enclosed."""
+    pieces, spans, length, opened = [], [], 0, None
+    for part in re.split(f"([{_GEN_OPEN}{_GEN_CLOSE}])", marked):
+        if part == _GEN_OPEN:
+            opened = length
+        elif part == _GEN_CLOSE:
+            if opened is not None and length > opened:
+                spans.append((opened, length))
+            opened = None
+        else:
+            pieces.append(part)
+            length += len(part)
+    return "".join(pieces), spans
