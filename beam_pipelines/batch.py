@@ -1,4 +1,5 @@
-"""The batch pipeline: read -> tokenize -> (pack) -> shuffle into shards -> commit, for every dataset.
+"""The batch pipeline: read -> chat template -> tokenize -> (pack) -> shuffle into shards -> commit, for
+every dataset.
 
 `build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` prepares the run
 (checks, splits, tokenizers, output directory), runs it on the chosen runner with a progress report
@@ -21,8 +22,8 @@ from easydata.manifest import read_manifest
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
 from beam_pipelines.runners import make_runner_and_options, unknown_beam_flags
-from transforms import PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, CommitOutput, Pack, ReadDocuments, Tokenize, \
-    WriteShards
+from transforms import PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, ChatTemplate, CommitOutput, Pack, ReadDocuments, \
+    Tokenize, WriteShards
 
 __all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
 
@@ -41,8 +42,13 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         read = pipeline | f"Read[{name}]" >> ReadDocuments(
             dataset=datasets[name], splits=ds_plan.splits, batch_size=config.tokenize.batch_size,
             max_document_bytes=config.tokenize.max_document_bytes, staging=plan.staging,
-            progress_dir=progress_dir)
-        rows = read.documents | f"Tokenize[{name}]" >> Tokenize(
+            progress_dir=progress_dir, messages_field=config.chat.messages_field)
+        chat = read.documents | f"Chat[{name}]" >> ChatTemplate(
+            dataset=name, tokenizer=ds_plan.tokenizer, template=ds_plan.chat_template,
+            assistant_only_loss=config.chat.assistant_only_loss, staging=plan.staging)
+        stats.append(chat[STATS_TAG])
+        rejected.append(chat[REJECTED_TAG])
+        rows = chat.documents | f"Tokenize[{name}]" >> Tokenize(
             tokenizer=ds_plan.tokenizer, config=config.tokenize, seed=config.seed, progress_dir=progress_dir)
         if config.pack.enabled:
             packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=ds_plan.pad_id,

@@ -7,10 +7,16 @@ Face templates expect (`raise_exception`, `strftime_now`, `tojson`, trim/lstrip 
 as variables) and returns the text with the spans of assistant responses:
 
 * templates with `{% generation %}...{% endgeneration %}` blocks: exactly those blocks;
-* any other template: each message's content is located in the rendered text, in conversation order
-  (so a user quoting the assistant cannot be mistaken for it); an assistant span is its content
-  plus, when the next non-blank text is a special token (`<|im_end|>`, `</s>`, `<|eot_id|>`, ...),
-  that end-of-turn token.
+* otherwise, by prefix rendering: assistant turn `i` spans from the end of the conversation up to
+  `i` rendered with the generation prompt (where the model starts writing) to the end of the
+  conversation up to and including `i` (trailing whitespace excluded). This covers tool calls and
+  any end-of-turn token the template writes, and is checked: each prefix must be a prefix of the
+  full text; non-blank text before the message's content (a role header written by a template that
+  ignores `add_generation_prompt`) is left out of the span;
+* templates for which that check fails: each message's content is located in the rendered text in
+  conversation order (so a user quoting the assistant cannot be mistaken for it); an assistant span
+  is its content plus, when the next non-blank text is a special token (`<|im_end|>`, `</s>`,
+  `<|eot_id|>`, ...), that end-of-turn token.
 
 Anything that does not fit (invalid roles, no assistant turn, a template error, an assistant message
 the template does not reproduce) raises `ChatError` with a reason for the dead-letter output: there is
@@ -165,14 +171,43 @@ class ChatRenderer:
         for m in conversation.messages:
             if _GEN_OPEN in m["content"] or _GEN_CLOSE in m["content"]:
                 raise ChatError("message content holds reserved private-use characters U+E000/U+E001")
-        try:
-            text = self._template.render(messages=conversation.messages, tools=conversation.tools,
-                                         add_generation_prompt=False, **self._variables)
-        except Exception as e:
-            raise ChatError(f"chat template error: {type(e).__name__}: {e}") from None
+        text = self._render(conversation.messages, conversation.tools, False)
         if self._uses_generation:
             return _strip_generation_marks(text)
-        return text, self._locate(text, conversation.messages)
+        spans = self._prefix_spans(text, conversation)
+        return text, spans if spans is not None else self._locate(text, conversation.messages)
+
+    def _render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[Any]], generation_prompt: bool) -> str:
+        try:
+            return self._template.render(messages=list(messages), tools=tools,
+                                         add_generation_prompt=generation_prompt, **self._variables)
+        except Exception as e:
+            raise ChatError(f"chat template error: {type(e).__name__}: {e}") from None
+
+    def _prefix_spans(self, text: str, conversation: Conversation) -> Optional[list[tuple[int, int]]]:
+        """Assistant spans by prefix rendering, or None when the template is not prefix-stable."""
+        messages, spans = conversation.messages, []
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            try:
+                before = self._render(messages[:i], conversation.tools, True)
+                through = self._render(messages[:i + 1], conversation.tools, False)
+            except ChatError:
+                return None  # e.g. a template that refuses a conversation ending with a user turn
+            if not (text.startswith(through) and through.startswith(before)):
+                return None
+            start, end = len(before), len(through.rstrip())
+            content = message["content"].strip()
+            at = text.find(content, start, end) if content else -1
+            if at >= 0 and text[start:at].strip():
+                # Non-blank text before the content: a role header the template wrote because it
+                # ignores `add_generation_prompt`. Scaffolding is never trained, so start at the content.
+                start = at
+            if end <= start:
+                raise ChatError(f"assistant message {i} does not appear in the rendered template")
+            spans.append((start, end))
+        return spans
 
     def _locate(self, text: str, messages: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
         spans, cursor = [], 0

@@ -12,6 +12,7 @@ import collections
 import time
 from typing import Any, Iterable
 
+from easydata.chat import template_hash
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
 from easydata.filesystems import join
@@ -55,6 +56,8 @@ def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, pa
         "input_bytes": c["input_bytes"],
         "padding_tokens": sum(s.padding_tokens for s in infos),
     }
+    if any(name == "loss_mask" for s in infos for name, _ in s.columns):
+        entry["trained_tokens"] = sum(s.trained_tokens for s in infos)
     if packed:
         slots = sum(s.tokens + s.padding_tokens for s in infos)
         entry["segments"] = c["packed_segments"]
@@ -94,6 +97,9 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     moves += [(join(plan.staging, rel), rel) for rel in rejected_files]
     commit_output(plan.output_dir, plan.staging, moves)
     tokenizer, per_dataset = plan.tokenizer_manifest()
+    chat = {d.name: {"template_hash": template_hash(d.chat_template) if d.chat_template else None,
+                     "assistant_only_loss": config.chat.assistant_only_loss}
+            for d in plan.datasets if "trained_tokens" in datasets[d.name]}
     if config.pack.enabled:
         tokenizer = {**tokenizer, "pad_token_id_used": plan.datasets[0].pad_id if plan.datasets else None}
     elapsed = time.time() - started_at
@@ -102,6 +108,6 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         config=config.to_dict(), fingerprint=config.fingerprint(), tokenizer=tokenizer,
         schema=output_schema(written, config), datasets=datasets, output_format=config.save.format,
         compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
-        run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3)})
+        run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3)}, chat=chat)
     write_manifest(plan.output_dir, manifest)
     return manifest

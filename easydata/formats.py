@@ -282,17 +282,19 @@ def write_piece(table: pa.Table, path: str) -> None:
 
 
 def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schema, *, compression: str,
-                   row_group_size: int, drop_columns: tuple[str, ...] = ()) -> tuple[int, int, int]:
+                   row_group_size: int, drop_columns: tuple[str, ...] = ()) -> tuple[int, int, int, int]:
     """Streams staged pieces, in order, into one shard file.
 
     Returns:
-      `(rows, tokens, padding_tokens)` written: tokens are real tokens (`segment_ids != 0` in packed
-      rows, every `input_ids` value otherwise), padding the rest.
+      `(rows, tokens, padding_tokens, trained_tokens)` written: tokens are real tokens
+      (`segment_ids != 0` in packed rows, every `input_ids` value otherwise), padding the rest, and
+      trained tokens the ones with `loss_mask == 1` (all real tokens when there is no loss mask).
     """
     out_schema = pa.schema([f for f in schema if f.name not in drop_columns])
     writer = ShardWriter(dest, fmt, out_schema, compression=compression, row_group_size=row_group_size)
-    tokens = padding = 0
+    tokens = padding = trained = 0
     packed = "segment_ids" in out_schema.names
+    masked = "loss_mask" in out_schema.names
     for path in piece_paths:
         for batch in iter_shard_batches(path, "arrow"):
             batch = conform(batch.select(out_schema.names), out_schema)
@@ -302,6 +304,9 @@ def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schem
                 tokens += real
                 padding += len(segments) - real
             else:
-                tokens += len(batch.column("input_ids").flatten())
+                real = len(batch.column("input_ids").flatten())
+                tokens += real
+            trained += int(batch.column("loss_mask").flatten().to_numpy(zero_copy_only=False).sum()) if masked \
+                else real
             writer.write(batch)
-    return writer.close(), tokens, padding
+    return writer.close(), tokens, padding, trained

@@ -24,7 +24,8 @@ MANIFEST_NAME = "manifest.json"
 def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[str, Any],
                    schema: dict[str, Any], datasets: dict[str, dict[str, Any]], output_format: str,
                    compression: str, rejected_files: Iterable[str] = (), run: Optional[dict[str, Any]] = None,
-                   tokenizers: Optional[dict[str, dict[str, Any]]] = None) -> dict[str, Any]:
+                   tokenizers: Optional[dict[str, dict[str, Any]]] = None,
+                   chat: Optional[dict[str, dict[str, Any]]] = None) -> dict[str, Any]:
     """Assembles the manifest dict.
 
     Args:
@@ -33,6 +34,7 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
     """
     totals = {"rows": 0, "tokens": 0, "padding_tokens": 0, "documents_in": 0, "documents_written": 0,
               "documents_rejected": 0, "shards": 0}
+    trained = [info["trained_tokens"] for info in datasets.values() if "trained_tokens" in info]
     outputs: dict[str, Any] = {}
     for name, info in sorted(datasets.items()):
         shards = info["shards"]
@@ -59,7 +61,7 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
         "format": output_format,
         "compression": compression,
         "datasets": outputs,
-        "totals": totals,
+        "totals": {**totals, **({"trained_tokens": sum(trained)} if trained else {})},
         "documents_in": totals["documents_in"],
         "documents_written": totals["documents_written"],
         "documents_rejected": totals["documents_rejected"],
@@ -67,6 +69,8 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
     }
     if tokenizers:
         manifest["tokenizers"] = tokenizers
+    if chat:
+        manifest["chat"] = chat
     if run:
         manifest["run"] = run
     return manifest

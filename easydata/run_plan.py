@@ -11,7 +11,9 @@ import dataclasses
 from typing import Any, Optional
 
 from easydata.config import PipelineConfig, TokenizerConfig
-from easydata.errors import ConfigError
+from easydata.chat import ChatRenderer
+from easydata.errors import ConfigError, InputError
+from easydata.filesystems import open_file
 from easydata.pack_stage import resolve_pad_id
 from easydata.output import new_run_id, prepare_output, staging_dir
 from easydata.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
@@ -36,6 +38,7 @@ class DatasetPlan:
     input_bytes: int
     num_groups: int
     pad_id: int
+    chat_template: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +62,27 @@ class RunPlan:
         return first, (infos if differ else {})
 
 
+def load_chat_template(value: Optional[str]) -> Optional[str]:
+    """`chat.template`: a file holding a jinja template, or the template text itself; checked to parse.
+
+    Raises:
+      ConfigError: when it is neither a readable file nor a template that parses.
+    """
+    if value is None:
+        return None
+    if "{" not in value:  # not template text: must be a file
+        try:
+            with open_file(value, "rb") as f:
+                value = f.read().decode("utf-8")
+        except (InputError, OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"chat.template '{value}' is neither a readable file nor a jinja template: {e}") from None
+    try:
+        ChatRenderer(value, {}, ())
+    except ValueError as e:
+        raise ConfigError(f"chat.template: {e}") from None
+    return value
+
+
 def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                 group_bytes: int = DEFAULT_GROUP_BYTES) -> RunPlan:
     """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
@@ -78,6 +102,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     if any(ds.pubsub_subscription for ds in config.datasets):
         raise ConfigError("a dataset reads from `pubsub_subscription`: that needs the streaming pipeline"
                           " (`easydata run CONFIG --streaming`)")
+    configured_template = load_chat_template(config.chat.template)
     loaded: dict[TokenizerConfig, TokenizerInfo] = {}
     datasets = []
     for ds in config.datasets:
@@ -94,9 +119,17 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         splits = plan_splits(ds, target_bytes=split_bytes)
         input_bytes = sum(s.size for s in splits)
         info = loaded[tok]
+        template = configured_template if configured_template is not None else info.chat_template
+        if configured_template is None and template is not None:
+            try:
+                ChatRenderer(template, {}, ())
+            except ValueError as e:
+                raise ConfigError(f"tokenizer '{tok.name_or_path}' has a chat_template that {e}; set chat.template"
+                                  " to one that works") from None
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes,
                                     pad_id=resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id),
+                                    chat_template=template,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
     prepare_output(config.save.output_dir, config.save.overwrite)

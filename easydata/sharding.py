@@ -178,6 +178,7 @@ class ShardInfo:
     tokens: int
     bytes: int
     padding_tokens: int = 0
+    trained_tokens: int = 0
     columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the written schema
 
 

@@ -119,3 +119,14 @@ def memory_fs() -> Iterator[Any]:
     clear()
     yield fs
     clear()
+
+
+CHAT_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>",
+                       "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE with ChatML and Llama-3 special tokens (BOS <s>, EOS </s>, PAD <pad>)."""
+    out = tmp_path_factory.mktemp("chat-tokenizer")
+    return train_bpe_tokenizer(make_texts(2000, seed=2), out, vocab_size=600, special_tokens=CHAT_SPECIAL_TOKENS)

@@ -304,7 +304,7 @@ def test_assemble_shard_concatenates_pieces_in_order(tmp_path: Path, fmt: str, c
         write_piece(piece, paths[-1])
     full_schema = SCHEMA.append(pa.field(KEY_COLUMN, pa.string())).append(pa.field(HASH_COLUMN, pa.uint64()))
     dest = tmp_path / shard_file_name(0, 1, fmt, compression)
-    rows_written, tokens, _ = assemble_shard(paths, str(dest), fmt, full_schema, compression=compression,
+    rows_written, tokens, *_ = assemble_shard(paths, str(dest), fmt, full_schema, compression=compression,
                                           row_group_size=7, drop_columns=(KEY_COLUMN, HASH_COLUMN))
     expected = rows[:8] + rows_null + rows[11:30]
     assert rows_written == 30
@@ -323,7 +323,7 @@ def test_assemble_shard_counts_tokens_of_sliced_pieces(tmp_path: Path) -> None:
     write_piece(piece, str(tmp_path / "p.arrow"))
     schema = SCHEMA.append(pa.field(KEY_COLUMN, pa.string())).append(pa.field(HASH_COLUMN, pa.uint64()))
     dest = tmp_path / "s.parquet"
-    written, tokens, _ = assemble_shard([str(tmp_path / "p.arrow")], str(dest), "parquet", schema, compression="none",
+    written, tokens, *_ = assemble_shard([str(tmp_path / "p.arrow")], str(dest), "parquet", schema, compression="none",
                                      row_group_size=100)
     assert (written, tokens) == (5, sum(len(r["input_ids"]) for r in rows[4:9]))
     assert pq.read_table(dest).column(KEY_COLUMN).to_pylist() == ["k4", "k5", "k6", "k7", "k8"]

@@ -1,17 +1,19 @@
 """Beam PTransforms of easydata-beam: thin wrappers over the pure `easydata` core.
 
 - `ReadDocuments`: input splits -> document batches (+ dead letters, counters)
-- `Tokenize`: document batches -> token rows
+- `ChatTemplate`: chat records -> rendered text with trained spans (+ dead letters)
+- `Tokenize`: document batches -> token rows (with `loss_mask` for chat)
 - `Pack`: token rows -> fixed-length packed rows
 - `WriteShards`: token rows -> shuffled, evenly sized staged shards
 - `CommitOutput`: staged shards -> committed output with `manifest.json`
 """
 
+from transforms.chat import ChatTemplate
 from transforms.commit import CommitOutput
 from transforms.pack import PACK_STATS_TAG, Pack
 from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
 from transforms.tokenize import Tokenize
 from transforms.write import WriteShards
 
-__all__ = ["ReadDocuments", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
+__all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
            "PACK_STATS_TAG"]

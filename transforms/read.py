@@ -34,8 +34,9 @@ class _ReadSplitsFn(beam.DoFn):
     """Reads a work unit (splits read in order, sharing one `num_rows` limit)."""
 
     def __init__(self, dataset: DatasetConfig, batch_size: int, max_document_bytes: Optional[int],
-                 staging: str, progress_dir: Optional[str]):
+                 staging: str, progress_dir: Optional[str], messages_field: str):
         self._dataset = dataset
+        self._messages_field = messages_field
         self._batch_size = batch_size
         self._max_document_bytes = max_document_bytes
         self._staging = staging
@@ -56,7 +57,7 @@ class _ReadSplitsFn(beam.DoFn):
             before = len(rejects)
             for batch in read_split(split, self._dataset, batch_size=self._batch_size,
                                     max_document_bytes=self._max_document_bytes, limit=remaining,
-                                    rejects=rejects):
+                                    rejects=rejects, messages_field=self._messages_field):
                 documents += len(batch)
                 input_bytes += batch.input_bytes
                 if remaining is not None:
@@ -89,11 +90,14 @@ class ReadDocuments(beam.PTransform):
       max_document_bytes: larger documents are rejected.
       staging: the run's staging directory (dead letters go below it).
       progress_dir: where workers report progress (None: no reporting).
+      messages_field: field holding chat messages when the content field is absent.
     """
 
     def __init__(self, *, dataset: DatasetConfig, splits: list[InputSplit], batch_size: int,
-                 max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None):
+                 max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None,
+                 messages_field: str = "messages"):
         super().__init__()
+        self._messages_field = messages_field
         self._dataset = dataset
         self._splits = splits
         self._batch_size = batch_size
@@ -108,7 +112,7 @@ class ReadDocuments(beam.PTransform):
                 | "Splits" >> beam.Create(units)
                 | "Distribute" >> beam.Reshuffle()
                 | "Read" >> beam.ParDo(_ReadSplitsFn(self._dataset, self._batch_size, self._max_document_bytes,
-                                                     self._staging, self._progress_dir)
+                                                     self._staging, self._progress_dir, self._messages_field)
                                        ).with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:

@@ -79,7 +79,7 @@ class _AssembleShardFn(beam.DoFn):
         num_shards = pieces[0].num_shards
         relative = f"{self._name}/{shard_file_name(shard, num_shards, self._save.format, self._save.compression)}"
         dest = join(self._staging, relative)
-        rows, tokens, padding = assemble_shard([p.path for p in pieces], dest, self._save.format, schema,
+        rows, tokens, padding, trained = assemble_shard([p.path for p in pieces], dest, self._save.format, schema,
                                       compression=self._save.compression,
                                       row_group_size=self._save.row_group_size, drop_columns=_HIDDEN)
         expected = sum(p.rows for p in pieces)
@@ -87,7 +87,7 @@ class _AssembleShardFn(beam.DoFn):
             raise RuntimeError(f"shard {relative}: wrote {rows} rows, pieces hold {expected}")
         yield ShardInfo(dataset=self._name, shard=shard, num_shards=num_shards, temp_path=dest,
                         relative_path=relative, rows=rows, tokens=tokens, bytes=file_size(dest),
-                        padding_tokens=padding,
+                        padding_tokens=padding, trained_tokens=trained,
                         columns=tuple((f.name, str(f.type)) for f in schema if f.name not in _HIDDEN))
 
 

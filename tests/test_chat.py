@@ -1,0 +1,141 @@
+"""Chat rendering and assistant-only loss masks with three structurally different real-world templates.
+
+ChatML, Mistral/Llama-2 `[INST]` (BOS, EOS closing assistant turns, strict alternation), and a
+Llama-3.1-style template with a system prompt and tool calls, plus a `{% generation %}` template. For
+multi-turn conversations, the tokens whose `loss_mask` is 1, decoded run by run, must be exactly the
+assistant contents plus their end-of-turn token, and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from easydata.chat import ChatError, ChatRenderer, conversation_from_record
+from easydata.config import TokenizerConfig
+from easydata.tokenizer import TokenizerHandle
+from transforms.chat import renderer_for
+
+TEMPLATES = Path(__file__).parent / "chat_templates"
+
+CONVERSATION = [
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": "Paris is the capital of France."},
+    {"role": "user", "content": "You said: Paris is the capital of France. And of Japan?"},
+    {"role": "assistant", "content": "Tokyo."},
+]
+SHAREGPT = [{"from": "human", "value": m["content"]} if m["role"] == "user" else
+            {"from": "gpt", "value": m["content"]} for m in CONVERSATION]
+
+
+def _template(name: str) -> str:
+    return (TEMPLATES / f"{name}.jinja").read_text()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(chat_tokenizer_dir) -> TokenizerHandle:
+    return TokenizerHandle(TokenizerConfig(name_or_path=str(chat_tokenizer_dir)))
+
+
+def masked_runs(tokenizer: TokenizerHandle, template: str, content, record=None) -> tuple[list[str], str]:
+    """Renders and tokenizes one conversation; returns the decoded runs of trained tokens and the text."""
+    renderer = renderer_for(tokenizer, template)
+    text, spans = renderer.render(conversation_from_record(content, record))
+    ids, offsets, mask = tokenizer.encode_chat_batch([text], [spans], add_eos=False)
+    assert np.array_equal(ids, tokenizer.tokenizer.encode(text, add_special_tokens=False).ids)
+    runs, current = [], []
+    for token, trained in zip(ids.tolist(), mask.tolist()):
+        if trained:
+            current.append(token)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    return [tokenizer.decode(r) for r in runs], text
+
+
+@pytest.mark.parametrize("name, end_of_turn", [("chatml", "<|im_end|>"), ("mistral_inst", "</s>"),
+                                               ("llama3_tools", "<|eot_id|>"), ("chatml_generation", "<|im_end|>")])
+@pytest.mark.parametrize("form", ["openai", "sharegpt"])
+def test_mask_is_exactly_the_assistant_turns(tokenizer, name, end_of_turn, form):
+    runs, text = masked_runs(tokenizer, _template(name), CONVERSATION if form == "openai" else SHAREGPT)
+    assert [r.strip() for r in runs] == ["Paris is the capital of France." + end_of_turn, "Tokyo." + end_of_turn]
+    assert "You said: Paris is the capital of France." in text  # the user quote is in the text, untrained
+
+
+def test_llama3_system_prompt_and_tool_calls(tokenizer):
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"city": "string"}}}]
+    conversation = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "content": "{\"temp_c\": 3}"},
+        {"role": "assistant", "content": "It is 3 °C in Oslo."},
+    ]
+    runs, text = masked_runs(tokenizer, _template("llama3_tools"), conversation, {"tools": tools})
+    assert [r.strip() for r in runs] == [
+        '{"name": "get_weather", "parameters": {"city": "Oslo"}}<|eot_id|>', "It is 3 °C in Oslo.<|eot_id|>"]
+    assert "Answer briefly." in text and "get_weather" in text.split("<|eot_id|>")[0]  # system + tool list
+
+
+def test_mistral_template_with_the_real_tokenizer(mistral_tokenizer_dir):
+    tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(mistral_tokenizer_dir)))
+    runs, text = masked_runs(tokenizer, _template("mistral_inst"), CONVERSATION)
+    assert text.startswith("<s>[INST] What is")
+    assert [r.strip() for r in runs] == ["Paris is the capital of France.</s>", "Tokyo.</s>"]
+
+
+def test_prompt_completion_pairs(tokenizer):
+    runs, _ = masked_runs(tokenizer, _template("chatml"), None, {"prompt": "2+2?", "completion": "4"})
+    assert [r.strip() for r in runs] == ["4<|im_end|>"]
+
+
+def test_template_that_is_not_prefix_stable_falls_back_to_locating_contents(tokenizer):
+    # The last turn is rendered differently, so prefixes are not prefixes of the whole text.
+    template = ("{% for m in messages %}{% if loop.last %}[final] {% endif %}{{ m.role }}: {{ m.content }}"
+                "{% if m.role == 'assistant' %}</s>{% endif %}\n{% endfor %}")
+    runs, _ = masked_runs(tokenizer, template, CONVERSATION)
+    assert [r.strip() for r in runs] == ["Paris is the capital of France.</s>", "Tokyo.</s>"]
+
+
+@pytest.mark.parametrize("content, reason", [
+    ("not a list", "messages must be a non-empty list"),
+    ([], "messages must be a non-empty list"),
+    ([{"role": "user", "content": "hi"}], "conversation has no assistant message"),
+    ([{"role": "narrator", "content": "x"}, {"role": "assistant", "content": "y"}], "message 0 has unknown role 'narrator'"),
+    (["hi", {"role": "assistant", "content": "y"}], "message 0 is a str, not an object"),
+    ([{"content": "x"}], "message 0 has neither 'role' nor 'from'"),
+    ([{"role": "user", "content": 5}, {"role": "assistant", "content": "y"}],
+     "message 0 (user) content is a int, not a string"),
+])
+def test_invalid_conversations_are_refused_with_a_reason(content, reason):
+    with pytest.raises(ChatError) as info:
+        conversation_from_record(content, {})
+    assert str(info.value) == reason
+
+
+def test_template_errors_are_refused_never_a_fallback(tokenizer):
+    renderer = renderer_for(tokenizer, _template("mistral_inst"))
+    with_system = [{"role": "system", "content": "Be nice."}] + CONVERSATION
+    with pytest.raises(ChatError) as info:
+        renderer.render(conversation_from_record(with_system))
+    assert str(info.value) == ("chat template error: TemplateError: Conversation roles must alternate"
+                               " user/assistant/user/assistant/...")
+
+
+def test_assistant_text_the_template_drops_is_refused(tokenizer):
+    renderer = ChatRenderer("{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}",
+                            {}, ["</s>"])
+    with pytest.raises(ChatError) as info:
+        renderer.render(conversation_from_record(CONVERSATION))
+    assert str(info.value) == "assistant message 1 does not appear in the rendered template"
+
+
+def test_a_template_that_does_not_parse_is_a_value_error():
+    with pytest.raises(ValueError) as info:
+        ChatRenderer("{% for m in messages %}", {}, [])
+    assert str(info.value).startswith("chat template does not parse:")

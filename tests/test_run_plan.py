@@ -1,0 +1,60 @@
+"""`prepare_run`: what is decided before a job starts (chat template, pad id, groups) and its errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from easydata.config import PipelineConfig
+from easydata.errors import ConfigError
+from easydata.run_plan import load_chat_template, prepare_run
+from tests.conftest import write_jsonl
+
+CHATML = (Path(__file__).parent / "chat_templates" / "chatml.jinja").read_text()
+
+
+def test_chat_template_from_file_or_text(tmp_path):
+    path = tmp_path / "t.jinja"
+    path.write_text(CHATML)
+    assert load_chat_template(str(path)) == CHATML
+    assert load_chat_template(CHATML) == CHATML
+    assert load_chat_template(None) is None
+
+
+@pytest.mark.parametrize("value, message", [
+    ("/nonexistent/template.jinja", "chat.template '/nonexistent/template.jinja' is neither a readable file"),
+    ("{% for m in messages %}", "chat.template: chat template does not parse"),
+])
+def test_bad_chat_template_is_a_config_error(value, message):
+    with pytest.raises(ConfigError) as info:
+        load_chat_template(value)
+    assert message in str(info.value)
+
+
+def _config(tmp_path: Path, tokenizer: Path, **sections) -> PipelineConfig:
+    write_jsonl(tmp_path / "d.jsonl", [{"text": "hello"}])
+    return PipelineConfig.from_dict({"default_tokenizer": str(tokenizer),
+                                     "datasets": [{"name": "d", "data_files": str(tmp_path / "d.jsonl")}],
+                                     "save": {"output_dir": str(tmp_path / "out")}, **sections})
+
+
+def test_tokenizer_chat_template_is_the_default(tmp_path, tokenizer_dir):
+    own = tmp_path / "tok"
+    shutil.copytree(tokenizer_dir, own)
+    meta = json.loads((own / "tokenizer_config.json").read_text())
+    (own / "tokenizer_config.json").write_text(json.dumps({**meta, "chat_template": CHATML}))
+    plan = prepare_run(_config(tmp_path, own))
+    assert plan.datasets[0].chat_template == CHATML
+    plan = prepare_run(_config(tmp_path, own, chat={"template": "{{ messages[0].content }}"}, save={
+        "output_dir": str(tmp_path / "out2")}))
+    assert plan.datasets[0].chat_template == "{{ messages[0].content }}"
+
+
+@pytest.mark.parametrize("pack, expected", [({}, 2), ({"pad_token_id": 7}, 7)])
+def test_pad_id_configured_else_tokenizer(tmp_path, tokenizer_dir, pack, expected):
+    plan = prepare_run(_config(tmp_path, tokenizer_dir, pack=pack))
+    assert plan.datasets[0].pad_id == expected  # the trained tokenizer declares <pad> = 2
+    assert plan.datasets[0].num_groups == 1 and len(plan.datasets[0].splits) == 1

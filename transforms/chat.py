@@ -1,0 +1,109 @@
+"""`ChatTemplate`: chat records in document batches -> rendered text with trained spans.
+
+A thin Beam wrapper over `easydata.chat`: each worker builds one `ChatRenderer` in `setup` (template
+from the config or the tokenizer, special tokens from the tokenizer). Batches without chat records pass
+through untouched. A record whose template fails is written to
+`<staging>/rejected/<dataset>/chat-<batch id>.jsonl` (a deterministic name: a retried bundle rewrites
+it) and counted; it never falls back to another format.
+
+Outputs (tagged):
+  main: `DocumentBatch` with rendered `texts` and `spans`
+  `stats`: `(dataset, {"documents_rejected": n})` for batches that lost records
+  `rejected_files`: relative paths of dead-letter files written
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Iterator, Optional
+
+import apache_beam as beam
+
+from easydata.chat import ChatError, ChatRenderer
+from easydata.config import TokenizerConfig
+from easydata.filesystems import join, open_file
+from easydata.sources import DocumentBatch, Reject
+from easydata.tokenizer import TokenizerHandle
+from transforms.read import REJECTED_TAG, STATS_TAG
+
+__all__ = ["ChatTemplate"]
+
+
+def renderer_for(tokenizer: TokenizerHandle, template: str) -> ChatRenderer:
+    """A renderer with the tokenizer's special tokens as template variables and end-of-turn candidates."""
+    tok = tokenizer.tokenizer
+    names = {"bos_token": tokenizer.bos_token_id, "eos_token": tokenizer.eos_token_id,
+             "pad_token": tokenizer.pad_token_id}
+    variables = {name: tok.id_to_token(i) if i is not None else None for name, i in names.items()}
+    specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
+    return ChatRenderer(template, variables, specials)
+
+
+class _RenderFn(beam.DoFn):
+    def __init__(self, dataset: str, tokenizer: TokenizerConfig, template: Optional[str], assistant_only_loss: bool,
+                 staging: str):
+        self._dataset, self._tokenizer, self._template = dataset, tokenizer, template
+        self._assistant_only_loss, self._staging = assistant_only_loss, staging
+        self._renderer: Optional[ChatRenderer] = None
+
+    def setup(self) -> None:
+        if self._template is not None:
+            self._renderer = renderer_for(TokenizerHandle(self._tokenizer), self._template)
+
+    def process(self, batch: DocumentBatch) -> Iterator[Any]:
+        if batch.conversations is None:
+            yield batch
+            return
+        keep, texts, spans, rejects = [], [], [], []
+        for i, conversation in enumerate(batch.conversations):
+            if conversation is None:
+                keep.append(i)
+                texts.append(batch.texts[i])
+                spans.append(None)
+                continue
+            try:
+                if self._renderer is None:
+                    raise ChatError("no chat template: set chat.template (the tokenizer has none)")
+                text, trained = self._renderer.render(conversation)
+            except ChatError as e:
+                source, _, position = batch.keys[i].rpartition("@")
+                rejects.append(Reject(self._dataset, source, int(position), str(e),
+                                      json.dumps(conversation.messages, ensure_ascii=False)[:200]))
+                continue
+            keep.append(i)
+            texts.append(text)
+            spans.append(trained if self._assistant_only_loss else None)
+        if rejects:
+            batch_id = hashlib.sha1(batch.keys[0].encode()).hexdigest()[:16]
+            rel = f"rejected/{self._dataset}/chat-{batch_id}.jsonl"
+            with open_file(join(self._staging, rel), "wb") as f:
+                f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
+            yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
+            yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset, {"documents_rejected": len(rejects)}))
+        if keep:
+            yield dataclasses.replace(
+                batch, keys=[batch.keys[i] for i in keep], texts=texts,
+                fields={name: [values[i] for i in keep] for name, values in batch.fields.items()},
+                conversations=None, spans=spans if any(s is not None for s in spans) else None)
+
+
+class ChatTemplate(beam.PTransform):
+    """Renders the chat records of one dataset's document batches (see module docstring).
+
+    Args:
+      dataset: dataset name.
+      tokenizer: the dataset's tokenizer (special tokens for the template).
+      template: the jinja chat template (None: chat records are rejected, saying why).
+      assistant_only_loss: keep the assistant spans so tokenization emits a `loss_mask`.
+      staging: the run's staging directory (dead letters go below it).
+    """
+
+    def __init__(self, *, dataset: str, tokenizer: TokenizerConfig, template: Optional[str],
+                 assistant_only_loss: bool, staging: str):
+        super().__init__()
+        self._fn = _RenderFn(dataset, tokenizer, template, assistant_only_loss, staging)
+
+    def expand(self, documents: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        return documents | "Render" >> beam.ParDo(self._fn).with_outputs(STATS_TAG, REJECTED_TAG, main="documents")
