@@ -124,8 +124,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
             try:
                 ChatRenderer(template, {}, ())
             except ValueError as e:
-                raise ConfigError(f"tokenizer '{tok.name_or_path}' has a chat_template that {e}; set chat.template"
-                                  " to one that works") from None
+                raise ConfigError(f"tokenizer '{tok.name_or_path}': {e}; set chat.template to one that works"
+                                  ) from None
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes,
                                     pad_id=resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id),
