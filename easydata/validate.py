@@ -5,8 +5,9 @@ the manifest's columns with int32 token lists; row and token counts (real tokens
 `segment_ids == 0`, is not counted) equal the manifest's, per shard,
 per dataset and in total; token ids are in `[0, vocab_size)`; token-aligned columns have the same
 length as `input_ids` in every row; the document counters add up; no stray shard files are present
-that the manifest does not list. Packed outputs also get the packed invariants (exact row length,
-segment ids 1..k with 0 only as trailing padding, positions restarting per segment).
+that the manifest does not list; a `loss_mask` holds only 0/1 (and 0 on padding). Packed outputs also
+get the packed invariants (exact row length, segment ids 1..k with 0 only as trailing padding,
+positions restarting per segment).
 
 Shards are read one record batch at a time, so validating never holds a whole shard in memory.
 """
@@ -89,6 +90,13 @@ def _value_problems(batch: pa.RecordBatch, schema: dict[str, Any]) -> list[str]:
             if not np.array_equal(other, lengths):
                 problems.append(f"column '{name}' length differs from input_ids in some rows")
                 aligned = False
+    if "loss_mask" in batch.schema.names and aligned:
+        mask = batch.column("loss_mask").flatten().to_numpy(zero_copy_only=False)
+        if np.any((mask != 0) & (mask != 1)):
+            problems.append("loss_mask holds values other than 0 and 1")
+        elif "segment_ids" in batch.schema.names and np.any(
+                mask[batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False) == 0] != 0):
+            problems.append("loss_mask is 1 on padding")
     seq_length = schema.get("seq_length")
     if not (schema.get("packed") and seq_length and aligned):
         return problems

@@ -413,3 +413,32 @@ def test_packed_segment_ids_length_differs(tmp_path: Path) -> None:
     row["segment_ids"] = row["segment_ids"][:4]
     out = build_packed(tmp_path, [GOOD_PACKED[0], row])
     assert problems_of(out) == [f"{PACKED_SHARD}: column 'segment_ids' length differs from input_ids in some rows"]
+
+
+@pytest.mark.parametrize("mask, problem", [([1, 2, 0, 1], "loss_mask holds values other than 0 and 1"),
+                                           ([1, 1, 0, 1], "loss_mask is 1 on padding")])
+def test_loss_mask_must_be_zero_or_one_and_zero_on_padding(tmp_path, mask, problem):
+    """Masks are checked for values and for padding (packed rows)."""
+    import pyarrow as pa
+
+    from easydata.formats import ShardWriter
+    from easydata.manifest import build_manifest, write_manifest
+
+    out = tmp_path / "out"
+    seq = pa.list_(pa.int32())
+    schema = pa.schema([("input_ids", seq), ("loss_mask", seq), ("segment_ids", seq), ("positions", seq)])
+    rows = {"input_ids": [[5, 6, 0, 0]], "loss_mask": [mask], "segment_ids": [[1, 1, 0, 0]],
+            "positions": [[0, 1, 0, 0]]}
+    (out / "d").mkdir(parents=True)
+    writer = ShardWriter(str(out / "d" / "part-00000-of-00001.parquet"), "parquet", schema)
+    writer.write(pa.RecordBatch.from_pydict(rows, schema=schema))
+    writer.close()
+    manifest = build_manifest(
+        config={}, fingerprint="x", tokenizer={"vocab_size": 10},
+        schema={"columns": {c: "list<int32>" for c in schema.names}, "packed": True, "seq_length": 4},
+        datasets={"d": {"shards": [{"path": "d/part-00000-of-00001.parquet", "rows": 1, "tokens": 2,
+                                    "padding_tokens": 2}], "documents_in": 1, "documents_written": 1,
+                        "documents_rejected": 0, "padding_tokens": 2}},
+        output_format="parquet", compression="zstd")
+    write_manifest(str(out), manifest)
+    assert validate_output(str(out)).problems == [f"d/part-00000-of-00001.parquet: {problem}"]
