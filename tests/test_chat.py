@@ -16,7 +16,6 @@ import pytest
 from easydata.chat import ChatError, ChatRenderer, conversation_from_record
 from easydata.config import TokenizerConfig
 from easydata.tokenizer import TokenizerHandle
-from transforms.chat import renderer_for
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 
@@ -41,7 +40,7 @@ def tokenizer(chat_tokenizer_dir) -> TokenizerHandle:
 
 def masked_runs(tokenizer: TokenizerHandle, template: str, content, record=None) -> tuple[list[str], str]:
     """Renders and tokenizes one conversation; returns the decoded runs of trained tokens and the text."""
-    renderer = renderer_for(tokenizer, template)
+    renderer = ChatRenderer.for_tokenizer(tokenizer, template)
     text, spans = renderer.render(conversation_from_record(content, record))
     ids, offsets, mask = tokenizer.encode_chat_batch([text], [spans], add_eos=False)
     assert np.array_equal(ids, tokenizer.tokenizer.encode(text, add_special_tokens=False).ids)
@@ -119,7 +118,7 @@ def test_invalid_conversations_are_refused_with_a_reason(content, reason):
 
 
 def test_template_errors_are_refused_never_a_fallback(tokenizer):
-    renderer = renderer_for(tokenizer, _template("mistral_inst"))
+    renderer = ChatRenderer.for_tokenizer(tokenizer, _template("mistral_inst"))
     with_system = [{"role": "system", "content": "Be nice."}] + CONVERSATION
     with pytest.raises(ChatError) as info:
         renderer.render(conversation_from_record(with_system))

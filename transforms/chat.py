@@ -31,16 +31,6 @@ from transforms.read import REJECTED_TAG, STATS_TAG
 __all__ = ["ChatTemplate"]
 
 
-def renderer_for(tokenizer: TokenizerHandle, template: str) -> ChatRenderer:
-    """A renderer with the tokenizer's special tokens as template variables and end-of-turn candidates."""
-    tok = tokenizer.tokenizer
-    names = {"bos_token": tokenizer.bos_token_id, "eos_token": tokenizer.eos_token_id,
-             "pad_token": tokenizer.pad_token_id}
-    variables = {name: tok.id_to_token(i) if i is not None else None for name, i in names.items()}
-    specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
-    return ChatRenderer(template, variables, specials)
-
-
 class _RenderFn(beam.DoFn):
     def __init__(self, dataset: str, tokenizer: TokenizerConfig, template: Optional[str], assistant_only_loss: bool,
                  staging: str):
@@ -50,7 +40,7 @@ class _RenderFn(beam.DoFn):
 
     def setup(self) -> None:
         if self._template is not None:
-            self._renderer = renderer_for(TokenizerHandle(self._tokenizer), self._template)
+            self._renderer = ChatRenderer.for_tokenizer(TokenizerHandle(self._tokenizer), self._template)
 
     def process(self, batch: DocumentBatch) -> Iterator[Any]:
         if batch.conversations is None:
