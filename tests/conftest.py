@@ -130,3 +130,15 @@ def chat_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A byte-level BPE with ChatML and Llama-3 special tokens (BOS <s>, EOS </s>, PAD <pad>)."""
     out = tmp_path_factory.mktemp("chat-tokenizer")
     return train_bpe_tokenizer(make_texts(2000, seed=2), out, vocab_size=600, special_tokens=CHAT_SPECIAL_TOKENS)
+
+
+def trained_runs(ids: Any, mask: Any) -> list[list[int]]:
+    """The maximal runs of consecutive token ids whose loss mask is 1."""
+    runs, current = [], []
+    for token, trained in zip(list(ids), list(mask)):
+        if trained:
+            current.append(int(token))
+        elif current:
+            runs.append(current)
+            current = []
+    return runs + ([current] if current else [])

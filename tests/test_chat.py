@@ -16,6 +16,7 @@ import pytest
 from easydata.chat import ChatError, ChatRenderer, conversation_from_record
 from easydata.config import TokenizerConfig
 from easydata.tokenizer import TokenizerHandle
+from tests.conftest import trained_runs
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 
@@ -44,16 +45,7 @@ def masked_runs(tokenizer: TokenizerHandle, template: str, content, record=None)
     text, spans = renderer.render(conversation_from_record(content, record))
     ids, offsets, mask = tokenizer.encode_chat_batch([text], [spans], add_eos=False)
     assert np.array_equal(ids, tokenizer.tokenizer.encode(text, add_special_tokens=False).ids)
-    runs, current = [], []
-    for token, trained in zip(ids.tolist(), mask.tolist()):
-        if trained:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
-    return [tokenizer.decode(r) for r in runs], text
+    return [tokenizer.decode(r) for r in trained_runs(ids, mask)], text
 
 
 @pytest.mark.parametrize("name, end_of_turn", [("chatml", "<|im_end|>"), ("mistral_inst", "</s>"),

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from tests.conftest import write_jsonl
+from tests.conftest import trained_runs, write_jsonl
 
 TEMPLATE = Path(__file__).parent / "chat_templates" / "chatml.jinja"
 
@@ -29,17 +29,6 @@ def _conversations(n: int) -> list[dict]:
             turns = [{"from": "human" if t["role"] == "user" else "gpt", "value": t["content"]} for t in turns]
         records.append({"messages": turns, "id": i})
     return records
-
-
-def _runs(ids: np.ndarray, mask: np.ndarray) -> list[list[int]]:
-    runs, current = [], []
-    for token, trained in zip(ids.tolist(), mask.tolist()):
-        if trained:
-            current.append(token)
-        elif current:
-            runs.append(current)
-            current = []
-    return runs + ([current] if current else [])
 
 
 @pytest.mark.slow
@@ -79,16 +68,16 @@ def test_cli_packs_chat_data_and_masks_survive(tmp_path, chat_tokenizer_dir):
     seg = np.array(table.column("segment_ids").to_pylist())
     mask = np.array(table.column("loss_mask").to_pylist())
     assert ids.shape[1] == 128 and np.all(mask[seg == 0] == 0)
-    trained_runs = []
+    decoded = []
     for row_ids, row_seg, row_mask in zip(ids, seg, mask):
         for k in range(1, row_seg.max() + 1):
             in_segment = row_seg == k
-            trained_runs.extend(tok.decode(r, skip_special_tokens=False).strip()
-                                for r in _runs(row_ids[in_segment], row_mask[in_segment]))
+            decoded.extend(tok.decode(r, skip_special_tokens=False).strip()
+                           for r in trained_runs(row_ids[in_segment], row_mask[in_segment]))
     expected = sorted(t for i in range(40) for t in (f"There are {i} apples.<|im_end|>",
                                                      f"No pears in basket {i}.<|im_end|>"))
     expected.append("a<|im_end|>")  # the system + assistant record is valid
-    assert sorted(trained_runs) == sorted(expected)
+    assert sorted(decoded) == sorted(expected)
     assert info["trained_tokens"] == int(mask.sum())
     check = subprocess.run([sys.executable, "-m", "easydata", "validate", str(out)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout
@@ -120,7 +109,8 @@ def test_text_and_chat_records_in_one_dataset(tmp_path, chat_tokenizer_dir):
         if row["id"] >= 100:
             assert row["loss_mask"] == [1] * len(row["input_ids"])
         else:
-            trained = [tok.decode(r, skip_special_tokens=False).strip() for r in _runs(np.array(row["input_ids"]), np.array(row["loss_mask"]))]
+            trained = [tok.decode(r, skip_special_tokens=False).strip()
+                       for r in trained_runs(row["input_ids"], row["loss_mask"])]
             assert trained == [f"There are {row['id']} apples.<|im_end|>", f"No pears in basket {row['id']}.<|im_end|>"]
             assert row["input_ids"][-1] == eos and row["loss_mask"][-1] == 0  # appended EOS: not trained
     assert result.manifest["totals"]["trained_tokens"] == sum(sum(m) for m in table.column("loss_mask").to_pylist())
