@@ -16,6 +16,7 @@ setup(
         "numpy>=1.24",
         "tokenizers>=0.19",
         "huggingface_hub>=0.20",
+        "jinja2>=3.1",
         "fsspec>=2023.6",
         "pyyaml>=6",
         "tqdm>=4.60",

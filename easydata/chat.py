@@ -154,8 +154,9 @@ class ChatRenderer:
 
     def __init__(self, template: str, special_tokens: dict[str, Optional[str]],
                  end_of_turn_tokens: Iterable[str]):
+        environment = _environment()
         try:
-            self._template = _environment().from_string(template)
+            self._template = environment.from_string(template)
         except Exception as e:  # a template that does not even parse is a config error
             raise ValueError(f"chat template does not parse: {e}") from e
         self._uses_generation = "generation" in template and "endgeneration" in template
