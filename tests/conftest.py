@@ -9,6 +9,11 @@ generated English-like text; `mistral_tokenizer_dir` is the production tokenizer
 
 from __future__ import annotations
 
+import os
+
+# JAX tests run on 8 simulated CPU devices; must be set before JAX first initialises.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
 import json
 import random
 from pathlib import Path

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["easydata", "easydata.config", "easydata.cli", "easydata.validate",
+@pytest.mark.parametrize("module", ["easydata", "easydata.reader", "easydata.config", "easydata.cli", "easydata.validate",
                                     "easydata.inspect", "easydata.formats", "easydata.sources"])
 def test_core_modules_do_not_import_beam_or_jax(module):
     code = (f"import sys, {module}; "

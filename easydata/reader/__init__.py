@@ -1,0 +1,17 @@
+"""The companion reader: feeds easydata outputs to JAX training loops.
+
+    from easydata.reader import TokenReader
+    reader = TokenReader("gs://bucket/out", batch_size=256, shuffle=True, seed=0)
+    for batch in reader.as_jax(mesh, PartitionSpec("data")): ...
+
+Importing this package imports neither Apache Beam nor JAX.
+"""
+
+from easydata.config import WeightSchedulePoint
+from easydata.reader.compat import ArrowShardedSource, AsyncDataLoader, ParquetShardedSource
+from easydata.reader.grain_source import GrainSource
+from easydata.reader.layouts import LAYOUTS
+from easydata.reader.token_reader import TokenReader
+
+__all__ = ["TokenReader", "GrainSource", "ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader",
+           "WeightSchedulePoint", "LAYOUTS"]

@@ -1,0 +1,118 @@
+"""The blocks of an output: its shards' row groups (Parquet) or record batches (Arrow), read lazily.
+
+A block is the unit the reader loads: one Parquet row group or one Arrow record batch of one shard.
+`BlockIndex.from_output` lists them from each shard's footer (no data is read), and `BlockIndex.read`
+loads one block's columns as an Arrow table: local files are memory-mapped, remote ones (`gs://`,
+`s3://`, any fsspec URL) are read through fsspec; files stay open for the reader's life.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from easydata.filesystems import join, open_arrow_file
+from easydata.manifest import read_manifest
+
+__all__ = ["BlockIndex"]
+
+
+@dataclasses.dataclass
+class BlockIndex:
+    """Where every block of one output dataset lives.
+
+    Attributes:
+      output_dir: the output directory.
+      name: the dataset inside it.
+      fmt: `parquet` or `arrow`.
+      shard_paths: full paths of the shards, in manifest order.
+      block_shard: shard index of each block.
+      block_local: block number inside its shard.
+      block_rows: rows of each block.
+      manifest: the output's manifest.
+    """
+
+    output_dir: str
+    name: str
+    fmt: str
+    shard_paths: list[str]
+    block_shard: np.ndarray
+    block_local: np.ndarray
+    block_rows: np.ndarray
+    manifest: dict[str, Any]
+    _files: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.block_rows.sum())
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_rows)
+
+    @classmethod
+    def from_output(cls, output_dir: str, name: Optional[str] = None) -> "BlockIndex":
+        """Lists the blocks of dataset `name` (default: the output's only dataset).
+
+        Raises:
+          ValidationFailed: no manifest (an incomplete or foreign directory).
+          ValueError: unknown dataset name, or an unsupported output format.
+        """
+        manifest = read_manifest(output_dir)
+        datasets = manifest.get("datasets") or {}
+        if name is None:
+            if len(datasets) != 1:
+                raise ValueError(f"'{output_dir}' holds datasets {sorted(datasets)}: pass name= to choose one.")
+            name = next(iter(datasets))
+        if name not in datasets:
+            raise ValueError(f"'{output_dir}' has no dataset '{name}'; it has {sorted(datasets)}.")
+        fmt = manifest.get("format", "parquet")
+        if fmt not in ("parquet", "arrow"):
+            raise ValueError(f"the reader reads parquet and arrow outputs; '{output_dir}' is {fmt}.")
+        paths = [join(output_dir, shard["path"]) for shard in datasets[name]["shards"]]
+        index = cls(output_dir=output_dir, name=name, fmt=fmt, shard_paths=paths, block_shard=np.zeros(0, np.int64),
+                    block_local=np.zeros(0, np.int64), block_rows=np.zeros(0, np.int64), manifest=manifest)
+        shard_of, local, rows = [], [], []
+        for s, expected in enumerate(shard["rows"] for shard in datasets[name]["shards"]):
+            counts = index._block_rows_of(s)
+            if sum(counts) != expected:
+                raise ValueError(f"shard {paths[s]} holds {sum(counts)} rows, the manifest says {expected}.")
+            shard_of.extend([s] * len(counts))
+            local.extend(range(len(counts)))
+            rows.extend(counts)
+        index.block_shard = np.asarray(shard_of, dtype=np.int64)
+        index.block_local = np.asarray(local, dtype=np.int64)
+        index.block_rows = np.asarray(rows, dtype=np.int64)
+        return index
+
+    def _open(self, shard: int) -> Any:
+        with self._lock:
+            if shard not in self._files:
+                f = open_arrow_file(self.shard_paths[shard])
+                if self.fmt == "parquet":
+                    import pyarrow.parquet as pq
+
+                    self._files[shard] = pq.ParquetFile(f)
+                else:
+                    self._files[shard] = pa.ipc.open_file(f)
+            return self._files[shard]
+
+    def _block_rows_of(self, shard: int) -> list[int]:
+        handle = self._open(shard)
+        if self.fmt == "parquet":
+            meta = handle.metadata
+            return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        return [handle.get_batch(i).num_rows for i in range(handle.num_record_batches)]
+
+    def read(self, block: int, columns: list[str]) -> pa.Table:
+        """One block's columns."""
+        handle = self._open(int(self.block_shard[block]))
+        local = int(self.block_local[block])
+        if self.fmt == "parquet":
+            return handle.read_row_group(local, columns=columns)
+        return pa.Table.from_batches([handle.get_batch(local).select(columns)])

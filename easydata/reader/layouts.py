@@ -1,0 +1,62 @@
+"""Column presets for training code: `raw`, `maxtext`, `hf`.
+
+Input is a batch of fixed-length rows as numpy arrays `[B, L]`: `input_ids`, `segment_ids` (0 =
+padding), `positions`, and `loss_mask` when the data has one.
+
+* `raw`: those arrays as stored.
+* `maxtext`: `inputs`, `inputs_segmentation`, `inputs_position`, and `targets` = inputs shifted left by
+  one (last column padded), `targets_segmentation` = the segment id where the target is a real token of
+  the same segment (and trained, when there is a loss mask), else 0; `targets_position` =
+  `inputs_position`.
+* `hf`: `input_ids`, `attention_mask` (1 on real tokens), `position_ids`, `labels` = `input_ids` with
+  -100 on padding, on untrained tokens (loss mask 0), and on each segment's first token (Hugging Face
+  models shift labels themselves, and the first token of a document must not be predicted from the
+  previous document).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["LAYOUTS", "apply_layout"]
+
+
+def _raw(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+    return batch
+
+
+def _maxtext(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+    ids, seg, pos = batch["input_ids"], batch["segment_ids"], batch["positions"]
+    targets = np.full_like(ids, pad_id)
+    targets[:, :-1] = ids[:, 1:]
+    next_seg = np.zeros_like(seg)
+    next_seg[:, :-1] = seg[:, 1:]
+    target_seg = np.where((next_seg == seg) & (seg != 0), seg, 0)
+    if "loss_mask" in batch:
+        next_mask = np.zeros_like(seg)
+        next_mask[:, :-1] = batch["loss_mask"][:, 1:]
+        target_seg = np.where(next_mask != 0, target_seg, 0)
+    return {"inputs": ids, "inputs_segmentation": seg, "inputs_position": pos, "targets": targets,
+            "targets_segmentation": target_seg.astype(seg.dtype), "targets_position": pos}
+
+
+def _hf(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+    ids, seg, pos = batch["input_ids"], batch["segment_ids"], batch["positions"]
+    trained = (seg != 0) & (pos != 0)
+    if "loss_mask" in batch:
+        trained &= batch["loss_mask"] != 0
+    return {"input_ids": ids, "attention_mask": (seg != 0).astype(np.int32), "position_ids": pos,
+            "labels": np.where(trained, ids, -100).astype(ids.dtype)}
+
+
+LAYOUTS: dict[str, Callable[[dict[str, np.ndarray], int], dict[str, np.ndarray]]] = {
+    "raw": _raw, "maxtext": _maxtext, "hf": _hf}
+
+
+def apply_layout(name: str, batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+    """Converts a raw batch to the named preset."""
+    if name not in LAYOUTS:
+        raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {name!r}.")
+    return LAYOUTS[name](batch, pad_id)

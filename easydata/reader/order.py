@@ -1,0 +1,87 @@
+"""The order in which an epoch visits rows: a pure function of (seed, epoch, position).
+
+Shuffled epochs permute the blocks of all shards (a global permutation across shards), group the
+permuted blocks into windows of `window_blocks`, and permute the rows inside each window. Every row
+is visited exactly once per epoch; every block is loaded once per epoch (it belongs to one window);
+and because the writer already stored rows in a global seeded shuffle, rows of any block are a random
+sample of the dataset, so each epoch is a fresh global shuffle. Unshuffled epochs visit rows in
+storage order.
+
+Nothing is stored: `EpochOrder.locate(positions)` computes `(block, row in block)` for any epoch
+positions, which is what makes resume exact and cheap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from easydata.reader.permutation import derive_key, permute
+
+__all__ = ["EpochOrder", "steps_per_epoch", "process_positions"]
+
+
+class EpochOrder:
+    """Position -> (window, block, row) for one epoch.
+
+    Args:
+      block_rows: rows of each block.
+      seed, epoch: select the permutations.
+      shuffle: permute (True) or keep storage order (False).
+      window_blocks: blocks per shuffle window (memory: one window of blocks at a time).
+    """
+
+    def __init__(self, block_rows: np.ndarray, *, seed: int, epoch: int, shuffle: bool, window_blocks: int):
+        if window_blocks <= 0:
+            raise ValueError(f"`window_blocks` must be positive, got {window_blocks}.")
+        self.shuffle = shuffle
+        self.seed, self.epoch = seed, epoch
+        num_blocks = len(block_rows)
+        positions = np.arange(num_blocks)
+        self.blocks = permute(positions, num_blocks, derive_key(seed, epoch, 1)) if shuffle and num_blocks \
+            else positions
+        self.window_blocks = window_blocks
+        rows_in_order = block_rows[self.blocks]
+        self.block_start = np.concatenate([[0], np.cumsum(rows_in_order)])  # epoch position of each slot
+        window_edges = np.arange(0, num_blocks + window_blocks, window_blocks).clip(max=num_blocks)
+        window_edges = np.unique(window_edges)
+        self.window_start = self.block_start[window_edges]  # epoch position where each window starts
+        self.num_rows = int(self.block_start[-1])
+
+    @property
+    def num_windows(self) -> int:
+        return max(len(self.window_start) - 1, 0)
+
+    def window_blocks_of(self, window: int) -> np.ndarray:
+        """Block ids of a window, in the order their rows are concatenated."""
+        return self.blocks[window * self.window_blocks:(window + 1) * self.window_blocks]
+
+    def locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For epoch positions: their window and their row index within the window's concatenated rows."""
+        positions = np.asarray(positions, dtype=np.int64)
+        window = np.searchsorted(self.window_start, positions, side="right") - 1
+        local = positions - self.window_start[window]
+        if not self.shuffle:
+            return window, local
+        rows = np.empty_like(local)
+        for w in np.unique(window):
+            in_window = window == w
+            size = int(self.window_start[w + 1] - self.window_start[w])
+            rows[in_window] = permute(local[in_window], size, derive_key(self.seed, self.epoch, 2, int(w)))
+        return window, rows
+
+    def window_size(self, window: int) -> int:
+        return int(self.window_start[window + 1] - self.window_start[window])
+
+
+def steps_per_epoch(num_rows: int, global_batch: int, drop_remainder: bool) -> int:
+    """Global batches in one epoch."""
+    return num_rows // global_batch if drop_remainder else -(-num_rows // global_batch)
+
+
+def process_positions(step: int, global_batch: int, process_index: int, process_count: int,
+                      num_rows: int) -> np.ndarray:
+    """Epoch positions this process reads at `step`: its contiguous share of the global batch."""
+    local = global_batch // process_count
+    start = step * global_batch + process_index * local
+    return np.arange(start, min(start + local, num_rows), dtype=np.int64)
+

@@ -1,0 +1,289 @@
+"""`TokenReader`: batches of fixed-length rows from an easydata output, sharded over processes,
+deterministically shuffled, exactly resumable, prefetched on a background thread, as numpy or JAX.
+
+Row `i` of epoch `e` is a pure function of `(seed, e, i)` (`easydata.reader.order`), process `p` of
+`P` reads the positions `[s*G + p*G/P, s*G + (p+1)*G/P)` of global batch `s`, so all processes
+together read every row once per epoch and never the same row twice. The whole iterator state is
+`{"version", "epoch", "step", ...}`: resuming from `state_dict()` continues with exactly the batches
+an uninterrupted run would have produced, whatever the prefetch depth.
+
+Packed outputs give rows of their `seq_length`; unpacked outputs need `seq_length=` and are padded or
+cut to it (`segment_ids` 1 on tokens, 0 on padding, so every layout works the same way).
+Importing this module imports neither Apache Beam nor JAX; JAX is imported by `as_jax` / `as_pmap`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from easydata.reader.blocks import BlockIndex
+from easydata.reader.layouts import LAYOUTS, apply_layout
+from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
+
+__all__ = ["TokenReader"]
+
+STATE_VERSION = 1
+_TOKEN_COLUMNS = ("input_ids", "segment_ids", "positions", "loss_mask")
+
+
+def _default_process() -> tuple[int, int]:
+    try:
+        import jax
+    except ImportError:
+        return 0, 1
+    return jax.process_index(), jax.process_count()
+
+
+class TokenReader:
+    """Iterates batches of an easydata output.
+
+    Args:
+      path: output directory (local, `gs://`, `s3://`, any fsspec URL).
+      batch_size: GLOBAL batch size (rows per step over all processes).
+      shuffle: shuffle rows (deterministic in `seed` and epoch).
+      seed: shuffle seed.
+      num_epochs: epochs to read (None: forever).
+      drop_remainder: drop the last incomplete global batch of each epoch.
+      process_index, process_count: this process and how many read together (default: JAX's, else 0/1).
+      layout: `raw`, `maxtext` or `hf` (see `easydata.reader.layouts`).
+      name: dataset inside the output (default: its only dataset).
+      seq_length: row length for unpacked outputs (rows are padded / cut to it).
+      prefetch: batches prepared ahead on a background thread (0: none).
+      window_blocks: blocks (row groups) per shuffle window; memory holds about two windows.
+    """
+
+    def __init__(self, path: str, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 num_epochs: Optional[int] = None, drop_remainder: bool = True, process_index: Optional[int] = None,
+                 process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
+                 seq_length: Optional[int] = None, prefetch: int = 2, window_blocks: int = 4):
+        if process_index is None or process_count is None:
+            default_index, default_count = _default_process()
+            process_index = default_index if process_index is None else process_index
+            process_count = default_count if process_count is None else process_count
+        if batch_size <= 0:
+            raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
+        if process_count <= 0 or not 0 <= process_index < process_count:
+            raise ValueError(f"`process_index` must be in [0, {process_count}), got {process_index}.")
+        if batch_size % process_count:
+            raise ValueError(f"`batch_size` {batch_size} does not divide over {process_count} processes; use a"
+                             f" multiple of {process_count}.")
+        if layout not in LAYOUTS:
+            raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}.")
+        self.index = BlockIndex.from_output(path, name)
+        schema = self.index.manifest.get("schema") or {}
+        self.packed = bool(schema.get("packed"))
+        self.seq_length = int(schema["seq_length"]) if self.packed else seq_length
+        if self.seq_length is None or self.seq_length <= 0:
+            raise ValueError(f"'{path}' holds unpacked rows of varying length: pass seq_length= to pad or cut"
+                             " them to one length (or write the output with pack.enabled).")
+        self.columns = [c for c in _TOKEN_COLUMNS if c in (schema.get("columns") or {})] or ["input_ids"]
+        tok = self.index.manifest.get("tokenizer") or {}
+        self.pad_id = next((int(v) for v in (tok.get("pad_token_id_used"), tok.get("pad_token_id"),
+                                             tok.get("eos_token_id")) if v is not None), 0)
+        self.path, self.batch_size, self.shuffle, self.seed = path, batch_size, shuffle, seed
+        self.num_epochs, self.drop_remainder, self.layout = num_epochs, drop_remainder, layout
+        self.process_index, self.process_count = process_index, process_count
+        self.prefetch, self.window_blocks = prefetch, window_blocks
+        self.local_batch_size = batch_size // process_count
+        self.num_rows = self.index.num_rows
+        self.steps_per_epoch = steps_per_epoch(self.num_rows, batch_size, drop_remainder)
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"'{path}' ({self.index.name}) has {self.num_rows} rows, fewer than one global batch"
+                             f" of {batch_size}.")
+        self._epoch, self._step = 0, 0
+        self._fingerprint = (f"{self.index.manifest.get('config_fingerprint')}/{self.index.name}/"
+                             f"{self.num_rows}/{self.index.manifest.get('created_at')}")
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable position of the next batch this reader yields."""
+        return {"version": STATE_VERSION, "epoch": self._epoch, "step": self._step, "seed": self.seed,
+                "shuffle": self.shuffle, "global_batch_size": self.batch_size, "dataset": self._fingerprint,
+                "window_blocks": self.window_blocks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continues from `state`; refuses a state of another dataset or batch size.
+
+        Raises:
+          ValueError: naming what differs.
+        """
+        expected = self.state_dict()
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"reader state version {state.get('version') if isinstance(state, dict) else state!r}"
+                             f" is not {STATE_VERSION}.")
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise ValueError(f"reader state lacks {missing}.")
+        for key in ("dataset", "global_batch_size", "seed", "shuffle", "window_blocks"):
+            if state[key] != expected[key]:
+                raise ValueError(f"reader state is for {key}={state[key]!r}, this reader has {expected[key]!r}.")
+        self._epoch, self._step = int(state["epoch"]), int(state["step"])
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    def _rows(self, table: pa.Table, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Rows of a window table as `[len(rows), L]` arrays."""
+        taken = table.take(pa.array(rows))
+        out = {}
+        for column in self.columns:
+            array = taken.column(column).combine_chunks()
+            values = array.values.to_numpy(zero_copy_only=False)
+            offsets = array.offsets.to_numpy()
+            if self.packed:
+                out[column] = values[offsets[0]:offsets[-1]].reshape(len(rows), self.seq_length).astype(np.int32)
+            else:
+                out[column] = _pad_rows(values, offsets, self.seq_length, self.pad_id if column == "input_ids" else 0)
+        if not self.packed:  # one segment per row: 1 on tokens, 0 on padding
+            lengths = np.minimum(np.diff(taken.column("input_ids").combine_chunks().offsets.to_numpy()),
+                                 self.seq_length)
+            real = np.arange(self.seq_length)[None, :] < lengths[:, None]
+            out["segment_ids"] = real.astype(np.int32)
+            out["positions"] = np.where(real, np.arange(self.seq_length)[None, :], 0).astype(np.int32)
+        return out
+
+    def _empty_batch(self) -> dict[str, np.ndarray]:
+        """This process's share of a final partial batch can be empty: it still yields, in step."""
+        names = self.columns if self.packed else [*self.columns, "segment_ids", "positions"]
+        return {name: np.zeros((0, self.seq_length), dtype=np.int32) for name in dict.fromkeys(names)}
+
+    def _batches(self, epoch: int, step: int) -> Iterator[tuple[dict[str, np.ndarray], tuple[int, int]]]:
+        """Yields `(batch, (epoch, step) after it)` from `(epoch, step)` on."""
+        windows: dict[int, pa.Table] = {}
+        order = None
+        while self.num_epochs is None or epoch < self.num_epochs:
+            if order is None or order.epoch != epoch:
+                order = EpochOrder(self.index.block_rows, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+                                   window_blocks=self.window_blocks)
+                windows.clear()
+            if step >= self.steps_per_epoch:
+                epoch, step = epoch + 1, 0
+                continue
+            positions = process_positions(step, self.batch_size, self.process_index, self.process_count,
+                                          self.num_rows)
+            window, rows = order.locate(positions)
+            parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+            for w in dict.fromkeys(window.tolist()):  # windows in order of first use
+                if w not in windows:
+                    if len(windows) >= 2:
+                        windows.pop(next(iter(windows)))
+                    blocks = [self.index.read(int(b), self.columns) for b in order.window_blocks_of(w)]
+                    windows[w] = pa.concat_tables(blocks).combine_chunks()
+                parts.append((np.flatnonzero(window == w), self._rows(windows[w], rows[window == w])))
+            batch = _merge(parts, len(positions)) if parts else self._empty_batch()
+            step += 1
+            yield apply_layout(self.layout, batch, self.pad_id), (epoch, step)
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        """Batches of `[batch_size // process_count, L]` arrays, from the current state on."""
+        source = self._batches(self._epoch, self._step)
+        if self.prefetch <= 0:
+            for batch, (self._epoch, self._step) in source:
+                yield batch
+            return
+        with _Prefetcher(source, self.prefetch) as prefetched:
+            for batch, (epoch, step) in prefetched:
+                self._epoch, self._step = epoch, step
+                yield batch
+
+    # ---- JAX -------------------------------------------------------------------------------------
+
+    def as_jax(self, mesh: Any, partition_spec: Any) -> Iterator[dict[str, Any]]:
+        """Global `jax.Array`s `[batch_size, L]` laid out by `NamedSharding(mesh, partition_spec)`,
+        built from each process's rows with `jax.make_array_from_process_local_data`."""
+        import jax
+        from jax.sharding import NamedSharding
+
+        if not self.drop_remainder:
+            raise ValueError("as_jax needs drop_remainder=True: every global batch must have the same shape.")
+        sharding = NamedSharding(mesh, partition_spec)
+        shape = (self.batch_size, self.seq_length)
+        for batch in self:
+            yield {k: jax.make_array_from_process_local_data(sharding, v, shape) for k, v in batch.items()}
+
+    def as_pmap(self) -> Iterator[dict[str, Any]]:
+        """Batches `[local_device_count, batch_size // process_count // local_device_count, L]` (numpy,
+        which `jax.pmap` splits over local devices along the first axis)."""
+        import jax
+
+        devices = jax.local_devices()
+        if self.local_batch_size % len(devices):
+            raise ValueError(f"the per-process batch {self.local_batch_size} does not divide over"
+                             f" {len(devices)} local devices; use a multiple of {len(devices) * self.process_count}"
+                             " as batch_size.")
+        per_device = self.local_batch_size // len(devices)
+        for batch in self:
+            yield {k: v.reshape(len(devices), per_device, *v.shape[1:]) for k, v in batch.items()}
+
+
+def _pad_rows(values: np.ndarray, offsets: np.ndarray, length: int, pad: int) -> np.ndarray:
+    """Variable-length rows (flat values + offsets) padded or cut to `length`."""
+    n = len(offsets) - 1
+    out = np.full((n, length), pad, dtype=np.int32)
+    sizes = np.minimum(np.diff(offsets), length)
+    rank = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    rows = np.repeat(np.arange(n), sizes)
+    out[rows, rank] = values[np.repeat(offsets[:-1], sizes) + rank]
+    return out
+
+
+def _merge(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], n: int) -> dict[str, np.ndarray]:
+    if len(parts) == 1:
+        return parts[0][1]
+    first = parts[0][1]
+    out = {k: np.empty((n,) + v.shape[1:], dtype=v.dtype) for k, v in first.items()}
+    for where, arrays in parts:
+        for k, v in arrays.items():
+            out[k][where] = v
+    return out
+
+
+class _Prefetcher:
+    """Runs a generator on a daemon thread, `depth` items ahead; re-raises its errors; stops cleanly."""
+
+    _DONE = object()
+
+    def __init__(self, source: Iterator[Any], depth: int):
+        self._source, self._queue = source, queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="easydata-prefetch", daemon=True)
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for item in self._source:
+                if not self._put(item):
+                    return
+            self._put(self._DONE)
+        except BaseException as e:  # hand the error to the consumer
+            self._put(e)
+
+    def __enter__(self) -> Iterator[Any]:
+        self._thread.start()
+        return self._items()
+
+    def _items(self) -> Iterator[Any]:
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
