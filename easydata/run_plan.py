@@ -17,7 +17,7 @@ from easydata.filesystems import open_file
 from easydata.pack_stage import resolve_pad_id
 from easydata.output import new_run_id, prepare_output, staging_dir
 from easydata.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
-from easydata.sources import InputSplit, plan_splits
+from easydata.sources import InputSplit, plan_splits, total_input_bytes
 from easydata.tokenizer import TokenizerInfo, load_tokenizer
 
 __all__ = ["DatasetPlan", "RunPlan", "prepare_run"]
@@ -117,7 +117,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                   " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
             loaded[tok] = handle.info
         splits = plan_splits(ds, target_bytes=split_bytes)
-        input_bytes = sum(s.size for s in splits)
+        input_bytes = total_input_bytes(splits)
         info = loaded[tok]
         template = configured_template if configured_template is not None else info.chat_template
         if configured_template is None and template is not None:

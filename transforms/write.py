@@ -29,10 +29,6 @@ __all__ = ["WriteShards"]
 _HIDDEN = (HASH_COLUMN, KEY_COLUMN)
 
 
-def _route(batch: pa.RecordBatch, num_groups: int) -> Iterator[tuple[int, pa.RecordBatch]]:
-    yield from split_by_group(batch, num_groups)
-
-
 def _group_counts(keyed: tuple[int, pa.RecordBatch]) -> tuple[int, tuple[int, int]]:
     group, batch = keyed
     data_bytes = sum(batch.column(name).nbytes for name in batch.schema.names if name not in _HIDDEN)
@@ -113,7 +109,7 @@ class WriteShards(beam.PTransform):
         self._name, self._num_groups, self._save, self._staging = name, num_groups, save, staging
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
-        keyed = rows | "RouteToGroups" >> beam.FlatMap(_route, self._num_groups)
+        keyed = rows | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups)
         counts = (keyed
                   | "MeasureGroups" >> beam.Map(_group_counts)
                   | "SumGroups" >> beam.CombinePerKey(_sum_pairs))

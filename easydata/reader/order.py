@@ -47,10 +47,6 @@ class EpochOrder:
         self.window_start = self.block_start[window_edges]  # epoch position where each window starts
         self.num_rows = int(self.block_start[-1])
 
-    @property
-    def num_windows(self) -> int:
-        return max(len(self.window_start) - 1, 0)
-
     def window_blocks_of(self, window: int) -> np.ndarray:
         """Block ids of a window, in the order their rows are concatenated."""
         return self.blocks[window * self.window_blocks:(window + 1) * self.window_blocks]
@@ -68,9 +64,6 @@ class EpochOrder:
             size = int(self.window_start[w + 1] - self.window_start[w])
             rows[in_window] = permute(local[in_window], size, derive_key(self.seed, self.epoch, 2, int(w)))
         return window, rows
-
-    def window_size(self, window: int) -> int:
-        return int(self.window_start[window + 1] - self.window_start[window])
 
 
 def steps_per_epoch(num_rows: int, global_batch: int, drop_remainder: bool) -> int:

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
+from easydata.pack_stage import PACKED_COLUMNS
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import LAYOUTS, apply_layout
 from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
@@ -28,7 +29,6 @@ from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
 __all__ = ["TokenReader"]
 
 STATE_VERSION = 1
-_TOKEN_COLUMNS = ("input_ids", "segment_ids", "positions", "loss_mask")
 
 
 def _default_process() -> tuple[int, int]:
@@ -81,7 +81,7 @@ class TokenReader:
         if self.seq_length is None or self.seq_length <= 0:
             raise ValueError(f"'{path}' holds unpacked rows of varying length: pass seq_length= to pad or cut"
                              " them to one length (or write the output with pack.enabled).")
-        self.columns = [c for c in _TOKEN_COLUMNS if c in (schema.get("columns") or {})] or ["input_ids"]
+        self.columns = [c for c in PACKED_COLUMNS if c in (schema.get("columns") or {})] or ["input_ids"]
         tok = self.index.manifest.get("tokenizer") or {}
         self.pad_id = next((int(v) for v in (tok.get("pad_token_id_used"), tok.get("pad_token_id"),
                                              tok.get("eos_token_id")) if v is not None), 0)
