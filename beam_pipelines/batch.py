@@ -1,5 +1,7 @@
-"""The batch pipeline: read -> chat template -> tokenize -> (pack) -> shuffle into shards -> commit, for
-every dataset.
+"""The batch pipeline: read -> chat template -> tokenize -> (mix) -> (pack) -> shuffle into shards -> commit.
+
+Without a `mix` section every dataset becomes its own output `OUT/<name>/`; with one, the datasets'
+token rows are mixed by share of output tokens into a single output `OUT/mixed/`.
 
 `build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` prepares the run
 (checks, splits, tokenizers, output directory), runs it on the chosen runner with a progress report
@@ -22,8 +24,8 @@ from easydata.manifest import read_manifest
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
 from beam_pipelines.runners import make_runner_and_options, unknown_beam_flags
-from transforms import PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, ChatTemplate, CommitOutput, Pack, ReadDocuments, \
-    Tokenize, WriteShards
+from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
+    ChatTemplate, CommitOutput, Pack, ReadDocuments, Tokenize, WeightedMix, WriteShards
 
 __all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
 
@@ -37,6 +39,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     """
     datasets = {d.name: d for d in config.datasets}
     shards, stats, rejected = [], [], []
+    tokenized: dict[str, beam.PCollection] = {}
     for ds_plan in plan.datasets:
         name = ds_plan.name
         read = pipeline | f"Read[{name}]" >> ReadDocuments(
@@ -46,24 +49,35 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         chat = read.documents | f"Chat[{name}]" >> ChatTemplate(
             dataset=name, tokenizer=ds_plan.tokenizer, template=ds_plan.chat_template,
             assistant_only_loss=config.chat.assistant_only_loss, staging=plan.staging)
-        stats.append(chat[STATS_TAG])
-        rejected.append(chat[REJECTED_TAG])
-        rows = chat.documents | f"Tokenize[{name}]" >> Tokenize(
+        stats.extend([read[STATS_TAG], chat[STATS_TAG]])
+        rejected.extend([read[REJECTED_TAG], chat[REJECTED_TAG]])
+        tokenized[name] = chat.documents | f"Tokenize[{name}]" >> Tokenize(
             tokenizer=ds_plan.tokenizer, config=config.tokenize, seed=config.seed, progress_dir=progress_dir)
+    outputs = {name: (rows, ds_plan.num_groups, ds_plan.pad_id)
+               for (name, rows), ds_plan in zip(tokenized.items(), plan.datasets)}
+    mix_plan = None
+    if config.mix is not None:
+        mixed = tokenized | "Mix" >> WeightedMix(weights=config.mix.weights, stop_strategy=config.mix.stop_strategy,
+                                                 total_tokens=config.mix.total_tokens, seed=config.seed)
+        stats.append(mixed[MIX_STATS_TAG])
+        mix_plan = mixed[MIX_PLAN_TAG]
+        outputs = {MIXED_NAME: (mixed["rows"], plan.mix_num_groups, plan.datasets[0].pad_id)}
+    for name, (rows, num_groups, pad_id) in outputs.items():
         if config.pack.enabled:
-            packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=ds_plan.pad_id,
-                                                    seed=config.seed, num_groups=ds_plan.num_groups)
+            packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=pad_id,
+                                                    seed=config.seed, num_groups=num_groups)
             rows = packed.rows
             stats.append(packed[PACK_STATS_TAG])
         shards.append(rows | f"Write[{name}]" >> WriteShards(
-            name=name, num_groups=ds_plan.num_groups, save=config.save, staging=plan.staging))
-        stats.append(read[STATS_TAG])
-        rejected.append(read[REJECTED_TAG])
-    return {
+            name=name, num_groups=num_groups, save=config.save, staging=plan.staging))
+    commit_inputs = {
         "shards": shards | "AllShards" >> beam.Flatten(),
         "stats": stats | "AllStats" >> beam.Flatten(),
         "rejected": rejected | "AllRejected" >> beam.Flatten(),
-    } | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at)
+    }
+    if mix_plan is not None:
+        commit_inputs["mix_plan"] = mix_plan
+    return commit_inputs | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at)
 
 
 @dataclasses.dataclass

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -182,6 +183,28 @@ class MixStageConfig:
     weights: dict[str, float] = dataclasses.field(default_factory=dict)
     stop_strategy: Literal["first_exhausted", "all_exhausted", "restart"] = "first_exhausted"
     total_tokens: Optional[int] = None
+
+    def problems(self, dataset_names: list[str]) -> list[str]:
+        """What is wrong with these settings for a run over `dataset_names`."""
+        found = []
+        if not self.weights:
+            found.append("mix.weights is empty: give each dataset a weight (or remove the `mix` section)")
+        for name in self.weights:
+            if name not in dataset_names:
+                hint = difflib.get_close_matches(name, dataset_names, n=1)
+                suggestion = f" (did you mean '{hint[0]}'?)" if hint else f" (datasets: {', '.join(dataset_names)})"
+                found.append(f"mix.weights: '{name}' is not a dataset{suggestion}")
+        for name in dataset_names:
+            if self.weights and name not in self.weights:
+                found.append(f"mix.weights: dataset '{name}' has no weight (give it one, or 0 to leave it out)")
+        bad = [f"{n}={w}" for n, w in self.weights.items() if not math.isfinite(w) or w < 0]
+        if bad:
+            found.append(f"mix.weights must be finite and >= 0, got {', '.join(bad)}")
+        elif self.weights and not any(w > 0 for w in self.weights.values()):
+            found.append("mix.weights are all zero: give at least one dataset a positive weight")
+        if self.total_tokens is not None and self.total_tokens <= 0:
+            found.append(f"mix.total_tokens must be positive, got {self.total_tokens}")
+        return found
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -364,8 +387,8 @@ class PipelineConfig:
             problems.append(f"pack.pool_size must be positive, got {self.pack.pool_size}")
         if self.pack.pad_token_id is not None and self.pack.pad_token_id < 0:
             problems.append(f"pack.pad_token_id must be >= 0, got {self.pack.pad_token_id}")
-        if self.mix is not None and self.mix.weights:
-            problems.append("mix: weighted mixing is not implemented yet; remove the `mix` section")
+        if self.mix is not None:
+            problems.extend(self.mix.problems(names))
         save = self.save
         if not save.output_dir:
             problems.append("save.output_dir is empty")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from easydata.chat import template_hash
 from easydata.config import PipelineConfig
@@ -18,6 +18,7 @@ from easydata.errors import EasyDataError
 from easydata.filesystems import join
 from easydata.formats import TOKEN_COLUMNS
 from easydata.manifest import build_manifest, write_manifest
+from easydata.mixing import MIXED_NAME, MixPlan
 from easydata.output import commit_output
 from easydata.run_plan import RunPlan
 from easydata.sharding import ShardInfo
@@ -37,10 +38,10 @@ def output_schema(shards: Iterable[ShardInfo], config: PipelineConfig) -> dict[s
             "strategy": config.pack.strategy if packed else None}
 
 
-def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, packed: bool) -> dict[str, Any]:
-    """One dataset's manifest entry; checks that its counters add up."""
+def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, packed: bool,
+                   written: int) -> dict[str, Any]:
+    """One output's manifest entry; checks that its counters add up."""
     rows = sum(s.rows for s in infos)
-    written = c["packed_documents"] if packed else rows
     if c["documents_in"] != written + c["documents_rejected"]:
         raise RuntimeError(f"dataset '{name}': documents_in={c['documents_in']} but written={written} +"
                            f" rejected={c['documents_rejected']}; refusing to commit")
@@ -66,25 +67,76 @@ def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, pa
     return entry
 
 
+def _mix_entry(mix_plan: MixPlan, counters: dict[str, collections.Counter], plan: RunPlan,
+               shards: list[ShardInfo], packed: bool) -> dict[str, Any]:
+    """The manifest's `mix` entry: targets, what was realized per source, and the bug guards.
+
+    Raises:
+      RuntimeError: when the selection did not yield what the plan promised, or the output does not
+        hold every selected copy (a bug: nothing is committed).
+    """
+    sources: dict[str, dict[str, Any]] = {}
+    for d in plan.datasets:
+        c, p = counters[d.name], mix_plan.sources[d.name]
+        if c["mix_tokens_out"] != p.planned_tokens:
+            raise RuntimeError(f"mix: dataset '{d.name}' gave {c['mix_tokens_out']} tokens, the plan"
+                               f" {p.planned_tokens}; refusing to commit")
+        sources[d.name] = {
+            "documents_in": c["documents_in"], "documents_rejected": c["documents_rejected"],
+            "documents_mixed": c["mix_documents"], "documents_selected": c["mix_selected"],
+            "document_copies": c["mix_copies"], "tokens": p.tokens, "target_tokens": round(p.target_tokens),
+            "tokens_out": c["mix_tokens_out"], "repeat_factor": round(p.repeat_factor, 6),
+        }
+    copies = sum(s["document_copies"] for s in sources.values())
+    tokens_out = sum(s["tokens_out"] for s in sources.values())
+    mixed = counters[MIXED_NAME]
+    written_copies = mixed["packed_documents"] if packed else sum(s.rows for s in shards)
+    written_tokens = mixed["packed_tokens"] if packed else sum(s.tokens for s in shards)
+    if (written_copies, written_tokens) != (copies, tokens_out):
+        raise RuntimeError(f"mix: selected {copies} documents / {tokens_out} tokens but the output holds"
+                           f" {written_copies} / {written_tokens}; refusing to commit")
+    for entry in sources.values():
+        entry["realized_token_share"] = round(entry["tokens_out"] / tokens_out, 6) if tokens_out else 0.0
+    return {**mix_plan.as_dict(), "realized_token_share": {n: s["realized_token_share"] for n, s in sources.items()},
+            "tokens_out": tokens_out, "sources": sources}
+
+
 def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo],
                     stats: Iterable[tuple[str, dict[str, int]]], rejected_files: Iterable[str],
-                    started_at: float) -> dict[str, Any]:
+                    started_at: float, mix_plan: Optional[MixPlan] = None) -> dict[str, Any]:
     """Commits the staged output and returns the manifest written.
+
+    Args:
+      mix_plan: the plan of a mixed run (its datasets' rows went to the single output `mixed`).
 
     Raises:
       EasyDataError: when too many documents were rejected.
       RuntimeError: when counters do not add up (a bug: nothing is committed).
     """
-    counters: dict[str, collections.Counter] = {d.name: collections.Counter() for d in plan.datasets}
+    counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for name, values in stats:
         counters[name].update(values)
-    by_dataset: dict[str, list[ShardInfo]] = {d.name: [] for d in plan.datasets}
+    names = [MIXED_NAME] if mix_plan is not None else [d.name for d in plan.datasets]
+    by_dataset: dict[str, list[ShardInfo]] = {name: [] for name in names}
     for shard in shards:
         by_dataset[shard.dataset].append(shard)
     datasets: dict[str, dict[str, Any]] = {}
-    for name, infos in by_dataset.items():
+    for infos in by_dataset.values():
         infos.sort(key=lambda s: s.shard)
-        datasets[name] = _dataset_entry(name, infos, counters[name], config.pack.enabled)
+    packed = config.pack.enabled
+    mix = None
+    if mix_plan is None:
+        for name, infos in by_dataset.items():
+            written = counters[name]["packed_documents"] if packed else sum(s.rows for s in infos)
+            datasets[name] = _dataset_entry(name, infos, counters[name], packed, written)
+    else:
+        mix = _mix_entry(mix_plan, counters, plan, by_dataset.get(MIXED_NAME, []), packed)
+        combined = collections.Counter(counters.get(MIXED_NAME, {}))
+        for d in plan.datasets:
+            combined.update({k: counters[d.name][k] for k in ("documents_in", "documents_rejected", "input_bytes")})
+        written = sum(counters[d.name]["mix_documents"] for d in plan.datasets)
+        datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written)
+        datasets[MIXED_NAME]["document_copies"] = sum(counters[d.name]["mix_copies"] for d in plan.datasets)
     total_in = sum(d["documents_in"] for d in datasets.values())
     total_rejected = sum(d["documents_rejected"] for d in datasets.values())
     limit = config.max_rejected_fraction
@@ -97,9 +149,11 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     moves += [(join(plan.staging, rel), rel) for rel in rejected_files]
     commit_output(plan.output_dir, plan.staging, moves)
     tokenizer, per_dataset = plan.tokenizer_manifest()
+    has_loss_mask = any("trained_tokens" in entry for entry in datasets.values())
     chat = {d.name: {"template_hash": template_hash(d.chat_template) if d.chat_template else None,
                      "assistant_only_loss": config.chat.assistant_only_loss}
-            for d in plan.datasets if "trained_tokens" in datasets[d.name]}
+            for d in plan.datasets if d.name in datasets and "trained_tokens" in datasets[d.name]
+            or mix_plan is not None and has_loss_mask and d.chat_template}
     if config.pack.enabled:
         tokenizer = {**tokenizer, "pad_token_id_used": plan.datasets[0].pad_id if plan.datasets else None}
     elapsed = time.time() - started_at
@@ -108,6 +162,6 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         config=config.to_dict(), fingerprint=config.fingerprint(), tokenizer=tokenizer,
         schema=output_schema(written, config), datasets=datasets, output_format=config.save.format,
         compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
-        run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3)}, chat=chat)
+        run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3)}, chat=chat, mix=mix)
     write_manifest(plan.output_dir, manifest)
     return manifest

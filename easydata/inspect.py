@@ -75,6 +75,15 @@ def inspect_output(output_dir: str, num_rows: int = 3) -> str:
         f" {totals.get('shards', 0)} shards; documents in {manifest.get('documents_in', 0):,},"
         f" written {manifest.get('documents_written', 0):,}, rejected {manifest.get('documents_rejected', 0):,}",
     ]
+    mix = manifest.get("mix")
+    if mix:
+        lines.append(f"mix:        {mix.get('stop_strategy')}"
+                     + (f", total_tokens {mix['total_tokens']:,}" if mix.get("total_tokens") else "")
+                     + f"; {mix.get('tokens_out', 0):,} tokens out")
+        for source, info in sorted((mix.get("sources") or {}).items()):
+            lines.append(f"  {source}: target {100 * mix['target_weights'].get(source, 0):.2f}%, realized"
+                         f" {100 * info.get('realized_token_share', 0):.2f}%, repeat x{info.get('repeat_factor')},"
+                         f" {info.get('documents_selected', 0):,} of {info.get('documents_mixed', 0):,} documents used")
     tokenizer = _decoder(manifest) if num_rows > 0 else None
     for name, info in sorted((manifest.get("datasets") or {}).items()):
         lines.append(f"\n[{name}] {len(info['shards'])} shards, {info['rows']:,} rows, {info['tokens']:,} tokens")

@@ -25,12 +25,15 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
                    schema: dict[str, Any], datasets: dict[str, dict[str, Any]], output_format: str,
                    compression: str, rejected_files: Iterable[str] = (), run: Optional[dict[str, Any]] = None,
                    tokenizers: Optional[dict[str, dict[str, Any]]] = None,
-                   chat: Optional[dict[str, dict[str, Any]]] = None) -> dict[str, Any]:
+                   chat: Optional[dict[str, dict[str, Any]]] = None,
+                   mix: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Assembles the manifest dict.
 
     Args:
       datasets: per output name: `shards` (list of `{path, rows, tokens}`), `documents_in`,
         `documents_written`, `documents_rejected`, `padding_tokens`.
+      mix: a mix's plan and realized shares (`easydata.finalize`); its `target_weights` and
+        `realized_token_share` are also put at the top level.
     """
     totals = {"rows": 0, "tokens": 0, "padding_tokens": 0, "documents_in": 0, "documents_written": 0,
               "documents_rejected": 0, "shards": 0}
@@ -71,6 +74,10 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
         manifest["tokenizers"] = tokenizers
     if chat:
         manifest["chat"] = chat
+    if mix:
+        manifest["target_weights"] = mix["target_weights"]
+        manifest["realized_token_share"] = mix["realized_token_share"]
+        manifest["mix"] = mix
     if run:
         manifest["run"] = run
     return manifest

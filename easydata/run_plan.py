@@ -14,11 +14,12 @@ from easydata.config import PipelineConfig, TokenizerConfig
 from easydata.chat import ChatRenderer
 from easydata.errors import ConfigError, InputError
 from easydata.filesystems import open_file
+from easydata.mixing import mix_budget, normalise_weights
 from easydata.pack_stage import resolve_pad_id
 from easydata.output import new_run_id, prepare_output, staging_dir
 from easydata.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
 from easydata.sources import InputSplit, plan_splits, total_input_bytes
-from easydata.tokenizer import TokenizerInfo, load_tokenizer
+from easydata.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
 __all__ = ["DatasetPlan", "RunPlan", "prepare_run"]
 
@@ -49,6 +50,7 @@ class RunPlan:
     output_dir: str
     staging: str
     datasets: list[DatasetPlan]
+    mix_num_groups: Optional[int] = None  # hash groups of the mixed output; None: no mix
 
     @property
     def total_input_bytes(self) -> int:
@@ -104,6 +106,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                           " (`easydata run CONFIG --streaming`)")
     configured_template = load_chat_template(config.chat.template)
     loaded: dict[TokenizerConfig, TokenizerInfo] = {}
+    handles: dict[TokenizerConfig, TokenizerHandle] = {}
     datasets = []
     for ds in config.datasets:
         tok = config.tokenizer_for(ds)
@@ -116,6 +119,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                 raise ConfigError(f"tokenizer '{tok.name_or_path}' declares no BOS token but tokenize.add_bos is"
                                   " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
             loaded[tok] = handle.info
+            handles[tok] = handle
         splits = plan_splits(ds, target_bytes=split_bytes)
         input_bytes = total_input_bytes(splits)
         info = loaded[tok]
@@ -132,7 +136,44 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                     chat_template=template,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
+    mix_num_groups = None
+    if config.mix is not None:
+        _check_shared_vocabulary(config, handles)
+        mix_num_groups = _mix_num_groups(config, datasets, group_bytes)
     prepare_output(config.save.output_dir, config.save.overwrite)
     run_id = new_run_id()
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir,
-                   staging=staging_dir(config.save.output_dir, run_id), datasets=datasets)
+                   staging=staging_dir(config.save.output_dir, run_id), datasets=datasets,
+                   mix_num_groups=mix_num_groups)
+
+
+def _check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:
+    """Mixed rows share one embedding table: every mixed dataset's tokenizer must have the same vocabulary.
+
+    Raises:
+      ConfigError: naming two datasets whose vocabularies differ.
+    """
+    first_ds, first = None, None
+    for ds in config.datasets:
+        if not config.mix.weights.get(ds.name):
+            continue
+        handle = handles[config.tokenizer_for(ds)]
+        if first is None:
+            first_ds, first = ds.name, handle
+        elif handle.info.content_hash != first.info.content_hash and \
+                handle.tokenizer.get_vocab(with_added_tokens=True) != first.tokenizer.get_vocab(with_added_tokens=True):
+            raise ConfigError(f"mix: datasets '{first_ds}' ({first.info.name_or_path}, vocab"
+                              f" {first.info.vocab_size}) and '{ds.name}' ({handle.info.name_or_path}, vocab"
+                              f" {handle.info.vocab_size}) use different vocabularies; mixed rows must share one"
+                              " tokenizer vocabulary")
+
+
+def _mix_num_groups(config: PipelineConfig, datasets: list[DatasetPlan], group_bytes: int) -> int:
+    """Hash groups for the mixed output, from the budget the input sizes suggest (bytes stand in for tokens)."""
+    weights = normalise_weights(config.mix.weights)
+    sizes = {d.name: max(d.input_bytes, 1) for d in datasets}
+    if config.mix.total_tokens is not None:
+        estimate = config.mix.total_tokens * 4 * _ROW_BYTES_PER_INPUT_BYTE  # ~4 bytes of text per token
+    else:
+        estimate = mix_budget(sizes, weights, config.mix.stop_strategy) * _ROW_BYTES_PER_INPUT_BYTE
+    return choose_num_groups(int(estimate), group_bytes)

@@ -26,6 +26,7 @@ from easydata.errors import EasyDataError
 from easydata.filesystems import get_fs, join
 from easydata.formats import TOKEN_COLUMNS, iter_shard_batches
 from easydata.manifest import read_manifest
+from easydata.mixing import MIXED_NAME
 
 __all__ = ["ValidationReport", "validate_output"]
 
@@ -230,4 +231,25 @@ def validate_output(output_dir: str) -> ValidationReport:
         report.rows += ds_rows
         report.tokens += ds_tokens
     problems.extend(_check_sums("totals", manifest.get("totals") or {}, list(datasets.values()), "datasets"))
+    if manifest.get("mix"):
+        problems.extend(_mix_problems(manifest["mix"], datasets.get(MIXED_NAME)))
     return report
+
+
+def _mix_problems(mix: dict[str, Any], mixed: dict[str, Any] | None) -> list[str]:
+    """A mix's sources add up to the mixed output, and its shares are consistent."""
+    if mixed is None:
+        return [f"the manifest describes a mix but has no '{MIXED_NAME}' output"]
+    sources = mix.get("sources") or {}
+    found = []
+    tokens_out = sum(s.get("tokens_out", 0) for s in sources.values())
+    if tokens_out != mixed.get("tokens"):
+        found.append(f"mix: sources give {tokens_out} tokens, '{MIXED_NAME}' holds {mixed.get('tokens')}")
+    for name, source in sorted(sources.items()):
+        share = source.get("tokens_out", 0) / tokens_out if tokens_out else 0.0
+        if abs(share - source.get("realized_token_share", -1)) > 1e-5:
+            found.append(f"mix: '{name}' realized_token_share {source.get('realized_token_share')} but its tokens"
+                         f" are {share:.6f} of the mix")
+    if sum(s.get("documents_in", 0) for s in sources.values()) != mixed.get("documents_in"):
+        found.append(f"mix: sources' documents_in do not add up to '{MIXED_NAME}' documents_in")
+    return found

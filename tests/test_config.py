@@ -194,6 +194,25 @@ def test_semantic_problems_are_all_reported_together() -> None:
     assert built.validate()[0] == "dataset name 'web' is used more than once"
 
 
+@pytest.mark.parametrize("mix, problems", [
+    ({"weights": {"code": 0.7, "wbe": 0.3}},
+     ["mix.weights: 'wbe' is not a dataset (did you mean 'web'?)",
+      "mix.weights: dataset 'web' has no weight (give it one, or 0 to leave it out)"]),
+    ({"weights": {"code": 1, "web": 1, "math": 1}}, ["mix.weights: 'math' is not a dataset (datasets: code, web)"]),
+    ({"weights": {"code": -0.5, "web": 1}}, ["mix.weights must be finite and >= 0, got code=-0.5"]),
+    ({"weights": {"code": 0, "web": 0}}, ["mix.weights are all zero: give at least one dataset a positive weight"]),
+    ({"weights": {"code": 1, "web": 1}, "total_tokens": 0}, ["mix.total_tokens must be positive, got 0"]),
+    ({}, ["mix.weights is empty: give each dataset a weight (or remove the `mix` section)"]),
+])
+def test_mix_problems_name_the_dataset(mix: dict[str, Any], problems: list[str]) -> None:
+    assert _problems({**_valid(), "mix": mix}) == problems
+
+
+def test_mix_weights_need_not_sum_to_one() -> None:
+    cfg = PipelineConfig.from_dict({**_valid(), "mix": {"weights": {"code": 7, "web": 3}, "stop_strategy": "restart"}})
+    assert cfg.mix.weights == {"code": 7.0, "web": 3.0}
+
+
 def test_config_error_message_lists_every_problem() -> None:
     error = ConfigError(["first problem", "second problem"])
     assert str(error) == "invalid config (2 problems): first problem; second problem"
@@ -379,7 +398,7 @@ def test_to_dict_round_trips_through_from_dict() -> None:
     cfg = PipelineConfig.from_dict({
         **_valid(),
         "default_tokenizer": {"name_or_path": "tok", "pad_token": "<pad>"},
-        "mix": {"weights": {}, "stop_strategy": "all_exhausted", "total_tokens": 1000},
+        "mix": {"weights": {"code": 1, "web": 0.5}, "stop_strategy": "all_exhausted", "total_tokens": 1000},
         "schedule": [{"step": 0, "weights": {"code": 1}}, {"step": 100, "weights": {"code": 0.5, "web": 0.5}}],
         "max_rejected_fraction": 0.1,
     })
@@ -391,7 +410,8 @@ def test_to_dict_round_trips_through_from_dict() -> None:
     assert again == cfg
     assert again.to_dict() == data
     assert again.fingerprint() == cfg.fingerprint()
-    assert again.mix == MixStageConfig(weights={}, stop_strategy="all_exhausted", total_tokens=1000)
+    assert again.mix == MixStageConfig(weights={"code": 1.0, "web": 0.5}, stop_strategy="all_exhausted",
+                                       total_tokens=1000)
     assert again.schedule[1] == WeightSchedulePoint(step=100, weights={"code": 0.5, "web": 0.5})
 
 

@@ -3,12 +3,14 @@
 - `ReadDocuments`: input splits -> document batches (+ dead letters, counters)
 - `ChatTemplate`: chat records -> rendered text with trained spans (+ dead letters)
 - `Tokenize`: document batches -> token rows (with `loss_mask` for chat)
+- `WeightedMix`: several datasets' token rows -> one stream mixed by token share
 - `Pack`: token rows -> fixed-length packed rows
 - `WriteShards`: token rows -> shuffled, evenly sized staged shards
 - `CommitOutput`: staged shards -> committed output with `manifest.json`
 """
 
 from transforms.chat import ChatTemplate
+from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, WeightedMix
 from transforms.commit import CommitOutput
 from transforms.pack import PACK_STATS_TAG, Pack
 from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
@@ -16,4 +18,4 @@ from transforms.tokenize import Tokenize
 from transforms.write import WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
-           "PACK_STATS_TAG"]
+           "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME"]

@@ -23,12 +23,14 @@ class _CommitFn(beam.DoFn):
     def __init__(self, config: PipelineConfig, plan: RunPlan, started_at: float):
         self._config, self._plan, self._started_at = config, plan, started_at
 
-    def process(self, _: Any, shards: list, stats: list, rejected: list) -> Iterator[dict[str, Any]]:
-        yield finalize_output(self._config, self._plan, shards, stats, rejected, self._started_at)
+    def process(self, _: Any, shards: list, stats: list, rejected: list, mix_plan: list) -> Iterator[dict[str, Any]]:
+        yield finalize_output(self._config, self._plan, shards, stats, rejected, self._started_at,
+                              mix_plan=mix_plan[0] if mix_plan else None)
 
 
 class CommitOutput(beam.PTransform):
-    """Commits the run: input is a dict of PCollections `shards`, `stats`, `rejected`.
+    """Commits the run: input is a dict of PCollections `shards`, `stats`, `rejected` (and `mix_plan`
+    for a mixed run).
 
     Returns a PCollection holding the manifest written.
     """
@@ -39,9 +41,11 @@ class CommitOutput(beam.PTransform):
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         pipeline = inputs["shards"].pipeline
+        mix_plan = inputs.get("mix_plan") or (pipeline | "NoMix" >> beam.Create([]))
         return (pipeline
                 | "Once" >> beam.Create([None])
                 | "Commit" >> beam.ParDo(_CommitFn(self._config, self._plan, self._started_at),
                                          shards=beam.pvalue.AsList(inputs["shards"]),
                                          stats=beam.pvalue.AsList(inputs["stats"]),
-                                         rejected=beam.pvalue.AsList(inputs["rejected"])))
+                                         rejected=beam.pvalue.AsList(inputs["rejected"]),
+                                         mix_plan=beam.pvalue.AsList(mix_plan)))

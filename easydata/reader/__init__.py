@@ -4,6 +4,9 @@
     reader = TokenReader("gs://bucket/out", batch_size=256, shuffle=True, seed=0)
     for batch in reader.as_jax(mesh, PartitionSpec("data")): ...
 
+`MixedReader` mixes several `TokenReader`s by weights that change with the training step
+(`WeightSchedulePoint`s; `WeightSchedule` computes them).
+
 Importing this package imports neither Apache Beam nor JAX.
 """
 
@@ -11,7 +14,9 @@ from easydata.config import WeightSchedulePoint
 from easydata.reader.compat import ArrowShardedSource, AsyncDataLoader, ParquetShardedSource
 from easydata.reader.grain_source import GrainSource
 from easydata.reader.layouts import LAYOUTS
+from easydata.reader.mixed_reader import MixedReader
+from easydata.reader.schedule import WeightSchedule
 from easydata.reader.token_reader import TokenReader
 
-__all__ = ["TokenReader", "GrainSource", "ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader",
-           "WeightSchedulePoint", "LAYOUTS"]
+__all__ = ["TokenReader", "MixedReader", "WeightSchedulePoint", "WeightSchedule", "GrainSource", "ParquetShardedSource",
+           "ArrowShardedSource", "AsyncDataLoader", "LAYOUTS"]

@@ -10,6 +10,8 @@ an uninterrupted run would have produced, whatever the prefetch depth.
 Packed outputs give rows of their `seq_length`; unpacked outputs need `seq_length=` and are padded or
 cut to it (`segment_ids` 1 on tokens, 0 on padding, so every layout works the same way).
 Importing this module imports neither Apache Beam nor JAX; JAX is imported by `as_jax` / `as_pmap`.
+`EpochRows` (raw rows at any positions of any epoch) and `JaxBatches` (`as_jax` / `as_pmap`) are
+shared with `easydata.reader.mixed_reader.MixedReader`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import LAYOUTS, apply_layout
 from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
 
-__all__ = ["TokenReader"]
+__all__ = ["TokenReader", "EpochRows", "JaxBatches"]
 
 STATE_VERSION = 1
 
@@ -39,7 +41,51 @@ def _default_process() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
-class TokenReader:
+class JaxBatches:
+    """`as_jax` / `as_pmap` for any reader that iterates `[batch_size // process_count, L]` numpy batches.
+
+    Shared by `TokenReader` and `MixedReader`; the host class provides `batch_size`, `seq_length`,
+    `local_batch_size`, `process_count`, `drop_remainder` and `__iter__`. JAX is imported on call only.
+    """
+
+    batch_size: int
+    seq_length: int
+    local_batch_size: int
+    process_count: int
+    drop_remainder: bool
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def as_jax(self, mesh: Any, partition_spec: Any) -> Iterator[dict[str, Any]]:
+        """Global `jax.Array`s `[batch_size, L]` laid out by `NamedSharding(mesh, partition_spec)`,
+        built from each process's rows with `jax.make_array_from_process_local_data`."""
+        import jax
+        from jax.sharding import NamedSharding
+
+        if not self.drop_remainder:
+            raise ValueError("as_jax needs drop_remainder=True: every global batch must have the same shape.")
+        sharding = NamedSharding(mesh, partition_spec)
+        shape = (self.batch_size, self.seq_length)
+        for batch in self:
+            yield {k: jax.make_array_from_process_local_data(sharding, v, shape) for k, v in batch.items()}
+
+    def as_pmap(self) -> Iterator[dict[str, Any]]:
+        """Batches `[local_device_count, batch_size // process_count // local_device_count, L]` (numpy,
+        which `jax.pmap` splits over local devices along the first axis)."""
+        import jax
+
+        devices = jax.local_devices()
+        if self.local_batch_size % len(devices):
+            raise ValueError(f"the per-process batch {self.local_batch_size} does not divide over"
+                             f" {len(devices)} local devices; use a multiple of {len(devices) * self.process_count}"
+                             " as batch_size.")
+        per_device = self.local_batch_size // len(devices)
+        for batch in self:
+            yield {k: v.reshape(len(devices), per_device, *v.shape[1:]) for k, v in batch.items()}
+
+
+class TokenReader(JaxBatches):
     """Iterates batches of an easydata output.
 
     Args:
@@ -154,28 +200,14 @@ class TokenReader:
 
     def _batches(self, epoch: int, step: int) -> Iterator[tuple[dict[str, np.ndarray], tuple[int, int]]]:
         """Yields `(batch, (epoch, step) after it)` from `(epoch, step)` on."""
-        windows: dict[int, pa.Table] = {}
-        order = None
+        rows = EpochRows(self)
         while self.num_epochs is None or epoch < self.num_epochs:
-            if order is None or order.epoch != epoch:
-                order = EpochOrder(self.index.block_rows, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-                                   window_blocks=self.window_blocks)
-                windows.clear()
             if step >= self.steps_per_epoch:
                 epoch, step = epoch + 1, 0
                 continue
             positions = process_positions(step, self.batch_size, self.process_index, self.process_count,
                                           self.num_rows)
-            window, rows = order.locate(positions)
-            parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
-            for w in dict.fromkeys(window.tolist()):  # windows in order of first use
-                if w not in windows:
-                    if len(windows) >= 2:
-                        windows.pop(next(iter(windows)))
-                    blocks = [self.index.read(int(b), self.columns) for b in order.window_blocks_of(w)]
-                    windows[w] = pa.concat_tables(blocks).combine_chunks()
-                parts.append((np.flatnonzero(window == w), self._rows(windows[w], rows[window == w])))
-            batch = _merge(parts, len(positions)) if parts else self._empty_batch()
+            batch = rows.read(epoch, positions)
             step += 1
             yield apply_layout(self.layout, batch, self.pad_id), (epoch, step)
 
@@ -191,34 +223,40 @@ class TokenReader:
                 self._epoch, self._step = epoch, step
                 yield batch
 
-    # ---- JAX -------------------------------------------------------------------------------------
 
-    def as_jax(self, mesh: Any, partition_spec: Any) -> Iterator[dict[str, Any]]:
-        """Global `jax.Array`s `[batch_size, L]` laid out by `NamedSharding(mesh, partition_spec)`,
-        built from each process's rows with `jax.make_array_from_process_local_data`."""
-        import jax
-        from jax.sharding import NamedSharding
+class EpochRows:
+    """Raw rows (`[n, L]` arrays, before the layout) at any positions of any epoch of one reader.
 
-        if not self.drop_remainder:
-            raise ValueError("as_jax needs drop_remainder=True: every global batch must have the same shape.")
-        sharding = NamedSharding(mesh, partition_spec)
-        shape = (self.batch_size, self.seq_length)
-        for batch in self:
-            yield {k: jax.make_array_from_process_local_data(sharding, v, shape) for k, v in batch.items()}
+    Keeps the current epoch's `EpochOrder` and the two most recently used shuffle windows, so reading
+    positions that advance through an epoch loads each window once; a new epoch drops the cache.
+    `TokenReader` reads its batches through it, `MixedReader` keeps one per source. Not thread-safe: one
+    per iterating thread.
+    """
 
-    def as_pmap(self) -> Iterator[dict[str, Any]]:
-        """Batches `[local_device_count, batch_size // process_count // local_device_count, L]` (numpy,
-        which `jax.pmap` splits over local devices along the first axis)."""
-        import jax
+    def __init__(self, reader: "TokenReader"):
+        self.reader = reader
+        self._order: Optional[EpochOrder] = None
+        self._windows: dict[int, pa.Table] = {}
 
-        devices = jax.local_devices()
-        if self.local_batch_size % len(devices):
-            raise ValueError(f"the per-process batch {self.local_batch_size} does not divide over"
-                             f" {len(devices)} local devices; use a multiple of {len(devices) * self.process_count}"
-                             " as batch_size.")
-        per_device = self.local_batch_size // len(devices)
-        for batch in self:
-            yield {k: v.reshape(len(devices), per_device, *v.shape[1:]) for k, v in batch.items()}
+    def read(self, epoch: int, positions: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows at `positions` (in `[0, num_rows)`) of `epoch`, in the order of `positions`."""
+        reader = self.reader
+        if self._order is None or self._order.epoch != epoch:
+            self._order = EpochOrder(reader.index.block_rows, seed=reader.seed, epoch=epoch, shuffle=reader.shuffle,
+                                     window_blocks=reader.window_blocks)
+            self._windows.clear()
+        if len(positions) == 0:
+            return reader._empty_batch()
+        window, rows = self._order.locate(positions)
+        parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+        for w in dict.fromkeys(window.tolist()):  # windows in order of first use
+            if w not in self._windows:
+                if len(self._windows) >= 2:
+                    self._windows.pop(next(iter(self._windows)))
+                blocks = [reader.index.read(int(b), reader.columns) for b in self._order.window_blocks_of(w)]
+                self._windows[w] = pa.concat_tables(blocks).combine_chunks()
+            parts.append((np.flatnonzero(window == w), reader._rows(self._windows[w], rows[window == w])))
+        return _merge(parts, len(positions))
 
 
 def _pad_rows(values: np.ndarray, offsets: np.ndarray, length: int, pad: int) -> np.ndarray:

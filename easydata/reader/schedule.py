@@ -1,0 +1,153 @@
+"""Mixing weights over training steps, and how many rows of each source one global batch takes.
+
+`WeightSchedule` turns `WeightSchedulePoint`s into normalised weights at any step: `step` keeps a
+point's weights until the next point, `linear` and `cosine` move between consecutive points; before
+the first point its weights hold, after the last point the last ones do.
+
+`allocate` splits a global batch of `G` rows into exact integer counts per source that track the
+cumulative target: each source is owed `expected_i = sum over steps of G * w_i(step)` rows and has
+taken `consumed_i`; a step gives each source the whole rows it is owed, then the rows left go to the
+largest remaining debts (ties: the order of `names`). A source is never a whole row ahead of its
+target; while the weights stay fixed it is less than one row behind. When the weights change, a
+source that was a fraction of a row ahead keeps those rows (counts are never negative), so another
+can fall behind by up to two rows until the next steps repay it; no allocation can do better, and
+per step this one minimises the largest debt. A weight too small for one row per batch (`G * w < 1`)
+still gets its share over several batches; a source whose weight has always been 0 gets nothing.
+
+Everything here is pure Python on floats and ints, a deterministic function of its arguments: every
+process of a job computes the same counts from the same state, and resumed runs recompute them.
+Cost: O(sources) per point lookup and O(sources * log sources) per allocation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any, Mapping, Sequence, Union
+
+from easydata.config import WeightSchedulePoint
+
+__all__ = ["INTERPOLATIONS", "WeightSchedule", "allocate"]
+
+INTERPOLATIONS = ("step", "linear", "cosine")
+
+
+class WeightSchedule:
+    """Normalised mixing weights as a function of the training step.
+
+    Args:
+      points: `WeightSchedulePoint`s (or mappings with `step` and `weights`), in any order. A name absent
+        from a point has weight 0 there.
+      names: every source name; the order breaks ties in `allocate` and orders `vector_at`.
+      interpolation: `step`, `linear` or `cosine`.
+
+    Raises:
+      ValueError: no points, a step that is not a non-negative int or appears twice, a weight that is
+        negative or not finite, a point whose weights are all 0, a name not in `names`, or an unknown
+        interpolation.
+    """
+
+    def __init__(self, points: Sequence[Union[WeightSchedulePoint, Mapping[str, Any]]], names: Sequence[str],
+                 interpolation: str = "step"):
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(f"`interpolation` must be one of {', '.join(INTERPOLATIONS)}, got {interpolation!r}.")
+        self.names = tuple(names)
+        if not self.names or len(set(self.names)) != len(self.names):
+            raise ValueError(f"`names` must be distinct and non-empty, got {list(self.names)}.")
+        if not points:
+            raise ValueError("the schedule needs at least one WeightSchedulePoint, got none.")
+        parsed = sorted((_parse_point(p, self.names) for p in points), key=lambda p: p[0])
+        steps = [step for step, _ in parsed]
+        duplicates = sorted({s for s in steps if steps.count(s) > 1})
+        if duplicates:
+            raise ValueError(f"schedule steps must be unique, got step {duplicates[0]} more than once.")
+        self.interpolation = interpolation
+        self.steps: tuple[int, ...] = tuple(steps)
+        self.weights: tuple[tuple[float, ...], ...] = tuple(w for _, w in parsed)
+
+    def vector_at(self, step: int) -> tuple[float, ...]:
+        """Normalised weights at `step`, in the order of `names`."""
+        i = bisect.bisect_right(self.steps, step) - 1  # last point with point.step <= step
+        if i < 0:
+            return self.weights[0]
+        if i == len(self.steps) - 1 or self.interpolation == "step":
+            return self.weights[i]
+        t = (step - self.steps[i]) / (self.steps[i + 1] - self.steps[i])
+        if self.interpolation == "cosine":
+            t = (1.0 - math.cos(math.pi * t)) / 2.0
+        return tuple(w0 + (w1 - w0) * t for w0, w1 in zip(self.weights[i], self.weights[i + 1]))
+
+    def weights_at(self, step: int) -> dict[str, float]:
+        """Normalised weights at `step`, by source name (every name, 0 included)."""
+        return dict(zip(self.names, self.vector_at(step)))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The normalised points as JSON data (what a reader state records to refuse another schedule)."""
+        return [{"step": s, "weights": dict(zip(self.names, w))} for s, w in zip(self.steps, self.weights)]
+
+    def __repr__(self) -> str:
+        return f"WeightSchedule({self.to_json()!r}, interpolation={self.interpolation!r})"
+
+
+def _parse_point(point: Union[WeightSchedulePoint, Mapping[str, Any]],
+                 names: tuple[str, ...]) -> tuple[int, tuple[float, ...]]:
+    """`(step, normalised weights in `names` order)` of one point, validated."""
+    if isinstance(point, Mapping):
+        step, weights = point.get("step"), point.get("weights")
+    else:
+        step, weights = getattr(point, "step", None), getattr(point, "weights", None)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"a schedule point's `step` must be an int >= 0, got {step!r}.")
+    if not isinstance(weights, Mapping):
+        raise ValueError(f"the weights of schedule step {step} must be a dict name -> weight, got {weights!r}.")
+    unknown = sorted(set(weights) - set(names))
+    if unknown:
+        raise ValueError(f"schedule step {step} names {unknown[0]!r}, which is not a source; the sources are"
+                         f" {sorted(names)}.")
+    values = []
+    for name in names:
+        value = weights.get(name, 0.0)
+        try:
+            value = float(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"schedule step {step}: weight of {name!r} must be a number, got {value!r}.") from e
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"schedule step {step}: weight of {name!r} must be finite and >= 0, got {value!r}.")
+        values.append(value)
+    total = sum(values)
+    if total <= 0:
+        raise ValueError(f"schedule step {step}: the weights are all 0; give at least one source a positive weight.")
+    return step, tuple(v / total for v in values)
+
+
+def allocate(weights: Sequence[float], expected: Sequence[float], consumed: Sequence[int],
+             global_batch: int) -> tuple[list[int], list[float]]:
+    """Rows each source gives to one global batch, tracking the cumulative target.
+
+    Args:
+      weights: this step's normalised weights, one per source (in `names` order).
+      expected: rows each source was owed before this step (the running sum of `G * w`).
+      consumed: rows each source has given before this step.
+      global_batch: `G`, rows in the global batch.
+
+    Returns:
+      `(counts, expected after this step)`; the counts are >= 0 and sum to `global_batch`.
+    """
+    n = len(weights)
+    if not n == len(expected) == len(consumed):
+        raise ValueError(f"weights, expected and consumed must have one entry per source, got {n},"
+                         f" {len(expected)} and {len(consumed)}.")
+    if global_batch <= 0:
+        raise ValueError(f"`global_batch` must be positive, got {global_batch}.")
+    expected = [e + global_batch * w for e, w in zip(expected, weights)]
+    owed = [e - c for e, c in zip(expected, consumed)]
+    counts = [max(math.floor(d), 0) for d in owed]
+    # A source ahead of its target (owed < 0, by less than a row) is clipped to 0, so the whole rows of
+    # the others can exceed G by a row or two: take them back from the sources least owed.
+    for _ in range(sum(counts) - global_batch):
+        i = min((i for i in range(n) if counts[i] > 0), key=lambda i: (owed[i] - counts[i], -i))
+        counts[i] -= 1
+    ranking = sorted(range(n), key=lambda i: (counts[i] - owed[i], i))  # largest remaining debt first
+    for k in range(global_batch - sum(counts)):
+        counts[ranking[k % n]] += 1
+    return counts, expected

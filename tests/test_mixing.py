@@ -1,0 +1,135 @@
+"""`easydata.mixing`: budgets, plans and per-document selection, without Beam.
+
+The properties: the selection yields exactly the tokens the plan promises, the promise is within one
+document of the target for every source (so shares hold even for tiny weights), each strategy uses
+its sources as documented, and everything is a pure function of data, weights and seed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from easydata.errors import EasyDataError
+from easydata.mixing import mix_budget, mixed_keys, normalise_weights, plan_mix, select_copies, selection_buckets, \
+    token_histogram
+
+
+def _source(name: str, lengths: list[int], seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
+    keys = [f"{name}.jsonl@{i}" for i in range(len(lengths))]
+    return keys, selection_buckets(seed, name, keys), np.asarray(lengths, dtype=np.int64)
+
+
+def _plan_and_select(sources: dict[str, list[int]], weights: dict[str, float], strategy: str = "first_exhausted",
+                     total_tokens: int | None = None, seed: int = 0):
+    data = {name: _source(name, lengths, seed) for name, lengths in sources.items()}
+    plan = plan_mix({n: token_histogram(b, l) for n, (_, b, l) in data.items()}, weights,
+                    stop_strategy=strategy, total_tokens=total_tokens)
+    copies = {n: select_copies(b, plan.sources[n]) for n, (_, b, _) in data.items()}
+    tokens_out = {n: int((data[n][2] * copies[n]).sum()) for n in data}
+    return plan, copies, tokens_out
+
+
+def test_weights_are_normalised_and_checked():
+    assert normalise_weights({"b": 1, "a": 3}) == {"a": 0.75, "b": 0.25}
+    with pytest.raises(EasyDataError, match="finite and >= 0"):
+        normalise_weights({"a": -1.0, "b": 2.0})
+    with pytest.raises(EasyDataError, match="all zero"):
+        normalise_weights({"a": 0.0})
+
+
+def test_budget_of_each_strategy():
+    tokens = {"big": 900, "small": 100}
+    weights = {"big": 0.5, "small": 0.5}
+    assert mix_budget(tokens, weights, "first_exhausted") == 200     # small runs out: 100 / 0.5
+    assert mix_budget(tokens, weights, "all_exhausted") == 1800      # big used once: 900 / 0.5
+    assert mix_budget(tokens, weights, "restart") == 1800
+    assert mix_budget(tokens, weights, "first_exhausted", total_tokens=5000) == 5000
+    with pytest.raises(EasyDataError, match="small.*no tokens"):
+        mix_budget({"big": 900, "small": 0}, weights, "first_exhausted")
+    assert mix_budget({"big": 900, "small": 0}, {"big": 1.0, "small": 0.0}, "all_exhausted") == 900
+
+
+lengths_strategy = st.lists(st.integers(1, 400), min_size=1, max_size=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=lengths_strategy, b=lengths_strategy, weight=st.floats(0.01, 0.99),
+       strategy=st.sampled_from(["first_exhausted", "all_exhausted"]), seed=st.integers(0, 2**31))
+def test_selection_matches_the_plan_within_one_document(a, b, weight, strategy, seed):
+    plan, copies, tokens_out = _plan_and_select({"a": a, "b": b}, {"a": weight, "b": 1 - weight}, strategy, seed=seed)
+    for name, lengths in (("a", a), ("b", b)):
+        source = plan.sources[name]
+        assert tokens_out[name] == source.planned_tokens               # the plan's promise is kept exactly
+        assert abs(source.planned_tokens - source.target_tokens) <= max(lengths)  # within one document
+        assert copies[name].min() >= source.full_copies
+        assert copies[name].max() <= source.full_copies + 1
+    rates = [plan.sources[n].repeat_factor for n in "ab"]
+    if strategy == "first_exhausted":   # nothing repeats; the limiting source is used whole
+        assert max(rates) == pytest.approx(1.0)
+        assert all(c.max() <= 1 for c in copies.values())
+    else:                               # everything is used at least once
+        assert min(rates) == pytest.approx(1.0)
+        assert all(c.min() >= 1 for c in copies.values())
+
+
+def test_a_tiny_weight_gets_its_share():
+    rng = np.random.default_rng(0)
+    big = rng.integers(20, 3000, size=4000).tolist()
+    small = rng.integers(20, 3000, size=4000).tolist()
+    for strategy in ("first_exhausted", "all_exhausted"):
+        _, _, out = _plan_and_select({"big": big, "small": small}, {"big": 0.98, "small": 0.02}, strategy)
+        assert out["small"] / (out["big"] + out["small"]) == pytest.approx(0.02, abs=0.001)
+
+
+def test_all_exhausted_upsamples_the_smaller_source():
+    plan, copies, out = _plan_and_select({"big": [100] * 300, "small": [100] * 10}, {"big": 0.5, "small": 0.5},
+                                         "all_exhausted")
+    assert (copies["big"] == 1).all()
+    assert plan.sources["small"].repeat_factor == pytest.approx(30.0)
+    assert (copies["small"] == 30).all()
+    assert out == {"big": 30_000, "small": 30_000}
+
+
+def test_total_tokens_budget_subsamples_and_repeats_as_needed():
+    plan, copies, out = _plan_and_select({"a": [50] * 200, "b": [50] * 200}, {"a": 3, "b": 1},
+                                         total_tokens=20_000)
+    assert plan.budget == 20_000
+    assert out["a"] == pytest.approx(15_000, abs=50)  # 1.5 copies per document
+    assert out["b"] == pytest.approx(5_000, abs=50)   # half the documents
+    assert set(np.unique(copies["a"])) == {1, 2}
+    assert set(np.unique(copies["b"])) == {0, 1}
+
+
+def test_zero_weight_source_contributes_nothing():
+    _, copies, out = _plan_and_select({"a": [10] * 50, "b": [10] * 50}, {"a": 1.0, "b": 0.0})
+    assert out["b"] == 0 and not copies["b"].any()
+    assert out["a"] == 500
+
+
+def test_selection_is_deterministic_in_seed_and_independent_of_batching():
+    keys, _, lengths = _source("web", list(range(1, 501)))
+    whole = selection_buckets(3, "web", keys)
+    halves = np.concatenate([selection_buckets(3, "web", keys[:123]), selection_buckets(3, "web", keys[123:])])
+    np.testing.assert_array_equal(whole, halves)
+    assert not np.array_equal(whole, selection_buckets(4, "web", keys))
+    summed = token_histogram(whole[:123], lengths[:123]) + token_histogram(whole[123:], lengths[123:])
+    np.testing.assert_array_equal(summed, token_histogram(whole, lengths))
+
+
+def test_mixed_keys_are_unique_per_copy():
+    keys = mixed_keys("code", ["a@0", "a@1", "b@0"], np.array([2, 0, 1]))
+    assert keys == ["code/a@0#0", "code/a@0#1", "code/b@0#0"]
+
+
+def test_plan_reports_targets_for_the_manifest():
+    plan, _, _ = _plan_and_select({"a": [10] * 70, "b": [10] * 30}, {"a": 7, "b": 3})
+    entry = plan.as_dict()
+    assert entry["target_weights"] == {"a": 0.7, "b": 0.3}
+    assert math.isclose(sum(entry["target_weights"].values()), 1.0)
+    assert entry["stop_strategy"] == "first_exhausted"
+    assert set(entry["repeat_factors"]) == {"a", "b"}
