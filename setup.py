@@ -1,6 +1,6 @@
 """easydata-beam: tokenize, pack, mix and shard LM training data on Apache Beam; read it into JAX."""
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="easydata-beam",
@@ -9,7 +9,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["easydata", "transforms", "beam_pipelines"],
+    packages=find_packages(include=["easydata", "easydata.*", "transforms", "beam_pipelines"]),
     install_requires=[
         "apache-beam>=2.60,<3",
         "pyarrow>=14",

@@ -10,11 +10,13 @@ for local runs, and returns the committed manifest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import apache_beam as beam
 
@@ -80,6 +82,23 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     return commit_inputs | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at)
 
 
+class _DropUserErrors(logging.Filter):
+    """Drops Beam's traceback log of a DoFn that raised a user error: the caller reports it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], EasyDataError))
+
+
+@contextlib.contextmanager
+def _quiet_user_errors() -> Iterator[None]:
+    logger, quiet = logging.getLogger("apache_beam.runners.common"), _DropUserErrors()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 @dataclasses.dataclass
 class BatchResult:
     """What a finished batch run produced."""
@@ -113,7 +132,7 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
     runner, options = make_runner_and_options(beam_args)
     local = not isinstance(runner, str)  # local runners are instances, remote ones names
     pipeline = beam.Pipeline(runner=runner, options=options)
-    with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir:
+    with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
         build_batch_pipeline(pipeline, config, plan, started, progress_dir if local else None)
         with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
             pipeline.run().wait_until_finish()

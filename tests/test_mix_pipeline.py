@@ -11,6 +11,9 @@ from __future__ import annotations
 import ast
 import collections
 import hashlib
+import json
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -191,3 +194,22 @@ def test_chat_and_text_datasets_mix_with_a_loss_mask(chat_tokenizer_dir, tmp_pat
     assert manifest["realized_token_share"]["chat"] == pytest.approx(0.5, abs=0.01)
     assert manifest["documents_in"] == 600 and manifest["documents_rejected"] == 0
     assert validate_output(str(tmp_path / "out")).ok
+
+
+def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tmp_path):
+    good = write_jsonl(tmp_path / "good.jsonl", [{"text": f"document {i}"} for i in range(20)])
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"body": "no text field"}] * 5)  # all rejected
+    config = tmp_path / "job.yaml"
+    config.write_text(json.dumps({
+        "default_tokenizer": str(tokenizer_dir),
+        "datasets": [{"name": "good", "data_files": str(good)}, {"name": "empty", "data_files": str(empty)}],
+        "mix": {"weights": {"good": 1, "empty": 1}},
+        "save": {"output_dir": str(tmp_path / "out")},
+    }))
+    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(config), "--quiet"], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "easydata: error: mix: dataset(s) empty have a positive weight but no tokens to mix (no documents, or all"
+        " rejected); give them weight 0 or fix the input [while running 'Mix/Plan']"]
+    assert not (tmp_path / "out" / "manifest.json").exists()
