@@ -27,7 +27,7 @@ from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
 from beam_pipelines.runners import make_runner_and_options, unknown_beam_flags
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
-    ChatTemplate, CommitOutput, Pack, ReadDocuments, Tokenize, WeightedMix, WriteShards
+    ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, Tokenize, WeightedMix, WriteShards
 
 __all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
 
@@ -47,14 +47,22 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         read = pipeline | f"Read[{name}]" >> ReadDocuments(
             dataset=datasets[name], splits=ds_plan.splits, batch_size=config.tokenize.batch_size,
             max_document_bytes=config.tokenize.max_document_bytes, staging=plan.staging,
-            progress_dir=progress_dir, messages_field=config.chat.messages_field)
+            progress_dir=progress_dir, messages_field=config.chat.messages_field, checkpoint=True,
+            skip_units=[u.unit for u in ds_plan.resumed_units])
         chat = read.documents | f"Chat[{name}]" >> ChatTemplate(
             dataset=name, tokenizer=ds_plan.tokenizer, template=ds_plan.chat_template,
             assistant_only_loss=config.chat.assistant_only_loss, staging=plan.staging)
         stats.extend([read[STATS_TAG], chat[STATS_TAG]])
         rejected.extend([read[REJECTED_TAG], chat[REJECTED_TAG]])
         tokenized[name] = chat.documents | f"Tokenize[{name}]" >> Tokenize(
-            tokenizer=ds_plan.tokenizer, config=config.tokenize, seed=config.seed, progress_dir=progress_dir)
+            tokenizer=ds_plan.tokenizer, config=config.tokenize, seed=config.seed, progress_dir=progress_dir,
+            checkpoint_staging=plan.staging)
+        if ds_plan.resumed_units:  # a resumed run: done work units come from their checkpoints
+            loaded = pipeline | f"Resume[{name}]" >> LoadCheckpoints(units=list(ds_plan.resumed_units),
+                                                                     progress_dir=progress_dir)
+            stats.append(loaded[STATS_TAG])
+            rejected.append(loaded[REJECTED_TAG])
+            tokenized[name] = (tokenized[name], loaded.rows) | f"Rows[{name}]" >> beam.Flatten()
     outputs = {name: (rows, ds_plan.num_groups, ds_plan.pad_id)
                for (name, rows), ds_plan in zip(tokenized.items(), plan.datasets)}
     mix_plan = None
@@ -113,13 +121,15 @@ class BatchResult:
 
 
 def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
-              show_progress: bool = True, **plan_options: int) -> BatchResult:
+              show_progress: bool = True, resume: bool = False, **plan_options: int) -> BatchResult:
     """Runs the batch pipeline to completion and returns the committed manifest.
 
     Args:
       config: the job.
       beam_args: Beam pipeline flags (`--runner`, `--direct_num_workers`, `--project`, ...).
       show_progress: draw progress on stderr for local runs.
+      resume: continue an unfinished run of the same job in the output directory (`--resume`): its
+        tokenized work units are loaded, not read and tokenized again.
       plan_options: `split_bytes` / `group_bytes` tuning passed to `prepare_run`.
     """
     started = time.time()
@@ -128,7 +138,11 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
         if suggestion:
             raise EasyDataError(f"unknown option {flag} (did you mean {suggestion}?)")
         print(f"easydata: warning: {flag} is not an option Beam knows here; passing it on", file=sys.stderr)
-    plan = prepare_run(config, **plan_options)
+    plan = prepare_run(config, resume=resume, **plan_options)
+    if resume and show_progress:
+        print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
+              " already tokenized" if plan.resumed else
+              "easydata: no unfinished run of this job to resume: starting a new run", file=sys.stderr)
     runner, options = make_runner_and_options(beam_args)
     local = not isinstance(runner, str)  # local runners are instances, remote ones names
     pipeline = beam.Pipeline(runner=runner, options=options)

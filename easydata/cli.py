@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace an existing output (save.overwrite)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     run.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
-    run.add_argument("--resume", action="store_true", help="continue an interrupted run (not available yet)")
+    run.add_argument("--resume", action="store_true", help="continue an interrupted run of the same job in the output directory:"
+                          " input already tokenized is not tokenized again")
     run.add_argument("--streaming", action="store_true", help="run the streaming pipeline (not available yet)")
 
     tok = sub.add_parser("tokenize", help="tokenize files into sharded output in one command",
@@ -104,7 +105,7 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
     return PipelineConfig.from_dict(data)
 
 
-def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool) -> int:
+def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool, resume: bool = False) -> int:
     import logging
 
     if not verbose:
@@ -116,7 +117,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool)
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
     from beam_pipelines.batch import run_batch
 
-    result = run_batch(config, beam_args, show_progress=not quiet)
+    result = run_batch(config, beam_args, show_progress=not quiet, resume=resume)
     m = result.manifest
     totals = m["totals"]
     print(f"wrote {result.output_dir}")
@@ -141,10 +142,10 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if unknown:
         raise EasyDataError(f"unexpected argument '{unknown[0]}' (Beam options look like --name=value)")
     if args.command == "run":
-        for flag in ("resume", "streaming"):
+        for flag in ("streaming",):
             if getattr(args, flag):
                 raise EasyDataError(f"--{flag} is not implemented yet in this release")
-        return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose)
+        return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose, resume=args.resume)
     if args.command == "tokenize":
         return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose)
     if args.command == "validate":

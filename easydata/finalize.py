@@ -162,6 +162,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         config=config.to_dict(), fingerprint=config.fingerprint(), tokenizer=tokenizer,
         schema=output_schema(written, config), datasets=datasets, output_format=config.save.format,
         compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
-        run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3)}, chat=chat, mix=mix)
+        run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3),
+             **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix)
     write_manifest(plan.output_dir, manifest)
     return manifest

@@ -33,8 +33,9 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
     """Checks that `output_dir` may be written and creates it.
 
     Raises:
-      OutputError: when it exists and is not empty without `overwrite`, or when `overwrite` would
-        delete a directory that is not an easydata output.
+      OutputError: when it exists and is not empty without `overwrite` (a directory holding only
+        unfinished runs' staging directories does not count), or when `overwrite` would delete a
+        directory that is not an easydata output.
     """
     fs, root = get_fs(output_dir)
     try:
@@ -46,7 +47,8 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
         raise
     except Exception as e:
         raise OutputError(f"cannot access output '{output_dir}': {e}") from None
-    if entries:
+    unfinished_only = entries and all(e.startswith(TEMP_PREFIX) and e != TEMP_PREFIX for e in entries)
+    if entries and not unfinished_only:  # (only unfinished runs' staging: not an output, may be resumed)
         if not overwrite:
             raise OutputError(f"output '{output_dir}' already exists; set save.overwrite: true (or"
                               " --set save.overwrite=true) to replace it, or choose another --output")

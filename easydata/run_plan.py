@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from easydata.config import PipelineConfig, TokenizerConfig
+from easydata.checkpoint import UnitCheckpoint, completed_units, find_resumable_run, run_signature, write_run_info
+from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.chat import ChatRenderer
 from easydata.errors import ConfigError, InputError
 from easydata.filesystems import open_file
@@ -21,7 +22,7 @@ from easydata.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
 from easydata.sources import InputSplit, plan_splits, total_input_bytes
 from easydata.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
-__all__ = ["DatasetPlan", "RunPlan", "prepare_run"]
+__all__ = ["DatasetPlan", "RunPlan", "prepare_run", "work_units"]
 
 # Uncompressed Arrow bytes of token rows per input byte: ~1 token per 3-4 bytes of text, 4 bytes per
 # id, 4 per mask. Only sizes the hash groups, so a rough figure is enough.
@@ -40,6 +41,7 @@ class DatasetPlan:
     num_groups: int
     pad_id: int
     chat_template: Optional[str] = None
+    resumed_units: tuple[UnitCheckpoint, ...] = ()  # work units a resumed run loads instead of reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +53,12 @@ class RunPlan:
     staging: str
     datasets: list[DatasetPlan]
     mix_num_groups: Optional[int] = None  # hash groups of the mixed output; None: no mix
+    resumed: bool = False  # continues an interrupted run (its staging directory and checkpoints)
+    unit_count: int = 0  # work units of all datasets
+
+    @property
+    def resumed_unit_count(self) -> int:
+        return sum(len(d.resumed_units) for d in self.datasets)
 
     @property
     def total_input_bytes(self) -> int:
@@ -85,8 +93,16 @@ def load_chat_template(value: Optional[str]) -> Optional[str]:
     return value
 
 
+def work_units(dataset: DatasetConfig, splits: list[InputSplit]) -> list[int]:
+    """Ids of a dataset's work units: every split, or one unit (id 0) when `num_rows` limits the reading
+    (the splits are then read in order by one worker). Must agree with `transforms.read.ReadDocuments`."""
+    if dataset.num_rows is not None:
+        return [splits[0].index] if splits else []
+    return [s.index for s in splits]
+
+
 def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
-                group_bytes: int = DEFAULT_GROUP_BYTES) -> RunPlan:
+                group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False) -> RunPlan:
     """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
 
     Args:
@@ -94,6 +110,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
       split_bytes: target size of an input split (work unit of one reader); default: from the
         dataset's total size (`easydata.sources.split_size`).
       group_bytes: target size of a shuffle group (memory of one sorting worker).
+      resume: continue an unfinished run of the same job in the output directory, if there is one:
+        its tokenized work units are loaded instead of read again (`easydata.checkpoint`).
 
     Raises:
       ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
@@ -105,6 +123,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         raise ConfigError("a dataset reads from `pubsub_subscription`: that needs the streaming pipeline"
                           " (`easydata run CONFIG --streaming`)")
     configured_template = load_chat_template(config.chat.template)
+    by_name = {ds.name: ds for ds in config.datasets}
     loaded: dict[TokenizerConfig, TokenizerInfo] = {}
     handles: dict[TokenizerConfig, TokenizerHandle] = {}
     datasets = []
@@ -141,10 +160,18 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         _check_shared_vocabulary(config, handles)
         mix_num_groups = _mix_num_groups(config, datasets, group_bytes)
     prepare_output(config.save.output_dir, config.save.overwrite)
-    run_id = new_run_id()
-    return RunPlan(run_id=run_id, output_dir=config.save.output_dir,
-                   staging=staging_dir(config.save.output_dir, run_id), datasets=datasets,
-                   mix_num_groups=mix_num_groups)
+    signature = run_signature(config.fingerprint(), {d.name: d.splits for d in datasets})
+    previous = find_resumable_run(config.save.output_dir, signature) if resume else None
+    run_id = previous or new_run_id()
+    staging = staging_dir(config.save.output_dir, run_id)
+    if previous:
+        datasets = [dataclasses.replace(d, resumed_units=tuple(completed_units(
+            staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
+    else:
+        write_run_info(staging, signature, run_id)
+    return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
+                   mix_num_groups=mix_num_groups, resumed=previous is not None,
+                   unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
 
 
 def _check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:

@@ -94,6 +94,10 @@ class DocumentBatch:
       conversations: for chat records, their `easydata.chat.Conversation` (its text is rendered by the
         chat stage); None for plain text documents; the whole list is None when there is no chat record.
       spans: after the chat stage, each document's trained character spans (None: train every token).
+      unit, index: the work unit (its first split's index) and the batch's number within it; they name
+        the batch's checkpoint (`easydata.checkpoint`); -1 when not read by `ReadDocuments`.
+      chat_rejected, chat_rejected_file: records of this batch the chat stage rejected, and the
+        dead-letter file it wrote them to (kept in the checkpoint, so a resumed run counts them).
     """
 
     dataset: str
@@ -103,6 +107,10 @@ class DocumentBatch:
     input_bytes: int = 0
     conversations: Optional[list[Any]] = None
     spans: Optional[list[Optional[list[tuple[int, int]]]]] = None
+    unit: int = -1
+    index: int = -1
+    chat_rejected: int = 0
+    chat_rejected_file: Optional[str] = None
 
     def __len__(self) -> int:
         return len(self.texts)

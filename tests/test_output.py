@@ -191,3 +191,10 @@ def test_commit_removes_the_old_manifest_before_touching_anything(output_url: st
     commit_output(output_url, staging, moves)
     assert tree(output_url) == {"web/part-00000-of-00001.parquet": b"again",
                                 ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}
+
+
+def test_an_unfinished_run_is_not_an_output(output_url: str) -> None:
+    files = {".easydata-tmp-0123456789ab/web/piece-0.arrow": b"a crashed run's staging"}
+    put(output_url, files)
+    prepare_output(output_url, overwrite=False)  # may be resumed, or started afresh beside it
+    assert tree(output_url) == files

@@ -2,6 +2,7 @@
 
 - `ReadDocuments`: input splits -> document batches (+ dead letters, counters)
 - `ChatTemplate`: chat records -> rendered text with trained spans (+ dead letters)
+- `LoadCheckpoints`: a resumed run's already tokenized work units -> token rows
 - `Tokenize`: document batches -> token rows (with `loss_mask` for chat)
 - `WeightedMix`: several datasets' token rows -> one stream mixed by token share
 - `Pack`: token rows -> fixed-length packed rows
@@ -14,8 +15,9 @@ from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, WeightedMix
 from transforms.commit import CommitOutput
 from transforms.pack import PACK_STATS_TAG, Pack
 from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
+from transforms.resume import LoadCheckpoints
 from transforms.tokenize import Tokenize
 from transforms.write import WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
-           "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME"]
+           "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints"]

@@ -65,6 +65,7 @@ class _RenderFn(beam.DoFn):
             keep.append(i)
             texts.append(text)
             spans.append(trained if self._assistant_only_loss else None)
+        rel = None
         if rejects:
             batch_id = hashlib.sha1(batch.keys[0].encode()).hexdigest()[:16]
             rel = f"rejected/{self._dataset}/chat-{batch_id}.jsonl"
@@ -72,11 +73,12 @@ class _RenderFn(beam.DoFn):
                 f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
             yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset, {"documents_rejected": len(rejects)}))
-        if keep:
-            yield dataclasses.replace(
-                batch, keys=[batch.keys[i] for i in keep], texts=texts,
-                fields={name: [values[i] for i in keep] for name, values in batch.fields.items()},
-                conversations=None, spans=spans if any(s is not None for s in spans) else None)
+        # An emptied batch still goes on: its checkpoint records the rejects (`easydata.checkpoint`).
+        yield dataclasses.replace(
+            batch, keys=[batch.keys[i] for i in keep], texts=texts,
+            fields={name: [values[i] for i in keep] for name, values in batch.fields.items()},
+            conversations=None, spans=spans if any(s is not None for s in spans) else None,
+            chat_rejected=len(rejects), chat_rejected_file=rel if rejects else None)
 
 
 class ChatTemplate(beam.PTransform):

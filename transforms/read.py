@@ -15,10 +15,11 @@ Outputs (tagged):
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 
+from easydata.checkpoint import write_unit
 from easydata.config import DatasetConfig
 from easydata.filesystems import join, open_file
 from easydata.progress import ProgressSink
@@ -34,8 +35,9 @@ class _ReadSplitsFn(beam.DoFn):
     """Reads a work unit (splits read in order, sharing one `num_rows` limit)."""
 
     def __init__(self, dataset: DatasetConfig, batch_size: int, max_document_bytes: Optional[int],
-                 staging: str, progress_dir: Optional[str], messages_field: str):
+                 staging: str, progress_dir: Optional[str], messages_field: str, checkpoint: bool):
         self._dataset = dataset
+        self._checkpoint = checkpoint
         self._messages_field = messages_field
         self._batch_size = batch_size
         self._max_document_bytes = max_document_bytes
@@ -51,6 +53,7 @@ class _ReadSplitsFn(beam.DoFn):
         rejects: list[Reject] = []
         documents = 0
         input_bytes = 0
+        batches = 0
         for split in unit:
             if remaining is not None and remaining <= 0:
                 break
@@ -63,17 +66,23 @@ class _ReadSplitsFn(beam.DoFn):
                 if remaining is not None:
                     remaining -= len(batch)
                 self._progress.add(input_bytes=batch.input_bytes)
+                batch.unit, batch.index = unit[0].index, batches
+                batches += 1
                 yield batch
             if remaining is not None:
                 remaining -= len(rejects) - before
+        rel = None
         if rejects:
             rel = f"rejected/{self._dataset.name}/split-{unit[0].index:05d}.jsonl"
             with open_file(join(self._staging, rel), "wb") as f:
                 f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
-        yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset.name, {
-            "documents_in": documents + len(rejects), "documents_rejected": len(rejects),
-            "input_bytes": input_bytes}))
+        stats = {"documents_in": documents + len(rejects), "documents_rejected": len(rejects),
+                 "input_bytes": input_bytes}
+        if self._checkpoint:
+            write_unit(self._staging, self._dataset.name, unit[0].index, batches=batches, stats=stats,
+                       rejected_file=rel)
+        yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset.name, stats))
 
     def teardown(self) -> None:
         if self._progress is not None:
@@ -91,12 +100,16 @@ class ReadDocuments(beam.PTransform):
       staging: the run's staging directory (dead letters go below it).
       progress_dir: where workers report progress (None: no reporting).
       messages_field: field holding chat messages when the content field is absent.
+      checkpoint: record each finished work unit for `--resume` (`easydata.checkpoint`).
+      skip_units: work units (first split index) not to read: a resumed run loads them instead.
     """
 
     def __init__(self, *, dataset: DatasetConfig, splits: list[InputSplit], batch_size: int,
                  max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None,
-                 messages_field: str = "messages"):
+                 messages_field: str = "messages", checkpoint: bool = False, skip_units: Iterable[int] = ()):
         super().__init__()
+        self._checkpoint = checkpoint
+        self._skip_units = frozenset(skip_units)
         self._messages_field = messages_field
         self._dataset = dataset
         self._splits = splits
@@ -108,11 +121,13 @@ class ReadDocuments(beam.PTransform):
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         # With a row limit the splits are read in order by one worker; otherwise each is a unit.
         units = [self._splits] if self._dataset.num_rows is not None else [[s] for s in self._splits]
+        units = [u for u in units if u and u[0].index not in self._skip_units]
         return (pbegin
                 | "Splits" >> beam.Create(units)
                 | "Distribute" >> beam.Reshuffle()
                 | "Read" >> beam.ParDo(_ReadSplitsFn(self._dataset, self._batch_size, self._max_document_bytes,
-                                                     self._staging, self._progress_dir, self._messages_field)
+                                                     self._staging, self._progress_dir, self._messages_field,
+                                                     self._checkpoint)
                                        ).with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:

@@ -7,6 +7,9 @@ Tokenizing runs one batch ahead on a helper thread: while the Rust tokenizer (wh
 GIL and uses its own threads) encodes batch N+1, this worker's Python thread passes batch N
 downstream (routing, counting, staging). Outputs keep their input order within a bundle, and the
 last pending batch is emitted in `finish_bundle` with the window and timestamp it arrived with.
+
+With `checkpoint_staging`, each tokenized batch is also written (on the helper thread) under the
+run's staging directory, named by its work unit and index, for `--resume` (`easydata.checkpoint`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.utils.windowed_value import WindowedValue
 
+from easydata.checkpoint import batch_path, write_batch
 from easydata.config import TokenizeStageConfig, TokenizerConfig
 from easydata.progress import ProgressSink
 from easydata.sources import DocumentBatch
@@ -29,8 +33,9 @@ __all__ = ["Tokenize"]
 
 class _TokenizeFn(beam.DoFn):
     def __init__(self, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
-                 progress_dir: Optional[str]):
+                 progress_dir: Optional[str], checkpoint_staging: Optional[str]):
         self._tokenizer_config = tokenizer
+        self._checkpoint_staging = checkpoint_staging
         self._config = config
         self._seed = seed
         self._progress_dir = progress_dir
@@ -49,10 +54,19 @@ class _TokenizeFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._pending = None
 
-    def _encode(self, batch: DocumentBatch) -> tuple[pa.RecordBatch, TokenizedStats]:
-        return tokenize_documents(batch, self._tokenizer, self._config, self._seed)
+    def _encode(self, batch: DocumentBatch) -> tuple[Optional[pa.RecordBatch], TokenizedStats]:
+        if len(batch):
+            rows, stats = tokenize_documents(batch, self._tokenizer, self._config, self._seed)
+        else:  # every record of the batch was rejected upstream
+            rows, stats = None, TokenizedStats(documents=0, tokens=0)
+        if self._checkpoint_staging is not None and batch.unit >= 0:
+            write_batch(batch_path(self._checkpoint_staging, batch.dataset, batch.unit, batch.index),
+                        rows if rows is not None else pa.record_batch([], schema=pa.schema([])),
+                        {"chat_rejected": batch.chat_rejected, "chat_rejected_file": batch.chat_rejected_file,
+                         "input_bytes": batch.input_bytes})
+        return rows, stats
 
-    def _collect(self) -> tuple[pa.RecordBatch, Any, Any]:
+    def _collect(self) -> tuple[Optional[pa.RecordBatch], Any, Any]:
         future, window, timestamp = self._pending
         self._pending = None
         rows, stats = future.result()
@@ -66,13 +80,15 @@ class _TokenizeFn(beam.DoFn):
         submitted = (self._executor.submit(self._encode, batch), window, timestamp)
         if self._pending is not None:
             rows, previous_window, previous_timestamp = self._collect()
-            yield WindowedValue(rows, previous_timestamp, [previous_window])
+            if rows is not None:
+                yield WindowedValue(rows, previous_timestamp, [previous_window])
         self._pending = submitted
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._pending is not None:
             rows, window, timestamp = self._collect()
-            yield WindowedValue(rows, timestamp, [window])
+            if rows is not None:
+                yield WindowedValue(rows, timestamp, [window])
 
     def teardown(self) -> None:
         if self._executor is not None:
@@ -89,11 +105,14 @@ class Tokenize(beam.PTransform):
       config: tokenize stage settings (special tokens, truncation).
       seed: the pipeline seed (for the rows' shuffle hashes).
       progress_dir: where workers report progress (None: no reporting).
+      checkpoint_staging: the run's staging directory: each tokenized batch is also written there
+        (`easydata.checkpoint`) so `--resume` need not tokenize it again; None: no checkpoints.
     """
 
     def __init__(self, *, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
-                 progress_dir: Optional[str] = None):
+                 progress_dir: Optional[str] = None, checkpoint_staging: Optional[str] = None):
         super().__init__()
+        self._checkpoint_staging = checkpoint_staging
         self._tokenizer = tokenizer
         self._config = config
         self._seed = seed
@@ -101,7 +120,7 @@ class Tokenize(beam.PTransform):
 
     def expand(self, documents: beam.PCollection) -> beam.PCollection:
         return documents | "Encode" >> beam.ParDo(
-            _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir))
+            _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging))
 
     def display_data(self) -> dict[str, Any]:
         return {"tokenizer": self._tokenizer.name_or_path}
