@@ -92,12 +92,11 @@ def batch_path(staging: str, dataset: str, unit: int, index: int) -> str:
 def write_batch(path: str, rows: pa.RecordBatch, info: dict[str, Any]) -> None:
     """Writes one tokenized batch (Arrow IPC, uncompressed) with `info` in its schema metadata."""
     fs, target = get_fs(path)
-    temp = f"{target}.tmp"
     fs.makedirs(posixpath.dirname(target), exist_ok=True)
     schema = rows.schema.with_metadata({**(rows.schema.metadata or {}), _META_KEY: json.dumps(info).encode()})
-    with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, schema) as writer:
+    with open_arrow_file(f"{path}.tmp", "wb") as f, pa.ipc.new_file(f, schema) as writer:
         writer.write_batch(rows.replace_schema_metadata(schema.metadata))
-    fs.mv(temp, target)
+    fs.mv(f"{target}.tmp", target)
 
 
 def read_batch(path: str) -> tuple[pa.RecordBatch, dict[str, Any]]:

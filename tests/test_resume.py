@@ -1,0 +1,117 @@
+"""Killed runs and `--resume`, end to end: the installed CLI in a subprocess, SIGKILL, real files.
+
+A run is killed (the whole process group, as an OOM killer or a preempted VM would) either while it
+tokenizes or while it writes shards. The killed output has no manifest and `validate` refuses it;
+`easydata run --resume` then loads the work units the killed run finished instead of tokenizing
+them again, and writes shards byte-identical to an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_jsonl
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "easydata", *args], capture_output=True, text=True, timeout=600,
+                          **kwargs)
+
+
+def _digest(out: Path) -> dict[str, str]:
+    return {p.relative_to(out).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("part-*"))}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, mistral_tokenizer_dir) -> tuple[Path, dict[str, str]]:
+    """12 input files (one work unit each) of standard-library modules, and an uninterrupted run's shards."""
+    root = tmp_path_factory.mktemp("resume")
+    modules = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:240]
+    for i in range(12):
+        write_jsonl(root / "in" / f"part-{i:02d}.jsonl",
+                    ({"text": p.read_text(encoding="utf-8", errors="replace")} for p in modules[i::12]))
+    config = root / "job.json"
+    config.write_text(json.dumps({
+        "seed": 5, "default_tokenizer": str(mistral_tokenizer_dir),
+        "datasets": [{"name": "code", "data_files": str(root / "in" / "*.jsonl")}],
+        "tokenize": {"batch_size": 8},
+        "pack": {"enabled": True, "seq_length": 512},
+        "save": {"output_dir": str(root / "reference"), "num_shards": 3},
+    }))
+    run = _cli("run", str(config), "--quiet")
+    assert run.returncode == 0, run.stderr
+    return config, _digest(root / "reference")
+
+
+def _kill_when(config: Path, out: Path, ready) -> None:
+    """Starts the run and SIGKILLs its process group as soon as `ready(staging)` holds."""
+    proc = subprocess.Popen([sys.executable, "-m", "easydata", "run", str(config), "--quiet", "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            staging = next(out.glob(".easydata-tmp-*"), None) if out.exists() else None
+            if staging is not None and ready(staging):
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended (exit {proc.returncode}) before it could be killed: {proc.stderr.read()}")
+            time.sleep(0.02)
+        pytest.fail("the run never reached the point to kill it")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _units_done(staging: Path) -> int:
+    return len(list(staging.glob("checkpoints/code/*/unit.json")))
+
+
+@pytest.mark.parametrize("moment", ["tokenizing", "writing"])
+def test_killed_run_is_refused_then_resumed_to_the_same_bytes(job, tmp_path, moment):
+    config, reference = job
+    out = tmp_path / "out"
+    if moment == "tokenizing":
+        _kill_when(config, out, lambda staging: _units_done(staging) >= 3)
+    else:  # the shuffle has started staging shard pieces: every unit is tokenized
+        _kill_when(config, out, lambda staging: any((staging / "pieces").rglob("*.arrow")))
+    assert not (out / "manifest.json").exists()
+    refused = _cli("validate", str(out))
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (f"easydata: error: '{out}' has no manifest.json: not an easydata output,"
+                                      " or a run that did not finish")
+
+    resumed = _cli("run", str(config), "--output", str(out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    reused = manifest["run"]["resumed_units"]
+    assert manifest["run"]["units"] == 12
+    assert (reused >= 2 if moment == "tokenizing" else reused == 12), reused
+    assert f"of 12 input units already tokenized" in resumed.stderr
+    assert _digest(out) == reference != {}
+    assert not list(out.glob(".easydata-tmp-*"))  # checkpoints go with the staging directory
+    assert _cli("validate", str(out)).returncode == 0
+
+
+def test_resume_without_an_unfinished_run_starts_afresh(job, tmp_path):
+    config, reference = job
+    out = tmp_path / "out"
+    run = _cli("run", str(config), "--output", str(out), "--resume")
+    assert run.returncode == 0, run.stderr
+    assert "no unfinished run of this job to resume: starting a new run" in run.stderr
+    assert _digest(out) == reference
