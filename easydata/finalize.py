@@ -48,7 +48,11 @@ def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, pa
     if packed and (rows != c["packed_rows"] or sum(s.tokens for s in infos) != c["packed_tokens"]):
         raise RuntimeError(f"dataset '{name}': shards hold {rows} rows, the packer made {c['packed_rows']};"
                            " refusing to commit")
+    columns: dict[str, str] = {}
+    for shard in infos:
+        columns.update({column: dtype for column, dtype in shard.columns if column not in columns})
     entry = {
+        "columns": columns,  # this output's own columns (the schema lists those of every output)
         "shards": [{"path": s.relative_path, "rows": s.rows, "tokens": s.tokens, "padding_tokens": s.padding_tokens,
                     "bytes": s.bytes} for s in infos],
         "documents_in": c["documents_in"],

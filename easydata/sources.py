@@ -76,6 +76,7 @@ class Reject:
     position: int
     reason: str
     excerpt: str = ""
+    records: int = 1  # input records this rejection stands for (all rows of an unreadable row group)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -167,10 +168,14 @@ def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> l
         elif kind in ("jsonl", "txt"):
             ranges = [(s, min(s + target_bytes, size), min(target_bytes, size - s))
                       for s in range(0, size, target_bytes)]
-        elif kind == "parquet":
-            ranges = _parquet_ranges(path, target_bytes)
         else:
-            ranges = _arrow_ranges(path, size, target_bytes)
+            try:
+                ranges = _parquet_ranges(path, target_bytes) if kind == "parquet" else \
+                    _arrow_ranges(path, size, target_bytes)
+            except _PROGRAMMING_ERRORS:
+                raise
+            except Exception:  # an unreadable footer: one split, whose reading dead-letters the file
+                ranges = [(0, None, size)]
         for start, end, part_size in ranges:
             splits.append(InputSplit(dataset=dataset.name, path=path, type=kind, start=start, end=end,
                                      index=len(splits), size=part_size, key_name=names[path]))
@@ -257,12 +262,12 @@ class _Collector:
     def done(self) -> bool:
         return self.limit is not None and self.count >= self.limit
 
-    def reject(self, position: int, reason: str, excerpt: Any = "") -> None:
+    def reject(self, position: int, reason: str, excerpt: Any = "", records: int = 1) -> None:
         if self.done:
             return
-        self.count += 1
+        self.count += records
         text = excerpt if isinstance(excerpt, str) else repr(excerpt)
-        self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:_EXCERPT_CHARS]))
+        self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:_EXCERPT_CHARS], records))
 
     def add_record(self, position: int, record: Any) -> None:
         """Adds one parsed structured record: an object whose content field holds a string (a text
@@ -328,6 +333,11 @@ class _Collector:
         return batch
 
 
+# Bugs, not bad input: these are never turned into dead letters.
+_PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, RecursionError,
+                       MemoryError, NotImplementedError)
+
+
 def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1000,
                max_document_bytes: Optional[int] = None, limit: Optional[int] = None,
                rejects: Optional[list[Reject]] = None, messages_field: str = "messages") -> Iterator[DocumentBatch]:
@@ -342,23 +352,33 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
       rejects: list receiving `Reject`s (a fresh list is used when None).
       messages_field: the field holding chat messages when the content field is absent.
 
-    Raises:
-      InputError: when the file itself cannot be opened or decoded at all.
+    A file that cannot be opened or turns out corrupt or truncated part-way does not raise: the rest
+    of the split becomes one dead letter saying why (the documents before it are kept), so one bad
+    file cannot end a long job; unreadable Parquet row groups are dead-lettered with their row count.
     """
     collector = _Collector(dataset, split.path, split.key_name or split.path, batch_size, max_document_bytes,
                            limit, messages_field)
     readers = {"jsonl": _read_lines, "txt": _read_lines, "json": _read_json, "csv": _read_csv,
                "parquet": _read_parquet, "arrow": _read_arrow}
+    consumed_total = 0
     try:
-        for consumed in readers[split.type](split, dataset, collector):
-            if collector.full or collector.done:
-                batch = collector.flush(consumed)
-                if batch is not None:
-                    yield batch
-                if collector.done:
-                    break
-            else:
-                collector.pending_bytes += consumed
+        try:
+            for consumed in readers[split.type](split, dataset, collector):
+                consumed_total += consumed
+                if collector.full or collector.done:
+                    batch = collector.flush(consumed)
+                    if batch is not None:
+                        yield batch
+                    if collector.done:
+                        break
+                else:
+                    collector.pending_bytes += consumed
+        except _PROGRAMMING_ERRORS:
+            raise
+        except Exception as e:  # a corrupt or truncated file: dead-letter the rest of the split, go on
+            message = str(e).splitlines()[0] if str(e) else type(e).__name__
+            collector.reject(-1, f"unreadable input after {consumed_total} bytes of this split"
+                                 f" (starting at {split.start}): {type(e).__name__}: {message}"[:500])
         batch = collector.flush()
         if batch is not None:
             yield batch
@@ -477,7 +497,20 @@ def _read_parquet(split: InputSplit, dataset: DatasetConfig, out: _Collector) ->
         row = sum(meta.row_group(g).num_rows for g in range(split.start))
         columns = _columns_needed(dataset, pf.schema_arrow.names)
         for g in groups:
-            table = pf.read_row_group(g, columns=columns)
+            try:
+                table = pf.read_row_group(g, columns=columns)
+            except _PROGRAMMING_ERRORS:
+                raise
+            except Exception as e:  # a corrupt row group: its rows are dead letters, the others are read
+                rows = meta.row_group(g).num_rows
+                out.reject(row, f"unreadable Parquet row group {g} (rows {row}..{row + rows - 1}):"
+                                f" {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500],
+                           records=rows)
+                row += rows
+                yield 0
+                if out.done:
+                    return
+                continue
             for batch in table.to_batches(max_chunksize=out.batch_size):
                 _emit_table_batch(batch, row, out, dataset)
                 row += batch.num_rows

@@ -200,7 +200,7 @@ def validate_output(output_dir: str) -> ValidationReport:
             path = join(output_dir, shard["path"])
             listed.add(posixpath.basename(shard["path"]))
             try:
-                counts, found = _check_shard(path, fmt, columns, vocab, schema)
+                counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema)
             except EasyDataError as e:
                 problems.append(f"{shard['path']}: {e}")
                 continue

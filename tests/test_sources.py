@@ -344,10 +344,11 @@ def test_open_missing_file_raises_input_error(tmp_path: Path) -> None:
     ("bad.parquet", b"not parquet at all", "is not a readable Parquet file"),
     ("bad.arrow", b"not arrow at all", "is not an Arrow IPC file or stream"),
 ])
-def test_corrupt_binary_inputs_raise_input_error(tmp_path: Path, name: str, content: bytes, message: str) -> None:
+def test_corrupt_binary_inputs_are_one_dead_letter(tmp_path: Path, name: str, content: bytes, message: str) -> None:
     (tmp_path / name).write_bytes(content)
-    with pytest.raises(InputError, match=message):
-        read_all(DatasetConfig(name="d", data_files=str(tmp_path / name)))
+    documents, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / name)))
+    assert documents == [] and len(rejects) == 1 and rejects[0].records == 1
+    assert "unreadable input" in rejects[0].reason and message in rejects[0].reason
 
 
 # ---- stable keys: independent of where the data lives ---------------------------------------------
@@ -507,7 +508,7 @@ def test_reject_excerpt_is_bounded(tmp_path: Path) -> None:
     assert len(rejects) == 1 and rejects[0].reason.startswith("malformed JSON")
     assert rejects[0].excerpt == ('{"text": "' + "x" * 5000)[:200]
     assert rejects[0].to_json() == {"dataset": "d", "source": str(path), "position": 0,
-                                    "reason": rejects[0].reason, "excerpt": rejects[0].excerpt}
+                                    "reason": rejects[0].reason, "excerpt": rejects[0].excerpt, "records": 1}
 
 
 @pytest.mark.parametrize("kind", ["parquet", "arrow", "csv", "json"])

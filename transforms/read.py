@@ -70,14 +70,15 @@ class _ReadSplitsFn(beam.DoFn):
                 batches += 1
                 yield batch
             if remaining is not None:
-                remaining -= len(rejects) - before
+                remaining -= sum(r.records for r in rejects[before:])
         rel = None
         if rejects:
             rel = f"rejected/{self._dataset.name}/split-{unit[0].index:05d}.jsonl"
             with open_file(join(self._staging, rel), "wb") as f:
                 f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
-        stats = {"documents_in": documents + len(rejects), "documents_rejected": len(rejects),
+        rejected = sum(r.records for r in rejects)
+        stats = {"documents_in": documents + rejected, "documents_rejected": rejected,
                  "input_bytes": input_bytes}
         if self._checkpoint:
             write_unit(self._staging, self._dataset.name, unit[0].index, batches=batches, stats=stats,
