@@ -1,0 +1,172 @@
+"""Remote storage end to end: inputs read from and outputs written to `s3://` on a real S3-compatible
+server (moto's standalone server on 127.0.0.1), through a proxy that fails every few requests with
+`503 SlowDown`, as S3 does under load. The installed CLI runs the whole job; `validate` and the reader
+read the output back from S3.
+
+Endpoint and credentials reach every component the way users configure them: `AWS_ENDPOINT_URL`,
+`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` in the environment.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from tests.conftest import make_texts, write_jsonl
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+pytestmark = pytest.mark.slow
+
+_SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+              b"<Message>Please reduce your request rate.</Message></Error>")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _FlakyProxy(BaseHTTPRequestHandler):
+    """Forwards requests to the S3 server; every `every`-th request gets `503 SlowDown` instead."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                chunk = self.rfile.read(size)
+                self.rfile.readline()
+                if size == 0:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self) -> None:
+        body = self._body()
+        server = self.server
+        with server.lock:
+            server.requests += 1
+            fail = server.requests % server.every == 0
+            server.failures += fail
+        if fail:
+            self.send_response(503)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(_SLOW_DOWN)))
+            self.end_headers()
+            self.wfile.write(_SLOW_DOWN)
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding", "connection")}
+        headers["Content-Length"] = str(len(body))
+        upstream = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=60)
+        upstream.request(self.command, self.path, body=body, headers=headers)
+        response = upstream.getresponse()
+        payload = response.read()
+        self.send_response(response.status)
+        for key, value in response.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                self.send_header(key, value)
+        length = response.getheader("Content-Length") if self.command == "HEAD" else str(len(payload))
+        self.send_header("Content-Length", length or "0")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+        upstream.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """A moto S3 server behind a flaky proxy; yields the environment pointing at the proxy."""
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=log, stderr=subprocess.STDOUT)
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyProxy)
+    proxy.daemon_threads = True
+    proxy.lock, proxy.requests, proxy.failures, proxy.every, proxy.upstream_port = threading.Lock(), 0, 0, 7, port
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    pytest.fail("moto server did not start")
+                time.sleep(0.2)
+        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.server_address[1]}"}
+        yield {"env": env, "proxy": proxy}
+    finally:
+        proxy.shutdown()
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def test_s3_round_trip_survives_transient_errors(s3, tokenizer_dir, tmp_path, monkeypatch):
+    for key, value in s3["env"].items():
+        monkeypatch.setenv(key, value)
+    import fsspec
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs.mkdir("easydata-in")
+    fs.mkdir("easydata-out")
+    texts = make_texts(400, seed=12)
+    local = write_jsonl(tmp_path / "web.jsonl", [{"text": t, "id": i} for i, t in enumerate(texts)])
+    fs.put(str(local), "easydata-in/web/part-0.jsonl")
+    fs.put(str(write_jsonl(tmp_path / "web2.jsonl", [{"text": "second file", "id": -1}])), "easydata-in/web/part-1.jsonl")
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({
+        "seed": 2, "default_tokenizer": str(tokenizer_dir),
+        "datasets": [{"name": "web", "data_files": "s3://easydata-in/web/*.jsonl", "additional_fields": ["id"]}],
+        "pack": {"enabled": True, "seq_length": 64},
+        "save": {"output_dir": "s3://easydata-out/run", "num_shards": 3, "row_group_size": 16},
+    }))
+    failures_before = s3["proxy"].failures
+    env = {**os.environ, **s3["env"]}
+    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(job), "--quiet"], capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr
+    assert s3["proxy"].failures > failures_before  # requests really failed and were retried
+    manifest = json.loads(fs.cat("easydata-out/run/manifest.json"))
+    assert manifest["documents_in"] == 401 and manifest["documents_rejected"] == 0
+    assert sorted(fs.ls("easydata-out/run/web")) == sorted(f"easydata-out/run/{s['path']}"
+                                                           for s in manifest["datasets"]["web"]["shards"])
+    assert not [p for p in fs.ls("easydata-out/run") if ".easydata-tmp-" in p]  # staging cleaned up
+    check = subprocess.run([sys.executable, "-m", "easydata", "validate", "s3://easydata-out/run"],
+                           capture_output=True, text=True, timeout=300, env=env)
+    assert check.returncode == 0, check.stderr
+
+    from easydata.reader import TokenReader
+
+    reader = TokenReader("s3://easydata-out/run", batch_size=8, shuffle=True, seed=1, num_epochs=1,
+                         drop_remainder=False, prefetch=0)
+    rows = np.concatenate([b["input_ids"] for b in reader])
+    assert rows.shape == (manifest["totals"]["rows"], 64)
+    assert int((np.concatenate([b["segment_ids"] for b in TokenReader(
+        "s3://easydata-out/run", batch_size=8, num_epochs=1, drop_remainder=False, prefetch=0)]) > 0).sum()) \
+        == manifest["totals"]["tokens"]
