@@ -91,3 +91,28 @@ def test_every_bad_record_is_dead_lettered_with_a_reason(tokenizer_dir, chat_tok
     assert (chat["documents_written"], chat["documents_rejected"]) == (20, 1)
     assert sum(line["records"] for line in lines) == manifest["documents_rejected"]
     assert validate_output(str(out)).ok
+
+
+def test_reader_reads_a_plain_output_beside_a_chat_output(tmp_path, chat_tokenizer_dir):
+    """Each output has its own columns: the plain one has no `loss_mask` although the chat one does."""
+    from easydata.reader import TokenReader
+
+    write_jsonl(tmp_path / "web.jsonl", [{"text": t} for t in make_texts(50, seed=1)])
+    write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": f"q{i}"},
+                                                         {"role": "assistant", "content": f"a{i}"}]} for i in range(30)])
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": str(chat_tokenizer_dir),
+        "datasets": [{"name": "web", "data_files": str(tmp_path / "web.jsonl")},
+                     {"name": "chat", "data_files": str(tmp_path / "chat.jsonl"), "content_field": "messages"}],
+        "chat": {"template": str(CHATML)},
+        "pack": {"enabled": True, "seq_length": 32},
+        "save": {"output_dir": str(tmp_path / "out"), "num_shards": 1},
+    })
+    manifest = run_batch(config, ["--direct_num_workers=1"], show_progress=False).manifest
+    assert "loss_mask" in manifest["datasets"]["chat"]["columns"]
+    assert "loss_mask" not in manifest["datasets"]["web"]["columns"]
+    web = next(iter(TokenReader(str(tmp_path / "out"), batch_size=4, name="web", prefetch=0)))
+    chat = next(iter(TokenReader(str(tmp_path / "out"), batch_size=4, name="chat", prefetch=0)))
+    assert "loss_mask" not in web and web["input_ids"].shape == (4, 32)
+    assert "loss_mask" in chat and chat["loss_mask"].shape == (4, 32)
+    assert validate_output(str(tmp_path / "out")).ok

@@ -1,4 +1,6 @@
-"""`TokenReader`: every row once per epoch, disjoint processes, exact resume, layouts, JAX layouts.
+"""`TokenReader`: every row once per epoch, disjoint processes, exact resume, layouts, JAX layouts;
+batches equal to a straightforward reference on every gather path (packed / unpacked, windows of one
+or several blocks and shards), fixed-size list columns, pinned shuffle keys.
 
 JAX runs on 8 simulated CPU devices (`XLA_FLAGS` is set in conftest before JAX loads).
 """
@@ -10,13 +12,17 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
 from easydata.reader import GrainSource, TokenReader
-from tests.conftest import make_texts, write_jsonl
+from easydata.reader.blocks import BlockIndex
+from easydata.reader.order import EpochOrder
+from easydata.reader.permutation import derive_key, permute
+from tests.conftest import SYNTHETIC_TOKENIZER, make_texts, write_jsonl, write_synthetic_output
 
 L = 32
 
@@ -203,3 +209,150 @@ def test_as_pmap_shapes_and_a_jit_training_step(packed_output):
             break
     assert len(losses) == 3 and all(np.isfinite(losses)) and losses[0] == pytest.approx(np.log(vocab), rel=0.05)
     assert not np.allclose(np.asarray(params["out"]), np.asarray(initial["out"]))  # the step trained
+
+
+# ---- gathering rows: every code path against a straightforward reference -------------------------
+
+SYNTH_L = 8
+SYNTH_PAD = SYNTHETIC_TOKENIZER["pad_token_id"]
+
+
+def _synthetic_rows(packed: bool, count: int, seed: int) -> list[dict[str, list[int]]]:
+    """Rows whose tokens identify them (row `r` starts with `100 * (r + 1)`); unpacked rows are 0 to 12
+    tokens long, so some are padded and some cut to `SYNTH_L`."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for r in range(count):
+        size = SYNTH_L if packed else int(rng.integers(0, 13))
+        ids = [100 * (r + 1) + i for i in range(size)]
+        row = {"input_ids": ids, "loss_mask": [int(b) for b in rng.integers(0, 2, size)]}
+        if packed:
+            cut = int(rng.integers(1, SYNTH_L))
+            row["segment_ids"] = [1] * cut + [2] * (SYNTH_L - cut)
+            row["positions"] = list(range(cut)) + list(range(SYNTH_L - cut))
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture(scope="module", params=[(kind, fmt) for kind in ("packed", "unpacked") for fmt in ("parquet", "arrow")],
+                ids=lambda p: "-".join(p))
+def synthetic_output(request, tmp_path_factory) -> tuple[Path, bool]:
+    """Three shards of 7, 2 and 12 rows in blocks of 3 rows (some blocks shorter): windows of several
+    blocks from several shards, and blocks of different sizes."""
+    kind, fmt = request.param
+    packed = kind == "packed"
+    rows = _synthetic_rows(packed, 21, seed=1)
+    columns = ["input_ids", "segment_ids", "positions", "loss_mask"] if packed else ["input_ids", "loss_mask"]
+    out = tmp_path_factory.mktemp(f"synthetic-{kind}-{fmt}")
+    write_synthetic_output(str(out), {"web": [rows[:7], rows[7:9], rows[9:]]},
+                           pa.schema([(c, pa.list_(pa.int32())) for c in columns]), fmt=fmt,
+                           compression="zstd" if fmt == "parquet" else "none",
+                           seq_length=SYNTH_L if packed else None, row_group_size=3)
+    return out, packed
+
+
+def _reference_batches(out: Path, packed: bool, *, batch_size: int, seed: int, shuffle: bool, window_blocks: int,
+                       num_epochs: int) -> list[dict[str, np.ndarray]]:
+    """The raw batches of one process, computed the obvious way: every row as Python lists, each
+    epoch position mapped by the definition in `easydata.reader.order` (block permutation, windows,
+    a row permutation per window), unpacked rows padded with the pad id (0 for other columns) or cut."""
+    index = BlockIndex.from_output(str(out))
+    columns = ["input_ids", "segment_ids", "positions", "loss_mask"] if packed else ["input_ids", "loss_mask"]
+    blocks = [index.read(b, columns).to_pylist() for b in range(index.num_blocks)]
+    batches = []
+    for epoch in range(num_epochs):
+        order = EpochOrder(index.block_rows, seed=seed, epoch=epoch, shuffle=shuffle, window_blocks=window_blocks)
+        rows = []
+        for position in range(index.num_rows):
+            w = int(np.searchsorted(order.window_start, position, side="right") - 1)
+            local, size = position - int(order.window_start[w]), int(order.window_start[w + 1] - order.window_start[w])
+            if shuffle:
+                local = int(permute(np.array([local]), size, derive_key(seed, epoch, 2, w))[0])
+            window_rows = [row for b in order.window_blocks_of(w) for row in blocks[int(b)]]
+            rows.append(window_rows[local])
+        for start in range(0, len(rows), batch_size):
+            batch: dict[str, list] = collections.defaultdict(list)
+            for row in rows[start:start + batch_size]:
+                if packed:
+                    for c in columns:
+                        batch[c].append(row[c])
+                    continue
+                n = min(len(row["input_ids"]), SYNTH_L)
+                batch["input_ids"].append(row["input_ids"][:n] + [SYNTH_PAD] * (SYNTH_L - n))
+                batch["loss_mask"].append(row["loss_mask"][:n] + [0] * (SYNTH_L - n))
+                batch["segment_ids"].append([1] * n + [0] * (SYNTH_L - n))
+                batch["positions"].append(list(range(n)) + [0] * (SYNTH_L - n))
+            batches.append({k: np.array(v, dtype=np.int32) for k, v in batch.items()})
+    return batches
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("window_blocks", [1, 2, 3, 100])
+def test_batches_equal_a_straightforward_reference(synthetic_output, shuffle, window_blocks):
+    out, packed = synthetic_output
+    kwargs = dict(batch_size=5, seed=4, shuffle=shuffle, window_blocks=window_blocks, num_epochs=2)
+    reader = TokenReader(str(out), drop_remainder=False, process_index=0, process_count=1, prefetch=0,
+                         seq_length=None if packed else SYNTH_L, **kwargs)
+    got = list(reader)
+    expected = _reference_batches(out, packed, **kwargs)
+    assert len(got) == len(expected) == 2 * 5  # 21 rows in batches of 5, twice
+    for batch, want in zip(got, expected):
+        assert sorted(batch) == sorted(want)
+        for key, array in batch.items():
+            assert array.dtype == np.int32 and array.flags.c_contiguous
+            np.testing.assert_array_equal(array, want[key], err_msg=key)
+
+
+def test_batches_are_copies_the_caller_may_change(synthetic_output):
+    out, packed = synthetic_output
+    kwargs = dict(batch_size=4, seed=2, num_epochs=1, process_index=0, process_count=1,
+                  seq_length=None if packed else SYNTH_L)
+    first = list(TokenReader(str(out), **kwargs))
+    kept = [{k: v.copy() for k, v in b.items()} for b in first]
+    for batch in first:
+        for array in batch.values():
+            assert array.flags.writeable
+            array[...] = -1
+    again = list(TokenReader(str(out), **kwargs))
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(again, kept) for k in a)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_fixed_size_list_columns_read_like_lists(tmp_path, fmt):
+    rows = _synthetic_rows(True, 10, seed=3)
+    columns = ["input_ids", "segment_ids", "positions", "loss_mask"]
+    for name, token_type in (("lists", pa.list_(pa.int32())), ("fixed", pa.list_(pa.int32(), SYNTH_L))):
+        write_synthetic_output(str(tmp_path / name), {"web": [rows[:6], rows[6:]]},
+                               pa.schema([(c, token_type) for c in columns]), fmt=fmt, seq_length=SYNTH_L,
+                               row_group_size=4)
+    kwargs = dict(batch_size=4, seed=1, num_epochs=1, drop_remainder=False, process_index=0, process_count=1)
+    lists, fixed = (list(TokenReader(str(tmp_path / name), **kwargs)) for name in ("lists", "fixed"))
+    assert len(lists) == len(fixed) == 3
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(lists, fixed) for k in columns)
+
+
+def test_packed_rows_of_the_wrong_length_are_refused(tmp_path):
+    rows = _synthetic_rows(True, 4, seed=5)
+    rows[2] = {k: v[:-1] for k, v in rows[2].items()}  # 7 tokens in an output packed to 8
+    write_synthetic_output(str(tmp_path), {"web": [rows]}, pa.schema([(c, pa.list_(pa.int32())) for c in rows[0]]),
+                           seq_length=SYNTH_L, row_group_size=4)
+    reader = TokenReader(str(tmp_path), batch_size=2, process_index=0, process_count=1, prefetch=0)
+    with pytest.raises(ValueError) as info:
+        next(iter(reader))
+    assert "part-00000-of-00001.parquet block 0: column 'input_ids' holds rows of [7, 8] tokens" in str(info.value)
+
+
+def test_shuffle_keys_and_permutations_are_pinned():
+    """Golden values: the epoch order of every saved reader state depends on them."""
+    assert derive_key(0) == 16294208416658607535
+    assert derive_key(1, 2, 3) == 16923298687364769832
+    assert derive_key(-1, 2**70) == 5596615464619936844
+    assert permute(np.arange(10), 10, derive_key(7, 0, 2, 0)).tolist() == [1, 0, 8, 9, 5, 2, 6, 7, 3, 4]
+    assert permute(np.arange(13), 13, 12345).tolist() == [8, 9, 2, 3, 11, 7, 0, 5, 6, 10, 1, 12, 4]
+    order = EpochOrder(np.array([3, 3, 1, 2, 3]), seed=7, epoch=1, shuffle=True, window_blocks=2)
+    window, rows = order.locate(np.arange(12))
+    for w in range(3):  # the cached row permutation of a window is the per-position definition
+        size = int(order.window_start[w + 1] - order.window_start[w])
+        local = np.arange(12)[window == w] - order.window_start[w]
+        assert rows[window == w].tolist() == permute(local, size, derive_key(7, 1, 2, w)).tolist()
+

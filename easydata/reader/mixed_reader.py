@@ -213,7 +213,7 @@ class MixedReader(JaxBatches):
 
 def _raw_keys(reader: TokenReader) -> list[str]:
     """The arrays of the reader's raw batches (what `EpochRows.read` returns)."""
-    return list(dict.fromkeys(reader.columns if reader.packed else [*reader.columns, "segment_ids", "positions"]))
+    return list(reader.row_spec.keys)
 
 
 def _tokenizer_of(reader: TokenReader) -> tuple[Optional[str], Optional[int]]:

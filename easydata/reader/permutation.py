@@ -13,7 +13,7 @@ import numpy as np
 __all__ = ["permute", "derive_key"]
 
 _ROUNDS = 4
-_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+_MASK64_INT = 0xFFFFFFFFFFFFFFFF
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -24,13 +24,19 @@ def _mix(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+def _mix_int(x: int) -> int:
+    """`_mix` on one Python int (the same function; no numpy call overhead for key derivation)."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64_INT
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64_INT
+    return x ^ (x >> 31)
+
+
 def derive_key(*parts: int) -> int:
     """A 64-bit key from integers (seed, epoch, window, ...), order-sensitive."""
-    key = np.array([0x9E3779B97F4A7C15], dtype=np.uint64)
+    key = 0x9E3779B97F4A7C15
     for part in parts:
-        with np.errstate(over="ignore"):
-            key = _mix(key ^ np.array([int(part) & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))
-    return int(key[0])
+        key = _mix_int(key ^ (int(part) & _MASK64_INT))
+    return key
 
 
 def _feistel(x: np.ndarray, half_bits: int, key: int) -> np.ndarray:

@@ -9,6 +9,9 @@ an uninterrupted run would have produced, whatever the prefetch depth.
 
 Packed outputs give rows of their `seq_length`; unpacked outputs need `seq_length=` and are padded or
 cut to it (`segment_ids` 1 on tokens, 0 on padding, so every layout works the same way).
+Cost: each block's token columns become numpy arrays once (zero-copy from memory-mapped Arrow IPC and
+from decoded Parquet row groups) and each batch is copied out of them with numpy
+(`easydata.reader._window`); the arrays of a raw packed batch are views of one allocation.
 Importing this module imports neither Apache Beam nor JAX; JAX is imported by `as_jax` / `as_pmap`.
 `EpochRows` (raw rows at any positions of any epoch) and `JaxBatches` (`as_jax` / `as_pmap`) are
 shared with `easydata.reader.mixed_reader.MixedReader`.
@@ -21,9 +24,9 @@ import threading
 from typing import Any, Iterator, Optional
 
 import numpy as np
-import pyarrow as pa
 
 from easydata.pack_stage import PACKED_COLUMNS
+from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import LAYOUTS, apply_layout
 from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
@@ -127,10 +130,14 @@ class TokenReader(JaxBatches):
         if self.seq_length is None or self.seq_length <= 0:
             raise ValueError(f"'{path}' holds unpacked rows of varying length: pass seq_length= to pad or cut"
                              " them to one length (or write the output with pack.enabled).")
-        self.columns = [c for c in PACKED_COLUMNS if c in (schema.get("columns") or {})] or ["input_ids"]
+        # This dataset's own columns (a chat output beside a plain one has a `loss_mask` the other lacks).
+        own = (self.index.manifest.get("datasets") or {}).get(self.index.name, {}).get("columns")
+        self.columns = [c for c in PACKED_COLUMNS if c in (own or schema.get("columns") or {})] or ["input_ids"]
         tok = self.index.manifest.get("tokenizer") or {}
         self.pad_id = next((int(v) for v in (tok.get("pad_token_id_used"), tok.get("pad_token_id"),
                                              tok.get("eos_token_id")) if v is not None), 0)
+        self.row_spec = RowSpec(columns=tuple(self.columns), seq_length=int(self.seq_length), packed=self.packed,
+                                pad_id=self.pad_id)
         self.path, self.batch_size, self.shuffle, self.seed = path, batch_size, shuffle, seed
         self.num_epochs, self.drop_remainder, self.layout = num_epochs, drop_remainder, layout
         self.process_index, self.process_count = process_index, process_count
@@ -173,30 +180,9 @@ class TokenReader(JaxBatches):
 
     # ---- reading -------------------------------------------------------------------------------
 
-    def _rows(self, table: pa.Table, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """Rows of a window table as `[len(rows), L]` arrays."""
-        taken = table.take(pa.array(rows))
-        out = {}
-        for column in self.columns:
-            array = taken.column(column).combine_chunks()
-            values = array.values.to_numpy(zero_copy_only=False)
-            offsets = array.offsets.to_numpy()
-            if self.packed:
-                out[column] = values[offsets[0]:offsets[-1]].reshape(len(rows), self.seq_length).astype(np.int32)
-            else:
-                out[column] = _pad_rows(values, offsets, self.seq_length, self.pad_id if column == "input_ids" else 0)
-        if not self.packed:  # one segment per row: 1 on tokens, 0 on padding
-            lengths = np.minimum(np.diff(taken.column("input_ids").combine_chunks().offsets.to_numpy()),
-                                 self.seq_length)
-            real = np.arange(self.seq_length)[None, :] < lengths[:, None]
-            out["segment_ids"] = real.astype(np.int32)
-            out["positions"] = np.where(real, np.arange(self.seq_length)[None, :], 0).astype(np.int32)
-        return out
-
     def _empty_batch(self) -> dict[str, np.ndarray]:
         """This process's share of a final partial batch can be empty: it still yields, in step."""
-        names = self.columns if self.packed else [*self.columns, "segment_ids", "positions"]
-        return {name: np.zeros((0, self.seq_length), dtype=np.int32) for name in dict.fromkeys(names)}
+        return {name: np.zeros((0, self.seq_length), dtype=np.int32) for name in self.row_spec.keys}
 
     def _batches(self, epoch: int, step: int) -> Iterator[tuple[dict[str, np.ndarray], tuple[int, int]]]:
         """Yields `(batch, (epoch, step) after it)` from `(epoch, step)` on."""
@@ -227,16 +213,26 @@ class TokenReader(JaxBatches):
 class EpochRows:
     """Raw rows (`[n, L]` arrays, before the layout) at any positions of any epoch of one reader.
 
-    Keeps the current epoch's `EpochOrder` and the two most recently used shuffle windows, so reading
-    positions that advance through an epoch loads each window once; a new epoch drops the cache.
-    `TokenReader` reads its batches through it, `MixedReader` keeps one per source. Not thread-safe: one
-    per iterating thread.
+    Keeps the current epoch's `EpochOrder` and the two most recently used shuffle windows (`Window`:
+    their blocks' token columns as numpy arrays, converted once when a block loads), so reading
+    positions that advance through an epoch loads each block once and copies each batch's rows with
+    numpy `take`; a new epoch drops the cache. `TokenReader` reads its batches through it,
+    `MixedReader` keeps one per source. Not thread-safe: one per iterating thread.
     """
 
     def __init__(self, reader: "TokenReader"):
         self.reader = reader
         self._order: Optional[EpochOrder] = None
-        self._windows: dict[int, pa.Table] = {}
+        self._windows: dict[int, Window] = {}
+
+    def _window(self, w: int) -> Window:
+        window = self._windows.get(w)
+        if window is None:
+            if len(self._windows) >= 2:
+                self._windows.pop(next(iter(self._windows)))
+            window = self._windows[w] = Window(self.reader.index, self._order.window_blocks_of(w),
+                                               self.reader.row_spec)
+        return window
 
     def read(self, epoch: int, positions: np.ndarray) -> dict[str, np.ndarray]:
         """The rows at `positions` (in `[0, num_rows)`) of `epoch`, in the order of `positions`."""
@@ -248,31 +244,17 @@ class EpochRows:
         if len(positions) == 0:
             return reader._empty_batch()
         window, rows = self._order.locate(positions)
-        parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+        first = int(window[0])
+        if window[-1] == first and (window == first).all():
+            return self._window(first).gather(rows)
+        parts = []
         for w in dict.fromkeys(window.tolist()):  # windows in order of first use
-            if w not in self._windows:
-                if len(self._windows) >= 2:
-                    self._windows.pop(next(iter(self._windows)))
-                blocks = [reader.index.read(int(b), reader.columns) for b in self._order.window_blocks_of(w)]
-                self._windows[w] = pa.concat_tables(blocks).combine_chunks()
-            parts.append((np.flatnonzero(window == w), reader._rows(self._windows[w], rows[window == w])))
+            where = np.flatnonzero(window == w)
+            parts.append((where, self._window(w).gather(rows[where])))
         return _merge(parts, len(positions))
 
 
-def _pad_rows(values: np.ndarray, offsets: np.ndarray, length: int, pad: int) -> np.ndarray:
-    """Variable-length rows (flat values + offsets) padded or cut to `length`."""
-    n = len(offsets) - 1
-    out = np.full((n, length), pad, dtype=np.int32)
-    sizes = np.minimum(np.diff(offsets), length)
-    rank = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    rows = np.repeat(np.arange(n), sizes)
-    out[rows, rank] = values[np.repeat(offsets[:-1], sizes) + rank]
-    return out
-
-
 def _merge(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], n: int) -> dict[str, np.ndarray]:
-    if len(parts) == 1:
-        return parts[0][1]
     first = parts[0][1]
     out = {k: np.empty((n,) + v.shape[1:], dtype=v.dtype) for k, v in first.items()}
     for where, arrays in parts:
