@@ -41,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
     run.add_argument("--resume", action="store_true", help="continue an interrupted run of the same job in the output directory:"
                           " input already tokenized is not tokenized again")
-    run.add_argument("--streaming", action="store_true", help="run the streaming pipeline (not available yet)")
+    run.add_argument("--streaming", action="store_true", help="run the streaming pipeline: datasets read Pub/Sub"
+                     " (`pubsub_subscription`), each event-time window is committed as it closes; runs until"
+                     " Ctrl-C / SIGTERM")
 
     tok = sub.add_parser("tokenize", help="tokenize files into sharded output in one command",
                          description="One-line equivalent of tokenize_and_save. Unknown --flags go to Beam.")
@@ -105,6 +107,18 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
     return PipelineConfig.from_dict(data)
 
 
+def _run_streaming(config: Any, beam_args: list[str], verbose: bool) -> int:
+    import logging
+
+    if not verbose:
+        logging.basicConfig(level=logging.WARNING)
+        logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    from beam_pipelines.streaming import run_streaming
+
+    run_streaming(config, beam_args)
+    return 0
+
+
 def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool, resume: bool = False) -> int:
     import logging
 
@@ -142,9 +156,8 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if unknown:
         raise EasyDataError(f"unexpected argument '{unknown[0]}' (Beam options look like --name=value)")
     if args.command == "run":
-        for flag in ("streaming",):
-            if getattr(args, flag):
-                raise EasyDataError(f"--{flag} is not implemented yet in this release")
+        if args.streaming:
+            return _run_streaming(_config_for_run(args), extra, args.verbose)
         return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose, resume=args.resume)
     if args.command == "tokenize":
         return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose)

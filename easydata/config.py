@@ -30,6 +30,7 @@ __all__ = [
     "TokenizeStageConfig",
     "ChatStageConfig",
     "MixStageConfig",
+    "StreamingConfig",
     "PackStageConfig",
     "SaveStageConfig",
     "LoadStageConfig",
@@ -208,6 +209,23 @@ class MixStageConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class StreamingConfig:
+    """Windowing of the streaming pipeline (`easydata run CONFIG --streaming`).
+
+    Attributes:
+      window_seconds: event-time window length; each window becomes its own committed shards.
+      allowed_lateness_seconds: how long after a window's end late messages still count (each late
+        firing commits an extra pane of that window); later ones are dropped and counted.
+      early_firing_seconds: also fire a window this often (processing time) before it closes;
+        null: fire once, when the watermark passes the window's end.
+    """
+
+    window_seconds: int = 60
+    allowed_lateness_seconds: int = 0
+    early_firing_seconds: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PackStageConfig:
     """Packing of documents into fixed-length rows.
 
@@ -291,6 +309,7 @@ class PipelineConfig:
     pack: PackStageConfig = dataclasses.field(default_factory=PackStageConfig)
     save: SaveStageConfig = dataclasses.field(default_factory=SaveStageConfig)
     load: LoadStageConfig = dataclasses.field(default_factory=LoadStageConfig)
+    streaming: StreamingConfig = dataclasses.field(default_factory=StreamingConfig)
     schedule: list[WeightSchedulePoint] = dataclasses.field(default_factory=list)
 
     # ---- loading -------------------------------------------------------------------------------
@@ -389,6 +408,13 @@ class PipelineConfig:
             problems.append(f"pack.pad_token_id must be >= 0, got {self.pack.pad_token_id}")
         if self.mix is not None:
             problems.extend(self.mix.problems(names))
+        stream = self.streaming
+        if stream.window_seconds <= 0:
+            problems.append(f"streaming.window_seconds must be positive, got {stream.window_seconds}")
+        if stream.allowed_lateness_seconds < 0:
+            problems.append(f"streaming.allowed_lateness_seconds must be >= 0, got {stream.allowed_lateness_seconds}")
+        if stream.early_firing_seconds is not None and stream.early_firing_seconds <= 0:
+            problems.append(f"streaming.early_firing_seconds must be positive, got {stream.early_firing_seconds}")
         save = self.save
         if not save.output_dir:
             problems.append("save.output_dir is empty")

@@ -146,7 +146,7 @@ def test_beam_flag_typo_and_unavailable_flags_are_one_line_errors(job, capsys):
     err = _one_line_error(capsys, main(["run", str(job), "--quiet", "--runer=DataflowRunner"]))
     assert "unknown option --runer (did you mean --runner?)" in err
     err = _one_line_error(capsys, main(["run", str(job), "--streaming"]))
-    assert "--streaming is not implemented yet" in err
+    assert "--streaming reads Pub/Sub: dataset(s) web have no `pubsub_subscription`" in err
 
 
 def test_too_many_rejects_fail_the_run_in_one_line(job, tmp_path, capsys):

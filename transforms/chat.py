@@ -21,10 +21,11 @@ from typing import Any, Iterator, Optional
 
 import apache_beam as beam
 
-from easydata.chat import ChatError, ChatRenderer
+from easydata.chat import ChatRenderer
+from easydata.chat_stage import render_batch
 from easydata.config import TokenizerConfig
 from easydata.filesystems import join, open_file
-from easydata.sources import DocumentBatch, Reject
+from easydata.sources import DocumentBatch
 from easydata.tokenizer import TokenizerHandle
 from transforms.read import REJECTED_TAG, STATS_TAG
 
@@ -46,25 +47,7 @@ class _RenderFn(beam.DoFn):
         if batch.conversations is None:
             yield batch
             return
-        keep, texts, spans, rejects = [], [], [], []
-        for i, conversation in enumerate(batch.conversations):
-            if conversation is None:
-                keep.append(i)
-                texts.append(batch.texts[i])
-                spans.append(None)
-                continue
-            try:
-                if self._renderer is None:
-                    raise ChatError("no chat template: set chat.template (the tokenizer has none)")
-                text, trained = self._renderer.render(conversation)
-            except ChatError as e:
-                source, _, position = batch.keys[i].rpartition("@")
-                rejects.append(Reject(self._dataset, source, int(position), str(e),
-                                      json.dumps(conversation.messages, ensure_ascii=False)[:200]))
-                continue
-            keep.append(i)
-            texts.append(text)
-            spans.append(trained if self._assistant_only_loss else None)
+        rendered, rejects = render_batch(batch, self._renderer, assistant_only_loss=self._assistant_only_loss)
         rel = None
         if rejects:
             batch_id = hashlib.sha1(batch.keys[0].encode()).hexdigest()[:16]
@@ -74,11 +57,7 @@ class _RenderFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
             yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset, {"documents_rejected": len(rejects)}))
         # An emptied batch still goes on: its checkpoint records the rejects (`easydata.checkpoint`).
-        yield dataclasses.replace(
-            batch, keys=[batch.keys[i] for i in keep], texts=texts,
-            fields={name: [values[i] for i in keep] for name, values in batch.fields.items()},
-            conversations=None, spans=spans if any(s is not None for s in spans) else None,
-            chat_rejected=len(rejects), chat_rejected_file=rel if rejects else None)
+        yield dataclasses.replace(rendered, chat_rejected=len(rejects), chat_rejected_file=rel)
 
 
 class ChatTemplate(beam.PTransform):

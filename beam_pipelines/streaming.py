@@ -1,0 +1,134 @@
+"""The streaming pipeline: Pub/Sub -> windowed chat/tokenize/pack -> shards committed window by window.
+
+`easydata run CONFIG --streaming` with datasets whose source is `pubsub_subscription`
+(`projects/P/subscriptions/S`; `PUBSUB_EMULATOR_HOST` is honoured by the Pub/Sub client). Locally it
+runs on Beam's streaming-capable `BundleBasedDirectRunner` (never Prism, which would download a
+binary); `--runner=DataflowRunner` runs it on Dataflow. It runs until cancelled: Ctrl-C or SIGTERM
+cancels the job; committed windows stay committed, an open window is abandoned (its messages were
+not acknowledged... by a runner that acknowledges on commit; the local runner acknowledges on read).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any, Optional
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from easydata.config import PipelineConfig
+from easydata.errors import ConfigError, OutputError
+from easydata.filesystems import get_fs, join
+from easydata.manifest import MANIFEST_NAME, read_manifest
+from easydata.output import new_run_id, prepare_output, staging_dir
+from easydata.pack_stage import resolve_pad_id
+from easydata.run_plan import load_chat_template
+from easydata.tokenizer import load_tokenizer
+from transforms.stream import CommitWindows, ProcessWindow, WindowMessages
+
+__all__ = ["build_streaming_pipeline", "run_streaming"]
+
+
+def _base_manifest(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, tuple[Any, Optional[str], int]]]:
+    """The manifest fields every window shares, and per dataset its (tokenizer, template, pad id)."""
+    template = load_chat_template(config.chat.template)
+    per_dataset, tokenizer = {}, None
+    for ds in config.datasets:
+        spec = config.tokenizer_for(ds)
+        handle = load_tokenizer(spec)
+        tokenizer = tokenizer or handle.info.to_manifest()
+        per_dataset[ds.name] = (spec, template if template is not None else handle.info.chat_template,
+                                resolve_pad_id(config.pack, handle.info.pad_token_id, handle.info.eos_token_id))
+    packed = config.pack.enabled
+    base = {"config": config.to_dict(), "fingerprint": config.fingerprint(), "tokenizer": tokenizer,
+            "schema": {"columns": {}, "packed": packed, "seq_length": config.pack.seq_length if packed else None,
+                       "strategy": config.pack.strategy if packed else None},
+            "output_format": config.save.format, "compression": config.save.compression}
+    return base, per_dataset
+
+
+def build_streaming_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, *, staging: str,
+                             sources: Optional[dict[str, beam.PCollection]] = None) -> beam.PCollection:
+    """Adds the streaming job to `pipeline`; returns the PCollection of committed window ids.
+
+    Args:
+      staging: where windows are staged before their commit.
+      sources: per dataset, a PCollection of messages to use instead of reading Pub/Sub (tests feed
+        a `TestStream` here).
+    """
+    base, per_dataset = _base_manifest(config)
+    commits = []
+    for ds in config.datasets:
+        if sources is not None:
+            messages = sources[ds.name]
+        else:
+            messages = pipeline | f"Read[{ds.name}]" >> beam.io.ReadFromPubSub(
+                subscription=ds.pubsub_subscription, with_attributes=True)
+        spec, template, pad_id = per_dataset[ds.name]
+        commits.append(messages
+                       | f"Window[{ds.name}]" >> WindowMessages(name=ds.name, settings=config.streaming)
+                       | f"Process[{ds.name}]" >> ProcessWindow(config=config, dataset=ds, tokenizer=spec,
+                                                                template=template, pad_id=pad_id, staging=staging))
+    return (commits | "AllWindows" >> beam.Flatten()
+            | "Commit" >> CommitWindows(output_dir=config.save.output_dir, base=base))
+
+
+def _check(config: PipelineConfig) -> None:
+    problems = config.validate()
+    missing = [ds.name for ds in config.datasets if not ds.pubsub_subscription]
+    if missing:
+        problems.append(f"--streaming reads Pub/Sub: dataset(s) {', '.join(missing)} have no `pubsub_subscription`")
+    if config.mix is not None:
+        problems.append("mixing is not available in the streaming pipeline; mix the outputs with the reader's"
+                        " MixedReader")
+    if problems:
+        raise ConfigError(problems)
+
+
+def _prepare_output(config: PipelineConfig) -> None:
+    """A streaming job may continue its own earlier streaming output (same config), else batch rules."""
+    fs, root = get_fs(config.save.output_dir)
+    if fs.exists(join(root, MANIFEST_NAME)):
+        manifest = read_manifest(config.save.output_dir)
+        if manifest.get("streaming") and manifest.get("config_fingerprint") == config.fingerprint():
+            return
+        if not config.save.overwrite:
+            raise OutputError(f"output '{config.save.output_dir}' already exists and is not this streaming job's;"
+                              " choose another --output (or --overwrite)")
+    prepare_output(config.save.output_dir, config.save.overwrite)
+
+
+def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None) -> None:
+    """Runs the streaming pipeline until it is cancelled (Ctrl-C / SIGTERM)."""
+    _check(config)
+    _prepare_output(config)
+    print(f"easydata: streaming into {config.save.output_dir} (windows of {config.streaming.window_seconds}s);"
+          " Ctrl-C to stop", file=sys.stderr)
+    options = PipelineOptions(list(beam_args or []))
+    options.view_as(StandardOptions).streaming = True
+    runner_name = options.view_as(StandardOptions).runner
+    if runner_name in (None, "DirectRunner", "BundleBasedDirectRunner"):
+        from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+
+        runner = BundleBasedDirectRunner()
+    else:
+        runner = runner_name
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    build_streaming_pipeline(pipeline, config, staging=staging_dir(config.save.output_dir, new_run_id()))
+    result = pipeline.run()
+
+    def _stop(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        print("easydata: cancelling the streaming job; committed windows are kept", file=sys.stderr)
+        try:
+            result.cancel()
+        except Exception:  # the local runner may already be stopping
+            pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,205 @@
+"""Streaming transforms: Pub/Sub messages -> per-window packed shards -> committed windows.
+
+  messages --WindowInto(fixed event-time windows, trigger, allowed lateness)--> GroupByKey(dataset)
+           --ProcessWindow--> one staged shard (+ dead letters) per dataset, window and pane
+           --global window, one key--> CommitWindows (serial) --> files in place, manifest rewritten
+
+`ProcessWindow` runs the same core as the batch pipeline on a window's messages: the reader's record
+checks (`easydata.sources`), the chat stage (`easydata.chat_stage`), tokenization
+(`easydata.tokenization`) and packing (`easydata.pack_stage`) over the window's documents in
+key-hash order, so no token is lost or duplicated across windows and a window's rows do not depend
+on arrival order. Commits go through one key in the global window, so one worker at a time rewrites
+the manifest (`easydata.streaming.commit_window`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Iterator, Optional
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.coders import StrUtf8Coder
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.userstate import BagStateSpec
+
+from easydata.chat import ChatRenderer
+from easydata.chat_stage import render_batch
+from easydata.config import DatasetConfig, PipelineConfig, StreamingConfig, TokenizerConfig
+from easydata.filesystems import file_size, join, open_file
+from easydata.formats import assemble_shard, shard_file_name, write_piece
+from easydata.pack_stage import pack_group
+from easydata.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
+from easydata.sources import _Collector
+from easydata.streaming import commit_window, parse_message, window_id
+from easydata.tokenization import tokenize_documents
+from easydata.tokenizer import TokenizerHandle
+
+__all__ = ["WindowMessages", "ProcessWindow", "CommitWindows"]
+
+_HIDDEN = (HASH_COLUMN, KEY_COLUMN)
+
+
+def windowing(settings: StreamingConfig) -> beam.WindowInto:
+    """Fixed event-time windows firing at the watermark (and early / late as configured)."""
+    early = trigger.AfterProcessingTime(settings.early_firing_seconds) if settings.early_firing_seconds else None
+    late = trigger.AfterCount(1) if settings.allowed_lateness_seconds else None
+    return beam.WindowInto(window.FixedWindows(settings.window_seconds),
+                           trigger=trigger.AfterWatermark(early=early, late=late),
+                           allowed_lateness=settings.allowed_lateness_seconds,
+                           accumulation_mode=trigger.AccumulationMode.DISCARDING)
+
+
+class WindowMessages(beam.PTransform):
+    """Windows one dataset's messages and groups each window's messages together."""
+
+    def __init__(self, *, name: str, settings: StreamingConfig):
+        super().__init__()
+        self._name, self._settings = name, settings
+
+    def expand(self, messages: beam.PCollection) -> beam.PCollection:
+        name = self._name
+        return (messages
+                | "Window" >> windowing(self._settings)
+                | "KeyByDataset" >> beam.Map(lambda m: (name, m))
+                | "GroupWindow" >> beam.GroupByKey())
+
+
+class _ProcessWindowFn(beam.DoFn):
+    def __init__(self, config: PipelineConfig, dataset: DatasetConfig, tokenizer: TokenizerConfig,
+                 template: Optional[str], pad_id: int, staging: str):
+        self._config, self._dataset, self._tokenizer_config = config, dataset, tokenizer
+        self._template, self._pad_id, self._staging = template, pad_id, staging
+        self._documents = beam.metrics.Metrics.counter("easydata", "stream_documents")
+        self._tokens = beam.metrics.Metrics.counter("easydata", "stream_tokens")
+        self._rows = beam.metrics.Metrics.counter("easydata", "stream_rows")
+        self._rejected = beam.metrics.Metrics.counter("easydata", "stream_rejected")
+        self._late = beam.metrics.Metrics.counter("easydata", "stream_late_panes")
+
+    def setup(self) -> None:
+        self._tokenizer = TokenizerHandle(self._tokenizer_config)
+        self._renderer = ChatRenderer.for_tokenizer(self._tokenizer, self._template) if self._template else None
+
+    def _documents_of(self, wid: str, messages: list[Any]):
+        ds, tok = self._dataset, self._config.tokenize
+        collector = _Collector(ds, ds.pubsub_subscription or ds.name, wid, len(messages) + 1, tok.max_document_bytes,
+                               None, self._config.chat.messages_field)
+        for position, message in enumerate(messages):
+            record, reason = parse_message(_data(message), getattr(message, "attributes", None))
+            if record is None:
+                collector.reject(position, reason, _data(message)[:200].decode("utf-8", "replace"))
+            else:
+                collector.add_record(position, record)
+        batch = collector.flush()
+        rejects = list(collector.rejects)
+        if batch is not None:
+            batch, chat_rejects = render_batch(batch, self._renderer,
+                                               assistant_only_loss=self._config.chat.assistant_only_loss)
+            rejects.extend(chat_rejects)
+        return batch, rejects
+
+    def _rows_of(self, batch, name: str, wid: str) -> tuple[Optional[pa.Table], int]:
+        """The window's rows in key-hash order (packed when configured) and documents written."""
+        if batch is None or not len(batch):
+            return None, 0
+        rows, _ = tokenize_documents(batch, self._tokenizer, self._config.tokenize, self._config.seed)
+        table = sort_group([rows])
+        if not self._config.pack.enabled:
+            return table, table.num_rows
+        packed, stats = pack_group(table, config=self._config.pack, pad_id=self._pad_id, seed=self._config.seed,
+                                   dataset=f"{name}/{wid}", group=0)
+        return pa.Table.from_batches(list(packed)), stats.documents
+
+    def process(self, element: tuple[str, Iterable[Any]], win=beam.DoFn.WindowParam,
+                pane=beam.DoFn.PaneInfoParam) -> Iterator[dict[str, Any]]:
+        name, messages = element
+        messages = sorted(messages, key=lambda m: (getattr(m, "message_id", None) or "", _data(m)))
+        wid = window_id(win.start.micros / 1e6, pane.index)
+        if pane.timing == beam.utils.windowed_value.PaneInfoTiming.LATE:
+            self._late.inc()
+        batch, rejects = self._documents_of(wid, messages)
+        table, written = self._rows_of(batch, name, wid)
+        save, moves, shards, columns = self._config.save, [], [], {}
+        if table is not None and table.num_rows:
+            piece = join(self._staging, "pieces", name, f"{wid}.arrow")
+            write_piece(table, piece)
+            relative = f"{name}/{wid}-{shard_file_name(0, 1, save.format, save.compression)}"
+            staged = join(self._staging, relative)
+            schema = pa.schema([f for f in table.schema if f.name not in _HIDDEN])
+            rows, tokens, padding, _ = assemble_shard([piece], staged, save.format, table.schema,
+                                                      compression=save.compression, row_group_size=save.row_group_size,
+                                                      drop_columns=_HIDDEN)
+            shards.append({"path": relative, "rows": rows, "tokens": tokens, "padding_tokens": padding,
+                           "bytes": file_size(staged)})
+            columns = {f.name: str(f.type) for f in schema}
+            moves.append((staged, relative))
+            self._rows.inc(rows)
+            self._tokens.inc(tokens)
+        rejected_files = []
+        if rejects:
+            relative = f"rejected/{name}/{wid}.jsonl"
+            with open_file(join(self._staging, relative), "wb") as f:
+                f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
+            moves.append((join(self._staging, relative), relative))
+            rejected_files.append(relative)
+            self._rejected.inc(len(rejects))
+        rejected = sum(r.records for r in rejects)
+        self._documents.inc(written)
+        yield {"id": f"{name}/{wid}", "start": win.start.micros / 1e6, "end": win.end.micros / 1e6,
+               "moves": moves, "rejected_files": rejected_files,
+               "outputs": {name: {"shards": shards, "documents_in": written + rejected, "documents_written": written,
+                                  "documents_rejected": rejected, "padding_tokens": sum(s["padding_tokens"] for s in shards),
+                                  "columns": columns}}}
+
+
+def _data(message: Any) -> bytes:
+    data = getattr(message, "data", message)
+    return data if isinstance(data, bytes) else str(data).encode("utf-8")
+
+
+class ProcessWindow(beam.PTransform):
+    """One dataset's grouped window messages -> staged shard and dead letters -> commit records."""
+
+    def __init__(self, *, config: PipelineConfig, dataset: DatasetConfig, tokenizer: TokenizerConfig,
+                 template: Optional[str], pad_id: int, staging: str):
+        super().__init__()
+        self._fn = _ProcessWindowFn(config, dataset, tokenizer, template, pad_id, staging)
+
+    def expand(self, grouped: beam.PCollection) -> beam.PCollection:
+        return grouped | "Process" >> beam.ParDo(self._fn)
+
+
+class _CommitFn(beam.DoFn):
+    """Serial per key (a stateful DoFn): one commit at a time rewrites the manifest."""
+
+    COMMITTED = BagStateSpec("committed", StrUtf8Coder())
+
+    def __init__(self, output_dir: str, base: dict[str, Any]):
+        self._output_dir, self._base = output_dir, base
+        self._windows = beam.metrics.Metrics.counter("easydata", "stream_windows_committed")
+
+    def process(self, element: tuple[str, dict[str, Any]], committed=beam.DoFn.StateParam(COMMITTED)) -> Iterator[str]:
+        _, info = element
+        base = dict(self._base)
+        columns = {c: t for out in info["outputs"].values() for c, t in out.get("columns", {}).items()}
+        base["schema"] = {**base["schema"], "columns": {**base["schema"].get("columns", {}), **columns}}
+        commit_window(self._output_dir, window=info["id"], start=info["start"], end=info["end"],
+                      outputs=info["outputs"], moves=info["moves"], rejected_files=info["rejected_files"], base=base)
+        committed.add(info["id"])
+        self._windows.inc()
+        yield info["id"]
+
+
+class CommitWindows(beam.PTransform):
+    """Commits windows one at a time (see module docstring); returns the committed window ids."""
+
+    def __init__(self, *, output_dir: str, base: dict[str, Any]):
+        super().__init__()
+        self._output_dir, self._base = output_dir, base
+
+    def expand(self, infos: beam.PCollection) -> beam.PCollection:
+        return (infos
+                | "Rewindow" >> beam.WindowInto(window.GlobalWindows(), trigger=trigger.Repeatedly(trigger.AfterCount(1)),
+                                                accumulation_mode=trigger.AccumulationMode.DISCARDING)
+                | "OneKey" >> beam.Map(lambda info: ("commit", info))
+                | "Commit" >> beam.ParDo(_CommitFn(self._output_dir, self._base)))
