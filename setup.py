@@ -25,13 +25,16 @@ setup(
     extras_require={
         "gcp": ["apache-beam[gcp]>=2.60,<3", "gcsfs>=2023.6"],
         "s3": ["s3fs>=2023.6"],
+        "streaming": ["google-cloud-pubsub>=2"],
         "jax": ["jax>=0.4.20"],
         # pandas, duckdb and datasets: tests prove the shards load in the tools users already have.
         "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "pandas>=2", "duckdb>=1", "datasets>=2.18",
                 # jax: the reader's as_jax/as_pmap tests on simulated CPU devices
                 "jax>=0.4.20",
                 # s3fs + moto's standalone server: the s3:// round trip against a real S3-compatible server
-                "s3fs>=2023.6", "moto[server]>=5"],
+                "s3fs>=2023.6", "moto[server]>=5",
+                # google-cloud-pubsub: the streaming test against the Pub/Sub emulator
+                "google-cloud-pubsub>=2"],
     },
     entry_points={"console_scripts": ["easydata=easydata.cli:main"]},
 )

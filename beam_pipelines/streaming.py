@@ -10,6 +10,7 @@ not acknowledged... by a runner that acknowledges on commit; the local runner ac
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from typing import Any, Optional
@@ -28,6 +29,8 @@ from easydata.tokenizer import load_tokenizer
 from transforms.stream import CommitWindows, ProcessWindow, WindowMessages
 
 __all__ = ["build_streaming_pipeline", "run_streaming"]
+
+_SUBSCRIPTION = re.compile(r"projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/subscriptions/[A-Za-z][-A-Za-z0-9_.~+%]{2,254}")
 
 
 def _base_manifest(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, tuple[Any, Optional[str], int]]]:
@@ -79,6 +82,11 @@ def _check(config: PipelineConfig) -> None:
     missing = [ds.name for ds in config.datasets if not ds.pubsub_subscription]
     if missing:
         problems.append(f"--streaming reads Pub/Sub: dataset(s) {', '.join(missing)} have no `pubsub_subscription`")
+    for ds in config.datasets:
+        if ds.pubsub_subscription and not _SUBSCRIPTION.fullmatch(ds.pubsub_subscription):
+            problems.append(f"dataset '{ds.name}': pubsub_subscription '{ds.pubsub_subscription}' is not"
+                            " projects/PROJECT/subscriptions/NAME (a project id is 6-30 lowercase letters, digits"
+                            " or hyphens, starting with a letter)")
     if config.mix is not None:
         problems.append("mixing is not available in the streaming pipeline; mix the outputs with the reader's"
                         " MixedReader")

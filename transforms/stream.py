@@ -126,9 +126,9 @@ class _ProcessWindowFn(beam.DoFn):
             relative = f"{name}/{wid}-{shard_file_name(0, 1, save.format, save.compression)}"
             staged = join(self._staging, relative)
             schema = pa.schema([f for f in table.schema if f.name not in _HIDDEN])
-            rows, tokens, padding, _ = assemble_shard([piece], staged, save.format, table.schema,
-                                                      compression=save.compression, row_group_size=save.row_group_size,
-                                                      drop_columns=_HIDDEN)
+            rows, tokens, padding = assemble_shard([piece], staged, save.format, table.schema,
+                                                   compression=save.compression, row_group_size=save.row_group_size,
+                                                   drop_columns=_HIDDEN)[:3]
             shards.append({"path": relative, "rows": rows, "tokens": tokens, "padding_tokens": padding,
                            "bytes": file_size(staged)})
             columns = {f.name: str(f.type) for f in schema}
