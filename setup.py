@@ -27,10 +27,13 @@ setup(
         "s3": ["s3fs>=2023.6"],
         "streaming": ["google-cloud-pubsub>=2"],
         "jax": ["jax>=0.4.20"],
+        "plot": ["matplotlib>=3.7"],  # easydata stats --plot
         # pandas, duckdb and datasets: tests prove the shards load in the tools users already have.
         "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "pandas>=2", "duckdb>=1", "datasets>=2.18",
                 # jax: the reader's as_jax/as_pmap tests on simulated CPU devices
                 "jax>=0.4.20",
+                # matplotlib: easydata stats --plot is tested
+                "matplotlib>=3.7",
                 # s3fs + moto's standalone server: the s3:// round trip against a real S3-compatible server
                 "s3fs>=2023.6", "moto[server]>=5",
                 # google-cloud-pubsub: the streaming test against the Pub/Sub emulator

@@ -25,9 +25,11 @@ from easydata.errors import EasyDataError
 from easydata.manifest import read_manifest
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
+from easydata.splits import split_output_name
+from easydata.token_files import token_file_spec
 from beam_pipelines.runners import make_runner_and_options, unknown_beam_flags
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
-    ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, Tokenize, WeightedMix, WriteShards
+    ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SplitRows, Tokenize, WeightedMix, WriteShards
 
 __all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
 
@@ -72,6 +74,12 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         stats.append(mixed[MIX_STATS_TAG])
         mix_plan = mixed[MIX_PLAN_TAG]
         outputs = {MIXED_NAME: (mixed["rows"], plan.mix_num_groups, plan.datasets[0].pad_id)}
+    fractions = config.save.split_fractions()
+    if fractions is not None:  # train / validation / ...: each split is its own output `<name>/<split>`
+        outputs = {split_output_name(name, split): (part, num_groups, pad_id)
+                   for name, (rows, num_groups, pad_id) in outputs.items()
+                   for split, part in (rows | f"Split[{name}]" >> SplitRows(
+                       dataset=name, fractions=fractions, split_seed=config.save.split_seed)).items()}
     for name, (rows, num_groups, pad_id) in outputs.items():
         if config.pack.enabled:
             packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=pad_id,
@@ -79,7 +87,8 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
             rows = packed.rows
             stats.append(packed[PACK_STATS_TAG])
         shards.append(rows | f"Write[{name}]" >> WriteShards(
-            name=name, num_groups=num_groups, save=config.save, staging=plan.staging))
+            name=name, num_groups=num_groups, save=config.save, staging=plan.staging,
+            token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id)))
     commit_inputs = {
         "shards": shards | "AllShards" >> beam.Flatten(),
         "stats": stats | "AllStats" >> beam.Flatten(),

@@ -1,8 +1,8 @@
 """The `easydata` command line (also `python -m easydata`).
 
-Sub-commands: `run`, `tokenize`, `validate`, `inspect`. Errors a user can cause are printed as one
-line (`easydata: error: ...`) with exit status 2; a failed `validate` exits 1. Beam is imported only
-by the commands that run a pipeline.
+Sub-commands: `run`, `tokenize`, `validate`, `inspect`, `stats`, `train-tokenizer`. Errors a user can
+cause are printed as one line (`easydata: error: ...`) with exit status 2; a failed `validate` exits 1.
+Beam is imported only by the commands that run a pipeline.
 """
 
 from __future__ import annotations
@@ -54,9 +54,16 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--name", default=None, help="dataset name (default: 'data')")
     tok.add_argument("--type", default=None, help="input type (default: from the file extension)")
     tok.add_argument("--content-field", default="text", help="field holding the text (default: text)")
-    tok.add_argument("--format", default="parquet", help="parquet | arrow | jsonl")
-    tok.add_argument("--compression", default=None, help="output compression (default: zstd; none for jsonl)")
+    tok.add_argument("--format", default="parquet", help="parquet | arrow | jsonl | bin (flat token stream for"
+                     " np.memmap) | npz (padded arrays)")
+    tok.add_argument("--compression", default=None, help="output compression (default: zstd; none for jsonl, bin"
+                     " and npz)")
     tok.add_argument("--max-length", type=int, default=None, help="truncate documents to N tokens")
+    tok.add_argument("--stride", type=int, default=None, help="with --max-length: cut longer documents into windows"
+                     " of N tokens that overlap by this many tokens (truncation: window) instead of truncating")
+    tok.add_argument("--validation-fraction", type=float, default=None, metavar="F",
+                     help="write a deterministic train/validation split (by document hash): outputs NAME/train and"
+                          " NAME/validation")
     tok.add_argument("--num-shards", type=int, default=None, help="exact number of shards")
     tok.add_argument("--pack", action="store_true", help="pack documents into fixed-length rows")
     tok.add_argument("--seq-length", type=int, default=2048, help="packed row length (with --pack)")
@@ -71,6 +78,33 @@ def _parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="print the manifest summary and decoded sample rows")
     ins.add_argument("output_dir")
     ins.add_argument("-n", "--num-rows", type=int, default=3, help="rows to show per dataset (default 3)")
+
+    st = sub.add_parser("stats", help="documents, tokens, length percentiles, padding, per dataset and split",
+                        description="Measure an output from its files: documents, rows, tokens, length distribution"
+                                    " (percentiles), padding ratio, unique tokens, truncated/windowed documents, per"
+                                    " output, per dataset and per split.")
+    st.add_argument("output_dir")
+    st.add_argument("--plot", metavar="FILE.png", help="also draw the length histogram and token shares (needs"
+                    " matplotlib: the `plot` extra)")
+    st.add_argument("--json", action="store_true", help="print the statistics as JSON")
+
+    tt = sub.add_parser("train-tokenizer", help="train a byte-level BPE (or unigram) tokenizer on data files",
+                        description="Train a byte-level tokenizer on data files, streaming them (every input type"
+                                    " `run` reads), and save tokenizer.json + tokenizer_config.json to DIR, usable"
+                                    " as --tokenizer / default_tokenizer by every other command.")
+    tt.add_argument("--data-files", required=True, action="append", metavar="GLOB",
+                    help="input path or glob (repeatable)")
+    tt.add_argument("--vocab-size", required=True, type=int, help="target vocabulary size, special tokens included")
+    tt.add_argument("--output", required=True, metavar="DIR", help="directory to write the tokenizer to")
+    tt.add_argument("--model", default="bpe", choices=["bpe", "unigram"], help="bpe (default) or unigram")
+    tt.add_argument("--special-tokens", default="<s>,</s>,<pad>", metavar="LIST",
+                    help="comma-separated, given the first ids; the first three are BOS, EOS, PAD (default:"
+                         " <s>,</s>,<pad>)")
+    tt.add_argument("--min-frequency", type=int, default=2, help="BPE: least occurrences of a merge (default 2)")
+    tt.add_argument("--content-field", default="text", help="field holding the text (default: text)")
+    tt.add_argument("--type", default=None, help="input type (default: from the file extension)")
+    tt.add_argument("--num-rows", type=int, default=None, help="train on the first N documents only")
+    tt.add_argument("--overwrite", action="store_true", help="replace a tokenizer already in DIR")
     return parser
 
 
@@ -92,17 +126,21 @@ def _config_for_run(args: argparse.Namespace) -> Any:
 def _config_for_tokenize(args: argparse.Namespace) -> Any:
     from easydata.config import PipelineConfig
 
-    compression = args.compression or ("none" if args.format == "jsonl" else "zstd")
+    if args.stride is not None and args.max_length is None:
+        raise EasyDataError("--stride needs --max-length (the window length; the stride is the windows' overlap)")
+    compression = args.compression or ("none" if args.format in ("jsonl", "bin", "npz") else "zstd")
     data: dict[str, Any] = {
         "seed": args.seed,
         "default_tokenizer": args.tokenizer,
         "datasets": [{"name": args.name or "data", "data_files": args.data_files, "type": args.type,
                       "content_field": args.content_field}],
-        "tokenize": {"max_length": args.max_length,
-                     "truncation": "truncate" if args.max_length is not None else "none"},
+        "tokenize": {"max_length": args.max_length, "stride": args.stride,
+                     "truncation": "none" if args.max_length is None else "window" if args.stride is not None
+                     else "truncate"},
         "pack": {"enabled": args.pack, "seq_length": args.seq_length},
         "save": {"output_dir": args.output, "format": args.format, "compression": compression,
-                 "num_shards": args.num_shards, "overwrite": args.overwrite},
+                 "num_shards": args.num_shards, "overwrite": args.overwrite,
+                 "validation_fraction": args.validation_fraction},
     }
     return PipelineConfig.from_dict(data)
 
@@ -150,7 +188,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
 
 
 def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
-    if args.command in ("validate", "inspect") and extra:
+    if args.command in ("validate", "inspect", "stats", "train-tokenizer") and extra:
         raise EasyDataError(f"unrecognized arguments: {' '.join(extra)}")
     unknown = [a for a in extra if not a.startswith("--")]
     if unknown:
@@ -167,12 +205,48 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
         report = validate_output(args.output_dir)
         print(report.summary())
         return 0 if report.ok else 1
+    if args.command == "stats":
+        return _stats(args)
+    if args.command == "train-tokenizer":
+        return _train_tokenizer(args)
     if args.command == "inspect":
         from easydata.inspect import inspect_output
 
         print(inspect_output(args.output_dir, args.num_rows))
         return 0
     raise AssertionError(args.command)  # argparse restricts the choices
+
+
+def _stats(args: argparse.Namespace) -> int:
+    import json
+
+    from easydata.stats import compute_stats, format_stats, plot_stats
+
+    stats = compute_stats(args.output_dir)
+    if args.plot:
+        plot_stats(stats, args.plot)
+    stats.pop("_histograms")
+    print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
+    if args.plot and not args.json:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def _train_tokenizer(args: argparse.Namespace) -> int:
+    from easydata.tokenizer import load_tokenizer
+    from easydata.tokenizer_training import train_tokenizer_from_files
+
+    special = [t.strip() for t in args.special_tokens.split(",") if t.strip()]
+    out, counts = train_tokenizer_from_files(
+        args.data_files, args.output, vocab_size=args.vocab_size, model=args.model, special_tokens=special,
+        min_frequency=args.min_frequency, overwrite=args.overwrite, content_field=args.content_field,
+        type=args.type, num_rows=args.num_rows)
+    info = load_tokenizer(str(out)).info
+    print(f"wrote {out}: {args.model} tokenizer, vocab {info.vocab_size:,} (bos {info.bos_token_id}, eos"
+          f" {info.eos_token_id}, pad {info.pad_token_id}), trained on {counts['documents']:,} documents"
+          + (f" ({counts['rejected']:,} records rejected)" if counts["rejected"] else ""))
+    print(f"next: easydata tokenize --data-files ... --tokenizer {out} --output OUT")
+    return 0
 
 
 def _user_error_in(exc: BaseException) -> Optional[str]:

@@ -43,12 +43,16 @@ __all__ = [
 ]
 
 INPUT_TYPES = ("jsonl", "json", "parquet", "arrow", "csv", "txt")
-OUTPUT_FORMATS = ("parquet", "arrow", "jsonl")
+OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz")
+# Formats of plain numpy token files (`easydata.token_files`): default compression `none`.
+TOKEN_FILE_FORMATS = ("bin", "npz")
 COMPRESSIONS = ("none", "zstd", "snappy", "gzip", "lz4")
 _FORMAT_COMPRESSIONS = {
     "parquet": COMPRESSIONS,
     "arrow": ("none", "zstd", "lz4"),
     "jsonl": ("none", "gzip", "zstd"),
+    "bin": ("none",),
+    "npz": ("none", "gzip"),
 }
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -131,8 +135,9 @@ class TokenizeStageConfig:
 
     Attributes:
       max_length: documents longer than this many tokens are truncated (null: never).
-      truncation: `none`, `truncate` (keep the first `max_length` tokens) or `window`.
-      stride: overlap for `window` truncation.
+      truncation: `none`, `truncate` (keep the first `max_length` tokens) or `window` (cut longer
+        documents into overlapping windows of `max_length` tokens; `easydata.windows`).
+      stride: tokens shared by consecutive windows (`window` only; null: 0, no overlap).
       add_bos: prepend BOS (null: the tokenizer's own convention).
       add_eos: append EOS to every document unless it already ends with it.
       batch_size: documents per tokenizer call and per batch moved between stages.
@@ -253,26 +258,60 @@ class SaveStageConfig:
 
     Attributes:
       output_dir: local path or fsspec URL of the output directory.
-      format: `parquet`, `arrow` (IPC file) or `jsonl`.
+      format: `parquet`, `arrow` (IPC file), `jsonl`, `bin` (flat token stream + document index, for
+        `np.memmap`) or `npz` (padded `input_ids` / `attention_mask` arrays); see `easydata.token_files`.
       compression: codec the format supports (`parquet`: all; `arrow`: none/zstd/lz4; `jsonl`:
-        none/gzip/zstd).
+        none/gzip/zstd; `bin`: none; `npz`: none/gzip). Default: zstd, or none for `bin` / `npz`.
       num_shards: exact number of shards per output (overrides `max_shard_size`).
       max_shard_size: upper bound of a shard's uncompressed size, e.g. `500MB`.
       overwrite: replace an existing output directory.
       row_group_size: rows per Parquet row group / Arrow record batch.
+      validation_fraction: write a deterministic `train` / `validation` split of the documents, this
+        fraction in `validation` (outputs `<name>/train`, `<name>/validation`); see `easydata.splits`.
+      splits: any split instead, `{name: fraction}` (normalised), e.g. `{train: 98, validation: 1, test: 1}`.
+      split_seed: changes which documents land in which split (the pipeline `seed` does not).
     """
 
     output_dir: str = "easydata_output"
-    format: Literal["parquet", "arrow", "jsonl"] = "parquet"
+    format: Literal["parquet", "arrow", "jsonl", "bin", "npz"] = "parquet"
     compression: Literal["none", "zstd", "snappy", "gzip", "lz4"] = "zstd"
     num_shards: Optional[int] = None
     max_shard_size: Union[int, str] = "500MB"
     overwrite: bool = False
     row_group_size: int = 1000
+    validation_fraction: Optional[float] = None
+    splits: Optional[dict[str, float]] = None
+    split_seed: int = 0
 
     @property
     def max_shard_bytes(self) -> int:
         return parse_size(self.max_shard_size)
+
+    def split_fractions(self) -> Optional[dict[str, float]]:
+        """Split name -> fraction of documents (summing to 1), or None when the output is not split."""
+        if self.validation_fraction is not None:
+            return {"train": 1.0 - self.validation_fraction, "validation": self.validation_fraction}
+        if self.splits:
+            total = sum(self.splits.values())
+            return {name: weight / total for name, weight in self.splits.items()}
+        return None
+
+    def split_problems(self) -> list[str]:
+        """What is wrong with `validation_fraction` / `splits`."""
+        found = []
+        if self.validation_fraction is not None and self.splits is not None:
+            found.append("set save.validation_fraction or save.splits, not both")
+        if self.validation_fraction is not None and not 0 < self.validation_fraction < 1:
+            found.append(f"save.validation_fraction must be within (0, 1), got {self.validation_fraction}")
+        if self.splits is not None:
+            if len(self.splits) < 2:
+                found.append(f"save.splits needs at least two splits (name: fraction), got {self.splits}")
+            for name, weight in self.splits.items():
+                if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+                    found.append(f"save.splits: split name '{name}' must use letters, digits, '_', '-', '.'")
+                if not math.isfinite(weight) or weight <= 0:
+                    found.append(f"save.splits: fraction of '{name}' must be positive, got {weight}")
+        return found
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -318,6 +357,9 @@ class PipelineConfig:
     def from_dict(cls, data: dict[str, Any]) -> "PipelineConfig":
         """Builds and validates a config; raises `ConfigError` listing every problem."""
         problems: list[str] = []
+        save = data.get("save") if isinstance(data, dict) else None
+        if isinstance(save, dict) and save.get("format") in TOKEN_FILE_FORMATS and "compression" not in save:
+            data = {**data, "save": {**save, "compression": "none"}}  # zstd, the default, is not theirs
         config = _convert(cls, data, "", problems)
         if not problems:
             problems.extend(config.validate())
@@ -390,10 +432,11 @@ class PipelineConfig:
         if tok.max_length is not None and tok.truncation == "none":
             problems.append("tokenize.max_length is set but tokenize.truncation is 'none': set truncation to"
                             " 'truncate' (or remove max_length)")
-        if tok.truncation == "window":
-            problems.append("tokenize.truncation 'window' is not implemented yet; use 'none' or 'truncate'")
         if tok.stride is not None and tok.truncation != "window":
             problems.append("tokenize.stride only applies to truncation 'window'")
+        elif tok.stride is not None and tok.max_length is not None and not 0 <= tok.stride < tok.max_length:
+            problems.append(f"tokenize.stride (the overlap of consecutive windows) must be in [0, max_length ="
+                            f" {tok.max_length}), got {tok.stride}")
         if tok.max_document_bytes is not None and tok.max_document_bytes <= 0:
             problems.append(f"tokenize.max_document_bytes must be positive, got {tok.max_document_bytes}")
         if self.max_rejected_fraction is not None and not 0 <= self.max_rejected_fraction <= 1:
@@ -429,7 +472,32 @@ class PipelineConfig:
             problems.append(f"save.max_shard_size: {e}")
         if save.row_group_size <= 0:
             problems.append(f"save.row_group_size must be positive, got {save.row_group_size}")
+        if save.format in TOKEN_FILE_FORMATS:
+            problems.extend(self._token_file_problems())
+        problems.extend(save.split_problems())
+        if save.split_fractions() is not None and any(ds.pubsub_subscription for ds in self.datasets):
+            problems.append("save.validation_fraction / save.splits are for batch runs; the streaming pipeline does"
+                            " not split yet")
+        if self.mix is not None and save.split_fractions() is not None:
+            problems.append("save.validation_fraction / save.splits with a `mix` section is not supported yet: split"
+                            " each dataset in its own run and mix at read time (MixedReader)")
         return problems
+
+    def _token_file_problems(self) -> list[str]:
+        """`bin` and `npz` hold token arrays only; `bin` is a stream readers cut windows from."""
+        found = []
+        fmt = self.save.format
+        if fmt == "bin" and self.pack.enabled:
+            found.append("save.format 'bin' writes a flat token stream (readers cut windows from it): set"
+                         " pack.enabled to false, or use a row format (parquet, arrow, npz) for packed rows")
+        for i, ds in enumerate(self.datasets):
+            if ds.additional_fields:
+                found.append(f"datasets[{i}] ('{ds.name}'): save.format '{fmt}' stores token arrays only; remove"
+                             " `additional_fields` or use parquet, arrow or jsonl")
+            if ds.pubsub_subscription:
+                found.append(f"datasets[{i}] ('{ds.name}'): save.format '{fmt}' is for batch runs; the streaming"
+                             " pipeline writes parquet, arrow or jsonl")
+        return found
 
 
 # ---- generic dict -> dataclass conversion with complete error reporting ----------------------------

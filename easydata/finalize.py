@@ -22,6 +22,7 @@ from easydata.mixing import MIXED_NAME, MixPlan
 from easydata.output import commit_output
 from easydata.run_plan import RunPlan
 from easydata.sharding import ShardInfo
+from easydata.splits import split_output_name
 
 __all__ = ["finalize_output", "output_schema"]
 
@@ -33,13 +34,42 @@ def output_schema(shards: Iterable[ShardInfo], config: PipelineConfig) -> dict[s
         for name, dtype in shard.columns:
             columns.setdefault(name, dtype)
     packed = config.pack.enabled
-    return {"columns": columns, "token_columns": [c for c in TOKEN_COLUMNS if c in columns],
-            "packed": packed, "seq_length": config.pack.seq_length if packed else None,
-            "strategy": config.pack.strategy if packed else None}
+    schema = {"columns": columns, "token_columns": [c for c in TOKEN_COLUMNS if c in columns],
+              "packed": packed, "seq_length": config.pack.seq_length if packed else None,
+              "strategy": config.pack.strategy if packed else None}
+    if config.save.format == "bin":  # raw files: the dtypes np.memmap needs (easydata.token_files)
+        schema.update(token_dtype=columns.get("input_ids"), index_dtype="int64")
+    return schema
+
+
+def _shard_documents(infos: list[ShardInfo]) -> int:
+    """Documents an unpacked output's shards hold (a windowed document's rows count once)."""
+    return sum(s.rows if s.documents is None else s.documents for s in infos)
+
+
+def _shard_entry(s: ShardInfo) -> dict[str, Any]:
+    entry = {"path": s.relative_path, "rows": s.rows, "tokens": s.tokens, "padding_tokens": s.padding_tokens,
+             "bytes": s.bytes}
+    entry.update({f"{role}_path": relative for role, _, relative in s.companions})  # bin: index_path, ...
+    return entry
+
+
+def _cut_entry(truncation: str, infos: list[ShardInfo], c: collections.Counter, packed: bool) -> dict[str, Any]:
+    """How many documents `tokenize.truncation` cut (and, for windows, the extra rows they made)."""
+    if truncation == "none":
+        return {}
+    cut = c["packed_cut_documents"] if packed else sum(s.cut_documents for s in infos)
+    if truncation == "truncate":
+        return {"truncated_documents": cut}
+    if packed:
+        extra = c["packed_pieces"] - c["packed_documents"]
+    else:
+        extra = sum(s.rows for s in infos) - _shard_documents(infos)
+    return {"windowed_documents": cut, "extra_windows": extra}
 
 
 def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, packed: bool,
-                   written: int) -> dict[str, Any]:
+                   written: int, truncation: str = "none") -> dict[str, Any]:
     """One output's manifest entry; checks that its counters add up."""
     rows = sum(s.rows for s in infos)
     if c["documents_in"] != written + c["documents_rejected"]:
@@ -53,13 +83,13 @@ def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, pa
         columns.update({column: dtype for column, dtype in shard.columns if column not in columns})
     entry = {
         "columns": columns,  # this output's own columns (the schema lists those of every output)
-        "shards": [{"path": s.relative_path, "rows": s.rows, "tokens": s.tokens, "padding_tokens": s.padding_tokens,
-                    "bytes": s.bytes} for s in infos],
+        "shards": [_shard_entry(s) for s in infos],
         "documents_in": c["documents_in"],
         "documents_written": written,
         "documents_rejected": c["documents_rejected"],
         "input_bytes": c["input_bytes"],
         "padding_tokens": sum(s.padding_tokens for s in infos),
+        **_cut_entry(truncation, infos, c, packed),
     }
     if any(name == "loss_mask" for s in infos for name, _ in s.columns):
         entry["trained_tokens"] = sum(s.trained_tokens for s in infos)
@@ -94,7 +124,7 @@ def _mix_entry(mix_plan: MixPlan, counters: dict[str, collections.Counter], plan
     copies = sum(s["document_copies"] for s in sources.values())
     tokens_out = sum(s["tokens_out"] for s in sources.values())
     mixed = counters[MIXED_NAME]
-    written_copies = mixed["packed_documents"] if packed else sum(s.rows for s in shards)
+    written_copies = mixed["packed_pieces"] if packed else sum(s.rows for s in shards)
     written_tokens = mixed["packed_tokens"] if packed else sum(s.tokens for s in shards)
     if (written_copies, written_tokens) != (copies, tokens_out):
         raise RuntimeError(f"mix: selected {copies} documents / {tokens_out} tokens but the output holds"
@@ -103,6 +133,34 @@ def _mix_entry(mix_plan: MixPlan, counters: dict[str, collections.Counter], plan
         entry["realized_token_share"] = round(entry["tokens_out"] / tokens_out, 6) if tokens_out else 0.0
     return {**mix_plan.as_dict(), "realized_token_share": {n: s["realized_token_share"] for n, s in sources.items()},
             "tokens_out": tokens_out, "sources": sources}
+
+
+def _split_entries(config: PipelineConfig, plan: RunPlan, by_output: dict[str, list[ShardInfo]],
+                   counters: dict[str, collections.Counter], fractions: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Manifest entries of split outputs `<dataset>/<split>`. Rejected records have no split: they are
+    counted in each dataset's first split, so `documents_in == written + rejected` holds per entry.
+
+    Raises:
+      RuntimeError: when a dataset's splits do not add up to the documents it read (a bug).
+    """
+    packed, entries = config.pack.enabled, {}
+    for d in plan.datasets:
+        source, written_total = counters[d.name], 0
+        for index, (split, fraction) in enumerate(fractions.items()):
+            name = split_output_name(d.name, split)
+            infos, c = by_output[name], collections.Counter(counters[name])
+            written = c["packed_documents"] if packed else _shard_documents(infos)
+            if index == 0:
+                c.update(documents_rejected=source["documents_rejected"], input_bytes=source["input_bytes"])
+            c["documents_in"] = written + c["documents_rejected"]
+            entries[name] = _dataset_entry(name, infos, c, packed, written, config.tokenize.truncation)
+            entries[name]["split"] = {"dataset": d.name, "name": split, "fraction": round(fraction, 9)}
+            written_total += written
+        if written_total + source["documents_rejected"] != source["documents_in"]:
+            raise RuntimeError(f"dataset '{d.name}': splits hold {written_total} documents +"
+                               f" {source['documents_rejected']} rejected, but {source['documents_in']} were read;"
+                               " refusing to commit")
+    return entries
 
 
 def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo],
@@ -121,6 +179,9 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     for name, values in stats:
         counters[name].update(values)
     names = [MIXED_NAME] if mix_plan is not None else [d.name for d in plan.datasets]
+    fractions = config.save.split_fractions()
+    if fractions is not None:
+        names = [split_output_name(name, split) for name in names for split in fractions]
     by_dataset: dict[str, list[ShardInfo]] = {name: [] for name in names}
     for shard in shards:
         by_dataset[shard.dataset].append(shard)
@@ -129,17 +190,20 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         infos.sort(key=lambda s: s.shard)
     packed = config.pack.enabled
     mix = None
-    if mix_plan is None:
+    if fractions is not None:
+        datasets = _split_entries(config, plan, by_dataset, counters, fractions)
+    elif mix_plan is None:
         for name, infos in by_dataset.items():
-            written = counters[name]["packed_documents"] if packed else sum(s.rows for s in infos)
-            datasets[name] = _dataset_entry(name, infos, counters[name], packed, written)
+            written = counters[name]["packed_documents"] if packed else _shard_documents(infos)
+            datasets[name] = _dataset_entry(name, infos, counters[name], packed, written, config.tokenize.truncation)
     else:
         mix = _mix_entry(mix_plan, counters, plan, by_dataset.get(MIXED_NAME, []), packed)
         combined = collections.Counter(counters.get(MIXED_NAME, {}))
         for d in plan.datasets:
             combined.update({k: counters[d.name][k] for k in ("documents_in", "documents_rejected", "input_bytes")})
         written = sum(counters[d.name]["mix_documents"] for d in plan.datasets)
-        datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written)
+        datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written,
+                                              config.tokenize.truncation)
         datasets[MIXED_NAME]["document_copies"] = sum(counters[d.name]["mix_copies"] for d in plan.datasets)
     total_in = sum(d["documents_in"] for d in datasets.values())
     total_rejected = sum(d["documents_rejected"] for d in datasets.values())
@@ -150,13 +214,15 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
                             f" {join(plan.staging, 'rejected')}")
     rejected_files = sorted(rejected_files)
     moves = [(s.temp_path, s.relative_path) for infos in by_dataset.values() for s in infos]
+    moves += [(temp, rel) for infos in by_dataset.values() for s in infos for _, temp, rel in s.companions]
     moves += [(join(plan.staging, rel), rel) for rel in rejected_files]
     commit_output(plan.output_dir, plan.staging, moves)
     tokenizer, per_dataset = plan.tokenizer_manifest()
     has_loss_mask = any("trained_tokens" in entry for entry in datasets.values())
     chat = {d.name: {"template_hash": template_hash(d.chat_template) if d.chat_template else None,
                      "assistant_only_loss": config.chat.assistant_only_loss}
-            for d in plan.datasets if d.name in datasets and "trained_tokens" in datasets[d.name]
+            for d in plan.datasets if any("trained_tokens" in entry for name, entry in datasets.items()
+                                          if name == d.name or name.startswith(f"{d.name}/"))
             or mix_plan is not None and has_loss_mask and d.chat_template}
     if config.pack.enabled:
         tokenizer = {**tokenizer, "pad_token_id_used": plan.datasets[0].pad_id if plan.datasets else None}
@@ -168,5 +234,9 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
         run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3),
              **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix)
+    if fractions is not None:
+        manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},
+                              "split_seed": config.save.split_seed, "assigned_by": "document key hash",
+                              "rejected_counted_in": next(iter(fractions))}
     write_manifest(plan.output_dir, manifest)
     return manifest

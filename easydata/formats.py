@@ -4,6 +4,9 @@ Writers take Arrow record batches and write them in fixed-size row groups / reco
 `row_group_size` rows, so the bytes of a shard depend only on its rows (never on how they arrived).
 Nothing holds a whole shard in memory: at most one row group is buffered.
 
+`bin` and `npz` shards (token files for numpy scripts) are written and read by
+`easydata.token_files`; the functions here dispatch to it.
+
 Also here: the output schemas (unpacked now; packed columns come from the packer) and the conversion
 of tokenized documents into Arrow record batches.
 """
@@ -11,7 +14,7 @@ of tokenized documents into Arrow record batches.
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Iterator, Optional
+from typing import IO, Any, Iterator, NamedTuple, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -30,11 +33,12 @@ __all__ = [
     "TOKEN_COLUMNS",
     "write_piece",
     "assemble_shard",
+    "AssembledShard",
     "common_schema",
     "conform",
 ]
 
-SHARD_EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl"}
+SHARD_EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl", "bin": ".bin", "npz": ".npz"}
 _JSONL_COMPRESSION_SUFFIX = {"none": "", "gzip": ".gz", "zstd": ".zst"}
 # Token-aligned columns: int32 lists whose lengths equal the row's length.
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "loss_mask", "segment_ids", "positions")
@@ -242,6 +246,10 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
                 yield batch.select(columns) if columns else batch
+    elif fmt in ("bin", "npz"):
+        from easydata.token_files import iter_token_file_batches
+
+        yield from iter_token_file_batches(path, fmt, columns)
     elif fmt == "jsonl":
         import pyarrow.json as pj
 
@@ -281,22 +289,52 @@ def write_piece(table: pa.Table, path: str) -> None:
         writer.write_table(table)
 
 
+class AssembledShard(NamedTuple):
+    """What `assemble_shard` wrote: counts for the manifest, companion files and the columns as stored."""
+
+    rows: int
+    tokens: int
+    padding_tokens: int
+    trained_tokens: int
+    documents: int  # rows that start a document (windows after a document's first do not)
+    cut_documents: int  # documents truncated or cut into windows
+    companions: dict[str, str]  # role -> path of files written beside `dest` (`bin`: index, loss_mask)
+    columns: tuple[tuple[str, str], ...]  # (name, type) as stored
+
+
 def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schema, *, compression: str,
-                   row_group_size: int, drop_columns: tuple[str, ...] = ()) -> tuple[int, int, int, int]:
+                   row_group_size: int, drop_columns: tuple[str, ...] = (),
+                   token_files: Any = None) -> AssembledShard:
     """Streams staged pieces, in order, into one shard file.
 
+    Args:
+      token_files: an `easydata.token_files.TokenFileSpec` for the `bin` / `npz` formats.
+
     Returns:
-      `(rows, tokens, padding_tokens, trained_tokens)` written: tokens are real tokens
-      (`segment_ids != 0` in packed rows, every `input_ids` value otherwise), padding the rest, and
-      trained tokens the ones with `loss_mask == 1` (all real tokens when there is no loss mask).
+      The counts written: tokens are real tokens (`segment_ids != 0` in packed rows, every
+      `input_ids` value otherwise), padding the rest, and trained tokens the ones with
+      `loss_mask == 1` (all real tokens when there is no loss mask); documents from the hidden
+      `__piece__` column of cut documents (`easydata.windows`).
     """
-    out_schema = pa.schema([f for f in schema if f.name not in drop_columns])
-    writer = ShardWriter(dest, fmt, out_schema, compression=compression, row_group_size=row_group_size)
-    tokens = padding = trained = 0
+    from easydata.windows import PIECE_COLUMN, piece_counts
+
+    drop = {*drop_columns, PIECE_COLUMN}  # hidden bookkeeping of cut documents is never written
+    out_schema = pa.schema([f for f in schema if f.name not in drop])
+    if fmt in ("bin", "npz"):
+        from easydata.token_files import open_token_file_writer
+
+        writer: Any = open_token_file_writer(dest, fmt, out_schema, token_files, compression)
+        columns = writer.columns
+    else:
+        writer = ShardWriter(dest, fmt, out_schema, compression=compression, row_group_size=row_group_size)
+        columns = tuple((f.name, str(f.type)) for f in out_schema)
+    tokens = padding = trained = documents = cut = 0
     packed = "segment_ids" in out_schema.names
     masked = "loss_mask" in out_schema.names
     for path in piece_paths:
         for batch in iter_shard_batches(path, "arrow"):
+            counts = piece_counts(batch)
+            documents, cut = documents + counts.documents, cut + counts.cut_documents
             batch = conform(batch.select(out_schema.names), out_schema)
             if packed:
                 segments = batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False)
@@ -309,4 +347,6 @@ def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schem
             trained += int(batch.column("loss_mask").flatten().to_numpy(zero_copy_only=False).sum()) if masked \
                 else real
             writer.write(batch)
-    return writer.close(), tokens, padding, trained
+    rows = writer.close()
+    return AssembledShard(rows, tokens, padding, trained, documents, cut, dict(getattr(writer, "companions", {})),
+                          columns)

@@ -20,6 +20,7 @@ from easydata.config import PackStageConfig
 from easydata.formats import token_list_array
 from easydata.packing import pack_documents
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+from easydata.windows import piece_counts
 
 __all__ = ["PackStats", "pack_group", "resolve_pad_id", "PACKED_COLUMNS"]
 
@@ -32,6 +33,8 @@ class PackStats:
     """Counters of one packed group (summed per dataset for the manifest)."""
 
     documents: int = 0
+    cut_documents: int = 0
+    pieces: int = 0  # rows packed: documents, or their windows
     rows: int = 0
     segments: int = 0
     tokens: int = 0
@@ -70,7 +73,9 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
     rows = pack_documents(tokens, offsets, config.seq_length, strategy=config.strategy, pad_id=pad_id,
                           loss_mask=loss_mask, max_segments=config.max_segments_per_row,
                           pool_size=config.pool_size)
-    stats = PackStats(documents=table.num_rows, rows=rows.num_rows, segments=rows.num_segments,
+    pieces = piece_counts(table)  # windows of one document are packed as pieces but counted once
+    stats = PackStats(documents=pieces.documents, cut_documents=pieces.cut_documents, pieces=table.num_rows,
+                      rows=rows.num_rows, segments=rows.num_segments,
                       tokens=int(len(tokens)), padding_tokens=rows.padding_tokens)
     return _batches(rows, seed=seed, dataset=dataset, group=group, seq_length=config.seq_length), stats
 

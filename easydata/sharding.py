@@ -180,6 +180,9 @@ class ShardInfo:
     padding_tokens: int = 0
     trained_tokens: int = 0
     columns: tuple[tuple[str, str], ...] = ()  # (name, Arrow type) of the written schema
+    documents: Optional[int] = None  # documents the rows stand for (None: one per row; see easydata.windows)
+    cut_documents: int = 0  # documents truncated or cut into windows
+    companions: tuple[tuple[str, str, str], ...] = ()  # (role, temp_path, relative_path) of files beside the shard
 
 
 def serialize_schema(schema: pa.Schema) -> bytes:

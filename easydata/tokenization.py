@@ -8,6 +8,10 @@ Chat documents (those with trained spans from the chat stage) are tokenized with
 tokens (their template placed them) and with character offsets, which turn the spans into a
 `loss_mask`; plain documents in the same batch get a mask of ones. Batches without chat documents
 take the fast path and have no `loss_mask` column.
+
+With `truncation: truncate` or `window`, documents are encoded whole and then cut
+(`easydata.windows`): a windowed document becomes several rows, keyed `<key>#w<k>` from its second
+window on, and every row gets the hidden `__piece__` column so later stages count documents, not rows.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from easydata.formats import documents_to_batch
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
 from easydata.sources import DocumentBatch
 from easydata.tokenizer import TokenizerHandle
+from easydata.windows import PIECE_COLUMN, cut_documents
 
 __all__ = ["TokenizedStats", "tokenize_documents"]
 
@@ -58,29 +63,39 @@ def tokenize_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config:
 
     Returns:
       The record batch (`input_ids`, `attention_mask`, [`loss_mask`,] additional fields, `__key__`,
-      `__hash__`) and its counters.
+      `__hash__`, and `__piece__` when documents may be cut) and its counters (`tokens` as written).
     """
-    max_length = config.max_length if config.truncation != "none" else None
-    hidden = {
-        KEY_COLUMN: pa.array(batch.keys, type=pa.string()),
-        HASH_COLUMN: pa.array(row_hashes(seed, batch.dataset, batch.keys), type=pa.uint64()),
-    }
     spans = batch.spans or [None] * len(batch)
     chat = [i for i, s in enumerate(spans) if s is not None]
+    mask = None
     if not chat:
-        flat, offsets = tokenizer.encode_batch(batch.texts, add_bos=config.add_bos, add_eos=config.add_eos,
-                                               max_length=max_length)
-        record_batch = documents_to_batch(flat, offsets, batch.fields, hidden)
-        return record_batch, TokenizedStats(documents=len(batch), tokens=int(offsets[-1]))
-    plain = [i for i, s in enumerate(spans) if s is None]
-    parts = []
-    if plain:
-        flat, offsets = tokenizer.encode_batch([batch.texts[i] for i in plain], add_bos=config.add_bos,
-                                               add_eos=config.add_eos, max_length=max_length)
-        parts.append((plain, flat, offsets, np.ones(len(flat), dtype=np.int32)))
-    flat, offsets, mask = tokenizer.encode_chat_batch([batch.texts[i] for i in chat], [spans[i] for i in chat],
-                                                      add_eos=config.add_eos, max_length=max_length)
-    parts.append((chat, flat, offsets, mask))
-    ids, offsets, mask = _interleave(parts, len(batch))
-    record_batch = documents_to_batch(ids, offsets, batch.fields, hidden, loss_mask=mask)
+        ids, offsets = tokenizer.encode_batch(batch.texts, add_bos=config.add_bos, add_eos=config.add_eos)
+    else:
+        plain = [i for i, s in enumerate(spans) if s is None]
+        parts = []
+        if plain:
+            flat, plain_offsets = tokenizer.encode_batch([batch.texts[i] for i in plain], add_bos=config.add_bos,
+                                                         add_eos=config.add_eos)
+            parts.append((plain, flat, plain_offsets, np.ones(len(flat), dtype=np.int32)))
+        flat, chat_offsets, chat_mask = tokenizer.encode_chat_batch([batch.texts[i] for i in chat],
+                                                                    [spans[i] for i in chat], add_eos=config.add_eos)
+        parts.append((chat, flat, chat_offsets, chat_mask))
+        ids, offsets, mask = _interleave(parts, len(batch))
+    keys, fields, extra = batch.keys, batch.fields, {}
+    if config.truncation != "none" and config.max_length is not None:
+        eos = tokenizer.eos_token_id if config.add_eos else None
+        pieces = cut_documents(ids, offsets, mode=config.truncation, max_length=config.max_length,
+                               stride=config.stride or 0, eos=eos, mask=mask)
+        ids, offsets, mask = pieces.ids, pieces.offsets, pieces.mask
+        doc, piece = pieces.doc.tolist(), pieces.piece.tolist()
+        keys = [keys[d] if p <= 1 else f"{keys[d]}#w{p}" for d, p in zip(doc, piece)]
+        if len(doc) != len(batch):  # windows: every row carries its document's fields
+            fields = {name: [values[d] for d in doc] for name, values in fields.items()}
+        extra[PIECE_COLUMN] = pa.array(pieces.piece, type=pa.int32())
+    hidden = {
+        KEY_COLUMN: pa.array(keys, type=pa.string()),
+        HASH_COLUMN: pa.array(row_hashes(seed, batch.dataset, keys), type=pa.uint64()),
+        **extra,
+    }
+    record_batch = documents_to_batch(ids, offsets, fields, hidden, loss_mask=mask)
     return record_batch, TokenizedStats(documents=len(batch), tokens=int(offsets[-1]))

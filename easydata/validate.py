@@ -198,7 +198,7 @@ def validate_output(output_dir: str) -> ValidationReport:
         listed = set()
         for shard in info.get("shards", []):
             path = join(output_dir, shard["path"])
-            listed.add(posixpath.basename(shard["path"]))
+            listed.update(posixpath.basename(shard[key]) for key in shard if key == "path" or key.endswith("_path"))
             try:
                 counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema)
             except EasyDataError as e:

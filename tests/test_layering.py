@@ -9,7 +9,9 @@ import pytest
 
 
 @pytest.mark.parametrize("module", ["easydata", "easydata.reader", "easydata.config", "easydata.cli", "easydata.validate",
-                                    "easydata.inspect", "easydata.formats", "easydata.sources"])
+                                    "easydata.inspect", "easydata.formats", "easydata.sources", "easydata.stats",
+                                    "easydata.token_files", "easydata.windows", "easydata.splits",
+                                    "easydata.tokenizer_training", "easydata.reader.bin_reader"])
 def test_core_modules_do_not_import_beam_or_jax(module):
     code = (f"import sys, {module}; "
             "bad = [m for m in ('apache_beam', 'jax') if m in sys.modules]; "

@@ -167,8 +167,9 @@ def test_allocation_tracks_the_cumulative_target(points, data, global_batch, int
     for counts, expected, consumed in run_allocation(schedule.vector_at, n, global_batch, 80):
         assert sum(counts) == global_batch and min(counts) >= 0
         for e, k in zip(expected, consumed):
-            assert k - e < 1  # never a whole row ahead
-            assert e - k < (1 if fixed or n == 2 else 2)  # behind: < 1 row with fixed weights or 2 sources
+            # (float sums of G * w: a tie owed exactly one row can read 1.000000000000005)
+            assert k - e < 1 + 1e-9  # never a whole row ahead
+            assert e - k <= (1 if fixed or n == 2 else 2) + 1e-9  # behind: <= 1 row with fixed weights or 2 sources
 
 
 # ---- rows ----------------------------------------------------------------------------------------

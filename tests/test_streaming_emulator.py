@@ -109,7 +109,7 @@ def test_published_documents_are_committed_exactly_once(emulator, tokenizer_dir,
         futures.append(publisher.publish(topic, b"{not json", origin="emulator"))
         for f in futures:
             f.result(timeout=60)
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300  # generous: the local runner pulls in 30 s long polls
         manifest = {}
         while time.monotonic() < deadline:
             if (out / "manifest.json").exists():
@@ -123,7 +123,7 @@ def test_published_documents_are_committed_exactly_once(emulator, tokenizer_dir,
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            _, err = proc.communicate(timeout=90)
+            _, err = proc.communicate(timeout=180)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()

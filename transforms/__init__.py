@@ -5,6 +5,7 @@
 - `LoadCheckpoints`: a resumed run's already tokenized work units -> token rows
 - `Tokenize`: document batches -> token rows (with `loss_mask` for chat)
 - `WeightedMix`: several datasets' token rows -> one stream mixed by token share
+- `SplitRows`: token rows -> one stream per train / validation / ... split
 - `Pack`: token rows -> fixed-length packed rows
 - `WriteShards`: token rows -> shuffled, evenly sized staged shards
 - `CommitOutput`: staged shards -> committed output with `manifest.json`
@@ -16,8 +17,10 @@ from transforms.commit import CommitOutput
 from transforms.pack import PACK_STATS_TAG, Pack
 from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
 from transforms.resume import LoadCheckpoints
+from transforms.split import SplitRows
 from transforms.tokenize import Tokenize
 from transforms.write import WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
-           "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints"]
+           "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints",
+           "SplitRows"]

@@ -26,6 +26,8 @@ import pyarrow as pa
 
 from easydata.mixing import MIXED_NAME, MixPlan, mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+from easydata.splits import document_keys
+from easydata.windows import piece_counts
 
 __all__ = ["WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME"]
 
@@ -49,7 +51,7 @@ class _MeasureFn(beam.DoFn):
 
     def process(self, batch: pa.RecordBatch) -> Iterator[tuple[str, np.ndarray]]:
         if batch.num_rows:
-            buckets = selection_buckets(self._seed, self._dataset, _keys(batch))
+            buckets = selection_buckets(self._seed, self._dataset, document_keys(_keys(batch)))
             yield self._dataset, token_histogram(buckets, _lengths(batch))
 
 
@@ -88,10 +90,11 @@ class _SelectFn(beam.DoFn):
         if not batch.num_rows:
             return
         keys = _keys(batch)
-        copies = select_copies(selection_buckets(self._seed, self._dataset, keys), plan.sources[self._dataset])
+        copies = select_copies(selection_buckets(self._seed, self._dataset, document_keys(keys)),
+                               plan.sources[self._dataset])
         lengths = _lengths(batch)
         yield beam.pvalue.TaggedOutput(MIX_STATS_TAG, (self._dataset, {
-            "mix_documents": batch.num_rows, "mix_tokens": int(lengths.sum()),
+            "mix_documents": piece_counts(batch).documents, "mix_tokens": int(lengths.sum()),
             "mix_copies": int(copies.sum()), "mix_selected": int(np.count_nonzero(copies)),
             "mix_tokens_out": int((lengths * copies).sum())}))
         if not copies.any():

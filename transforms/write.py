@@ -13,7 +13,8 @@ one row group (assembling): no stage holds a whole shard.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+import posixpath
+from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -23,10 +24,12 @@ from easydata.filesystems import file_size, join
 from easydata.formats import assemble_shard, shard_file_name, write_piece
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, cut_pieces, plan_shards, \
     serialize_schema, sort_group, split_by_group, unify_schemas
+from easydata.token_files import TokenFileSpec
+from easydata.windows import PIECE_COLUMN
 
 __all__ = ["WriteShards"]
 
-_HIDDEN = (HASH_COLUMN, KEY_COLUMN)
+_HIDDEN = (HASH_COLUMN, KEY_COLUMN, PIECE_COLUMN)
 
 
 def _group_counts(keyed: tuple[int, pa.RecordBatch]) -> tuple[int, tuple[int, int]]:
@@ -66,8 +69,8 @@ class _SortAndCutFn(beam.DoFn):
 class _AssembleShardFn(beam.DoFn):
     """Concatenates a shard's pieces in group order into the output format."""
 
-    def __init__(self, name: str, save: SaveStageConfig, staging: str):
-        self._name, self._save, self._staging = name, save, staging
+    def __init__(self, name: str, save: SaveStageConfig, staging: str, token_files: Optional[TokenFileSpec]):
+        self._name, self._save, self._staging, self._token_files = name, save, staging, token_files
 
     def process(self, element: tuple[int, Iterable[PieceInfo]], schema: pa.Schema) -> Iterator[ShardInfo]:
         shard, pieces = element
@@ -75,16 +78,19 @@ class _AssembleShardFn(beam.DoFn):
         num_shards = pieces[0].num_shards
         relative = f"{self._name}/{shard_file_name(shard, num_shards, self._save.format, self._save.compression)}"
         dest = join(self._staging, relative)
-        rows, tokens, padding, trained = assemble_shard([p.path for p in pieces], dest, self._save.format, schema,
-                                      compression=self._save.compression,
-                                      row_group_size=self._save.row_group_size, drop_columns=_HIDDEN)
+        done = assemble_shard([p.path for p in pieces], dest, self._save.format, schema,
+                              compression=self._save.compression, row_group_size=self._save.row_group_size,
+                              drop_columns=_HIDDEN, token_files=self._token_files)
         expected = sum(p.rows for p in pieces)
-        if rows != expected:  # a bug guard: never commit a shard that lost rows
-            raise RuntimeError(f"shard {relative}: wrote {rows} rows, pieces hold {expected}")
+        if done.rows != expected:  # a bug guard: never commit a shard that lost rows
+            raise RuntimeError(f"shard {relative}: wrote {done.rows} rows, pieces hold {expected}")
+        companions = tuple((role, path, f"{posixpath.dirname(relative)}/{posixpath.basename(path)}")
+                           for role, path in sorted(done.companions.items()))
         yield ShardInfo(dataset=self._name, shard=shard, num_shards=num_shards, temp_path=dest,
-                        relative_path=relative, rows=rows, tokens=tokens, bytes=file_size(dest),
-                        padding_tokens=padding, trained_tokens=trained,
-                        columns=tuple((f.name, str(f.type)) for f in schema if f.name not in _HIDDEN))
+                        relative_path=relative, rows=done.rows, tokens=done.tokens,
+                        bytes=file_size(dest) + sum(file_size(path) for _, path, _ in companions),
+                        padding_tokens=done.padding_tokens, trained_tokens=done.trained_tokens, columns=done.columns,
+                        documents=done.documents, cut_documents=done.cut_documents, companions=companions)
 
 
 def _unify(serialized: list[bytes]) -> pa.Schema:
@@ -99,14 +105,17 @@ class WriteShards(beam.PTransform):
       num_groups: hash groups used for the distributed sort (`easydata.sharding.choose_num_groups`).
       save: format, compression, shard count / size, row group size.
       staging: the run's staging directory.
+      token_files: dtype, row width and pad id for the `bin` / `npz` formats.
 
     Returns:
       A PCollection of `ShardInfo`, one per shard written.
     """
 
-    def __init__(self, *, name: str, num_groups: int, save: SaveStageConfig, staging: str):
+    def __init__(self, *, name: str, num_groups: int, save: SaveStageConfig, staging: str,
+                 token_files: Optional[TokenFileSpec] = None):
         super().__init__()
         self._name, self._num_groups, self._save, self._staging = name, num_groups, save, staging
+        self._token_files = token_files
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
         keyed = rows | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups)
@@ -124,7 +133,8 @@ class WriteShards(beam.PTransform):
         return (pieces
                 | "KeyByShard" >> beam.Map(lambda p: (p.shard, p))
                 | "GroupPieces" >> beam.GroupByKey()
-                | "AssembleShards" >> beam.ParDo(_AssembleShardFn(self._name, self._save, self._staging),
+                | "AssembleShards" >> beam.ParDo(_AssembleShardFn(self._name, self._save, self._staging,
+                                                                  self._token_files),
                                                  schema=beam.pvalue.AsSingleton(schema)))
 
     def display_data(self) -> dict[str, Any]:

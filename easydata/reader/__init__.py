@@ -5,7 +5,8 @@
     for batch in reader.as_jax(mesh, PartitionSpec("data")): ...
 
 `MixedReader` mixes several `TokenReader`s by weights that change with the training step
-(`WeightSchedulePoint`s; `WeightSchedule` computes them).
+(`WeightSchedulePoint`s; `WeightSchedule` computes them). `WindowReader` (`TokenReader.random_windows`)
+samples nanoGPT-style windows from `bin` outputs.
 
 Importing this package imports neither Apache Beam nor JAX.
 """
@@ -17,6 +18,7 @@ from easydata.reader.layouts import LAYOUTS
 from easydata.reader.mixed_reader import MixedReader
 from easydata.reader.schedule import WeightSchedule
 from easydata.reader.token_reader import TokenReader
+from easydata.reader.bin_reader import WindowReader
 
-__all__ = ["TokenReader", "MixedReader", "WeightSchedulePoint", "WeightSchedule", "GrainSource", "ParquetShardedSource",
-           "ArrowShardedSource", "AsyncDataLoader", "LAYOUTS"]
+__all__ = ["TokenReader", "WindowReader", "MixedReader", "WeightSchedulePoint", "WeightSchedule", "GrainSource",
+           "ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader", "LAYOUTS"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +44,7 @@ class BlockIndex:
     block_local: np.ndarray
     block_rows: np.ndarray
     manifest: dict[str, Any]
+    FORMATS: ClassVar[tuple[str, ...]] = ("parquet", "arrow")
     _files: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
@@ -72,8 +73,13 @@ class BlockIndex:
         if name not in datasets:
             raise ValueError(f"'{output_dir}' has no dataset '{name}'; it has {sorted(datasets)}.")
         fmt = manifest.get("format", "parquet")
-        if fmt not in ("parquet", "arrow"):
-            raise ValueError(f"the reader reads parquet and arrow outputs; '{output_dir}' is {fmt}.")
+        if fmt == "bin" and cls is BlockIndex:  # token streams: documents as blocks (easydata.reader.bin_reader)
+            from easydata.reader.bin_reader import BinBlockIndex
+
+            return BinBlockIndex.from_output(output_dir, name)
+        if fmt not in cls.FORMATS:
+            raise ValueError(f"the reader reads {', '.join(cls.FORMATS)} outputs; '{output_dir}' is {fmt}"
+                             + (" (np.load it, or write parquet / arrow / bin)." if fmt == "npz" else "."))
         paths = [join(output_dir, shard["path"]) for shard in datasets[name]["shards"]]
         index = cls(output_dir=output_dir, name=name, fmt=fmt, shard_paths=paths, block_shard=np.zeros(0, np.int64),
                     block_local=np.zeros(0, np.int64), block_rows=np.zeros(0, np.int64), manifest=manifest)

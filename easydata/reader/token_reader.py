@@ -152,6 +152,15 @@ class TokenReader(JaxBatches):
         self._fingerprint = (f"{self.index.manifest.get('config_fingerprint')}/{self.index.name}/"
                              f"{self.num_rows}/{self.index.manifest.get('created_at')}")
 
+    @staticmethod
+    def random_windows(path: str, batch_size: int, seq_length: int, **options: Any) -> Any:
+        """nanoGPT-style random windows of `seq_length + 1` tokens from a `bin` output (inputs and
+        targets); `easydata.reader.bin_reader.WindowReader`. (`TokenReader(path, ..., seq_length=L)`
+        itself reads a `bin` output document by document.)"""
+        from easydata.reader.bin_reader import WindowReader
+
+        return WindowReader(path, batch_size, seq_length, **options)
+
     # ---- state ---------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
