@@ -13,6 +13,7 @@ Importing this package imports neither Apache Beam nor JAX.
 
 from easydata.config import WeightSchedulePoint
 from easydata.reader.compat import ArrowShardedSource, AsyncDataLoader, ParquetShardedSource
+from easydata.reader.follow import FollowReader
 from easydata.reader.grain_source import GrainSource
 from easydata.reader.layouts import LAYOUTS
 from easydata.reader.mixed_reader import MixedReader
@@ -20,5 +21,5 @@ from easydata.reader.schedule import WeightSchedule
 from easydata.reader.token_reader import TokenReader
 from easydata.reader.bin_reader import WindowReader
 
-__all__ = ["TokenReader", "WindowReader", "MixedReader", "WeightSchedulePoint", "WeightSchedule", "GrainSource",
+__all__ = ["TokenReader", "WindowReader", "FollowReader", "MixedReader", "WeightSchedulePoint", "WeightSchedule", "GrainSource",
            "ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader", "LAYOUTS"]
