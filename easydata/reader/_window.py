@@ -23,6 +23,7 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
+from easydata.pack_stage import PACKED_COLUMNS
 from easydata.reader.blocks import BlockIndex
 
 __all__ = ["RowSpec", "Window", "pad_rows"]
@@ -51,6 +52,31 @@ class RowSpec:
     def keys(self) -> tuple[str, ...]:
         """The arrays of a raw batch."""
         return self.columns if self.packed else tuple(dict.fromkeys([*self.columns, "segment_ids", "positions"]))
+
+    @classmethod
+    def of_output(cls, index: BlockIndex, seq_length: Optional[int]) -> "RowSpec":
+        """The rows of the output dataset `index` lists, from its manifest.
+
+        Args:
+          seq_length: row length for unpacked outputs (packed ones use their own).
+
+        Raises:
+          ValueError: an unpacked output without a positive `seq_length`.
+        """
+        manifest = index.manifest
+        schema = manifest.get("schema") or {}
+        packed = bool(schema.get("packed"))
+        length = int(schema["seq_length"]) if packed else seq_length
+        if length is None or length <= 0:
+            raise ValueError(f"'{index.output_dir}' holds unpacked rows of varying length: pass seq_length= to pad or"
+                             " cut them to one length (or write the output with pack.enabled).")
+        # This dataset's own columns (a chat output beside a plain one has a `loss_mask` the other lacks).
+        own = (manifest.get("datasets") or {}).get(index.name, {}).get("columns")
+        columns = [c for c in PACKED_COLUMNS if c in (own or schema.get("columns") or {})] or ["input_ids"]
+        tok = manifest.get("tokenizer") or {}
+        pad_id = next((int(v) for v in (tok.get("pad_token_id_used"), tok.get("pad_token_id"),
+                                        tok.get("eos_token_id")) if v is not None), 0)
+        return cls(columns=tuple(columns), seq_length=int(length), packed=packed, pad_id=pad_id)
 
 
 @dataclasses.dataclass

@@ -28,7 +28,7 @@ import pyarrow as pa
 from easydata.filesystems import _local_path, get_fs
 from easydata.formats import token_list_array
 from easydata.reader.blocks import BlockIndex
-from easydata.reader.token_reader import JaxBatches, _default_process
+from easydata.reader.token_reader import JaxBatches, resolve_processes
 from easydata.token_files import bin_token_dtype, companion_path, read_bin_index
 
 __all__ = ["BinShard", "BinBlockIndex", "WindowReader", "WINDOW_LAYOUTS"]
@@ -156,10 +156,7 @@ class WindowReader(JaxBatches):
     def __init__(self, path: str, batch_size: int, seq_length: int, *, seed: int = 0, name: Optional[str] = None,
                  num_steps: Optional[int] = None, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw"):
-        if process_index is None or process_count is None:
-            default_index, default_count = _default_process()
-            process_index = default_index if process_index is None else process_index
-            process_count = default_count if process_count is None else process_count
+        process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0 or seq_length <= 0:
             raise ValueError(f"`batch_size` and `seq_length` must be positive, got {batch_size} and {seq_length}.")
         if process_count <= 0 or not 0 <= process_index < process_count or batch_size % process_count:

@@ -17,32 +17,17 @@ import time
 from typing import Any, Iterator, Optional
 
 import numpy as np
-import pyarrow as pa
 
 from easydata.manifest import read_manifest
-from easydata.pack_stage import PACKED_COLUMNS
+from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import LAYOUTS, apply_layout
 from easydata.reader.permutation import derive_key, permute
-from easydata.reader.token_reader import JaxBatches, _default_process
+from easydata.reader.token_reader import JaxBatches, resolve_processes
 
 __all__ = ["FollowReader"]
 
 STATE_VERSION = 1
-
-
-def _dense(column: pa.ChunkedArray, length: int, pad: int) -> np.ndarray:
-    """A list column as `[rows, length]` int32, padded or cut."""
-    array = column.combine_chunks()
-    values = array.flatten().to_numpy(zero_copy_only=False)
-    offsets = np.arange(len(array) + 1) * array.type.list_size if pa.types.is_fixed_size_list(array.type) \
-        else array.offsets.to_numpy() - array.offsets[0].as_py()
-    sizes = np.minimum(np.diff(offsets), length)
-    out = np.full((len(array), length), pad, dtype=np.int32)
-    rows = np.repeat(np.arange(len(array)), sizes)
-    rank = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    out[rows, rank] = values[np.repeat(offsets[:-1], sizes) + rank]
-    return out
 
 
 class FollowReader(JaxBatches):
@@ -65,10 +50,7 @@ class FollowReader(JaxBatches):
     def __init__(self, path: str, batch_size: int, seed: int = 0, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
                  seq_length: Optional[int] = None, poll_seconds: float = 5.0, timeout: Optional[float] = None):
-        if process_index is None or process_count is None:
-            default_index, default_count = _default_process()
-            process_index = default_index if process_index is None else process_index
-            process_count = default_count if process_count is None else process_count
+        process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0 or batch_size % process_count:
             raise ValueError(f"`batch_size` {batch_size} must be a positive multiple of the {process_count} processes.")
         if layout not in LAYOUTS:
@@ -78,16 +60,8 @@ class FollowReader(JaxBatches):
         self.poll_seconds, self.timeout = poll_seconds, timeout
         self.index = BlockIndex.from_output(path, name)
         self.name = self.index.name
-        schema = self.index.manifest.get("schema") or {}
-        self.packed = bool(schema.get("packed"))
-        self.seq_length = int(schema["seq_length"]) if self.packed else seq_length
-        if not self.seq_length or self.seq_length <= 0:
-            raise ValueError(f"'{path}' holds unpacked rows of varying length: pass seq_length= to pad or cut them.")
-        own = (self.index.manifest.get("datasets") or {}).get(self.name, {}).get("columns")
-        self.columns = [c for c in PACKED_COLUMNS if c in (own or schema.get("columns") or {})] or ["input_ids"]
-        tok = self.index.manifest.get("tokenizer") or {}
-        self.pad_id = next((int(v) for v in (tok.get("pad_token_id_used"), tok.get("pad_token_id"),
-                                             tok.get("eos_token_id")) if v is not None), 0)
+        self.row_spec = RowSpec.of_output(self.index, seq_length)
+        self.seq_length, self.pad_id = self.row_spec.seq_length, self.row_spec.pad_id
         self.local_batch_size = batch_size // process_count
         self._position = 0  # global rows consumed (whole batches)
 
@@ -114,18 +88,9 @@ class FollowReader(JaxBatches):
 
     def _shard_rows(self, shard: int) -> dict[str, np.ndarray]:
         """All rows of a shard, shuffled by `(seed, shard)`, as `[rows, L]` arrays."""
-        blocks = np.flatnonzero(self.index.block_shard == shard)
-        table = pa.concat_tables([self.index.read(int(b), self.columns) for b in blocks])
-        rows = {c: _dense(table.column(c), self.seq_length, self.pad_id if c == "input_ids" else 0)
-                for c in self.columns}
-        if not self.packed:  # one segment per row
-            lengths = np.minimum(np.diff(table.column("input_ids").combine_chunks().offsets.to_numpy()),
-                                 self.seq_length)
-            real = np.arange(self.seq_length)[None, :] < lengths[:, None]
-            rows["segment_ids"] = real.astype(np.int32)
-            rows["positions"] = np.where(real, np.arange(self.seq_length)[None, :], 0).astype(np.int32)
-        order = permute(np.arange(table.num_rows), table.num_rows, derive_key(self.seed, shard, 3))
-        return {c: v[order] for c, v in rows.items()}
+        window = Window(self.index, np.flatnonzero(self.index.block_shard == shard), self.row_spec)
+        num_rows = int(window.starts[-1])
+        return window.gather(permute(np.arange(num_rows), num_rows, derive_key(self.seed, shard, 3)))
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Local batches `[batch_size // process_count, L]`, following new windows as they commit."""

@@ -25,7 +25,6 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from easydata.pack_stage import PACKED_COLUMNS
 from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import LAYOUTS, apply_layout
@@ -36,12 +35,18 @@ __all__ = ["TokenReader", "EpochRows", "JaxBatches"]
 STATE_VERSION = 1
 
 
-def _default_process() -> tuple[int, int]:
+def resolve_processes(process_index: Optional[int], process_count: Optional[int]) -> tuple[int, int]:
+    """`(process_index, process_count)`, each defaulting to JAX's when JAX is installed, else 0 / 1."""
+    if process_index is not None and process_count is not None:
+        return process_index, process_count
     try:
         import jax
     except ImportError:
-        return 0, 1
-    return jax.process_index(), jax.process_count()
+        default_index, default_count = 0, 1
+    else:
+        default_index, default_count = jax.process_index(), jax.process_count()
+    return (default_index if process_index is None else process_index,
+            default_count if process_count is None else process_count)
 
 
 class JaxBatches:
@@ -110,10 +115,7 @@ class TokenReader(JaxBatches):
                  num_epochs: Optional[int] = None, drop_remainder: bool = True, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
                  seq_length: Optional[int] = None, prefetch: int = 2, window_blocks: int = 4):
-        if process_index is None or process_count is None:
-            default_index, default_count = _default_process()
-            process_index = default_index if process_index is None else process_index
-            process_count = default_count if process_count is None else process_count
+        process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0:
             raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
         if process_count <= 0 or not 0 <= process_index < process_count:
@@ -124,20 +126,9 @@ class TokenReader(JaxBatches):
         if layout not in LAYOUTS:
             raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}.")
         self.index = BlockIndex.from_output(path, name)
-        schema = self.index.manifest.get("schema") or {}
-        self.packed = bool(schema.get("packed"))
-        self.seq_length = int(schema["seq_length"]) if self.packed else seq_length
-        if self.seq_length is None or self.seq_length <= 0:
-            raise ValueError(f"'{path}' holds unpacked rows of varying length: pass seq_length= to pad or cut"
-                             " them to one length (or write the output with pack.enabled).")
-        # This dataset's own columns (a chat output beside a plain one has a `loss_mask` the other lacks).
-        own = (self.index.manifest.get("datasets") or {}).get(self.index.name, {}).get("columns")
-        self.columns = [c for c in PACKED_COLUMNS if c in (own or schema.get("columns") or {})] or ["input_ids"]
-        tok = self.index.manifest.get("tokenizer") or {}
-        self.pad_id = next((int(v) for v in (tok.get("pad_token_id_used"), tok.get("pad_token_id"),
-                                             tok.get("eos_token_id")) if v is not None), 0)
-        self.row_spec = RowSpec(columns=tuple(self.columns), seq_length=int(self.seq_length), packed=self.packed,
-                                pad_id=self.pad_id)
+        self.row_spec = RowSpec.of_output(self.index, seq_length)
+        self.packed, self.seq_length = self.row_spec.packed, self.row_spec.seq_length
+        self.columns, self.pad_id = list(self.row_spec.columns), self.row_spec.pad_id
         self.path, self.batch_size, self.shuffle, self.seed = path, batch_size, shuffle, seed
         self.num_epochs, self.drop_remainder, self.layout = num_epochs, drop_remainder, layout
         self.process_index, self.process_count = process_index, process_count
