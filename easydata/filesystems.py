@@ -17,7 +17,7 @@ from fsspec.core import url_to_fs
 from easydata.errors import InputError
 
 __all__ = ["expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
-           "file_size"]
+           "file_size", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 
@@ -113,7 +113,8 @@ def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compressi
         raise InputError(f"cannot open '{path}': {e}") from None
 
 
-def _local_path(path: str) -> str | None:
+def local_path(path: str) -> str | None:
+    """The local filesystem path of `path` (plain or `file://`), or None for any other URL."""
     if "://" not in path:
         return path
     if path.startswith("file://"):
@@ -130,7 +131,7 @@ def open_arrow_file(path: str, mode: str = "rb") -> IO:
     """
     import pyarrow as pa
 
-    local = _local_path(path)
+    local = local_path(path)
     if local is None:
         return open_file(path, mode, decompress=False)
     try:

@@ -29,6 +29,7 @@ __all__ = [
     "read_shard_table",
     "count_shard_rows",
     "token_list_array",
+    "list_column_values",
     "documents_to_batch",
     "TOKEN_COLUMNS",
     "write_piece",
@@ -53,6 +54,14 @@ def shard_file_name(index: int, count: int, fmt: str, compression: str = "none")
 def token_list_array(flat: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
     """A `list<int32>` array from flat values and offsets, without copying per row."""
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat.astype(np.int32, copy=False)))
+
+
+def list_column_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Flat values and offsets (rebased to 0) of a list column: the inverse of `token_list_array`."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = array.offsets.to_numpy().astype(np.int64)
+    values = array.values.to_numpy(zero_copy_only=False)
+    return values[offsets[0]:offsets[-1]], offsets - offsets[0]
 
 
 def _as_text(value: Any) -> Optional[str]:

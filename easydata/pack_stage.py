@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.config import PackStageConfig
-from easydata.formats import token_list_array
+from easydata.formats import list_column_values, token_list_array
 from easydata.packing import pack_documents
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
 from easydata.windows import piece_counts
@@ -53,14 +53,6 @@ def resolve_pad_id(config: PackStageConfig, tokenizer_pad: Optional[int], tokeni
     return 0
 
 
-def _flat(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Values and offsets (rebased to 0) of a list column."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offsets = array.offsets.to_numpy().astype(np.int64)
-    values = array.values.to_numpy(zero_copy_only=False)
-    return values[offsets[0]:offsets[-1]], offsets - offsets[0]
-
-
 def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: int, dataset: str,
                group: int) -> tuple[Iterator[pa.RecordBatch], PackStats]:
     """Packs one group's documents (rows of `table`, in order) into fixed-length rows.
@@ -68,8 +60,8 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
     Returns:
       Record batches of at most 1024 packed rows, and the group's counters.
     """
-    tokens, offsets = _flat(table.column("input_ids"))
-    loss_mask = _flat(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
+    tokens, offsets = list_column_values(table.column("input_ids"))
+    loss_mask = list_column_values(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
     rows = pack_documents(tokens, offsets, config.seq_length, strategy=config.strategy, pad_id=pad_id,
                           loss_mask=loss_mask, max_segments=config.max_segments_per_row,
                           pool_size=config.pool_size)

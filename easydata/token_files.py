@@ -34,8 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.filesystems import file_size, get_fs, open_arrow_file, open_file
-from easydata.formats import token_list_array
-from easydata.pack_stage import _flat
+from easydata.formats import list_column_values, token_list_array
 
 __all__ = ["TOKEN_FILE_FORMATS", "TokenFileSpec", "token_dtype_for", "companion_path", "BinShardWriter",
            "NpzShardWriter", "open_token_file_writer", "token_file_spec", "iter_token_file_batches", "read_bin_index",
@@ -99,14 +98,14 @@ class BinShardWriter:
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if batch.num_rows == 0:
             return
-        ids, offsets = _flat(batch.column("input_ids"))
+        ids, offsets = list_column_values(batch.column("input_ids"))
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self._limit):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise ValueError(f"{self.path}: token id {bad} does not fit {self.dtype.name}")
         self._files["input_ids"].write(ids.astype(self.dtype).tobytes())
         self._files["index"].write((offsets[1:] + self._end).astype("<i8").tobytes())
         if "loss_mask" in self._files:
-            self._files["loss_mask"].write(_flat(batch.column("loss_mask"))[0].astype(np.uint8).tobytes())
+            self._files["loss_mask"].write(list_column_values(batch.column("loss_mask"))[0].astype(np.uint8).tobytes())
         self._end += int(offsets[-1])
         self.rows += batch.num_rows
 
@@ -144,7 +143,7 @@ class NpzShardWriter:
         if batch.num_rows == 0:
             return
         for name in self._stored:
-            values, offsets = _flat(batch.column(name))
+            values, offsets = list_column_values(batch.column(name))
             self._spool[name].write(values.astype("<i4").tobytes())
             if name == "input_ids":
                 self._lengths.append(np.diff(offsets))

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from easydata.filesystems import _local_path, get_fs
+from easydata.filesystems import local_path, get_fs
 from easydata.formats import token_list_array
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.token_reader import JaxBatches, resolve_processes
@@ -58,7 +58,7 @@ class _RemoteArray:
 def _array(path: str, dtype: np.dtype, size: int) -> Any:
     if size == 0:
         return np.zeros(0, dtype=dtype)
-    local = _local_path(path)
+    local = local_path(path)
     return np.memmap(local, dtype=dtype, mode="r", shape=(size,)) if local is not None else \
         _RemoteArray(path, dtype, size)
 
