@@ -16,7 +16,7 @@ from easydata.errors import OutputError
 from easydata.filesystems import get_fs, join
 from easydata.manifest import MANIFEST_NAME
 
-__all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "staging_dir", "commit_output"]
+__all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "staging_dir", "commit_output", "move_into_place"]
 
 TEMP_PREFIX = ".easydata-tmp-"
 
@@ -80,9 +80,15 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
         name = posixpath.basename(path.rstrip("/"))
         if name != staging_name and not name.startswith(TEMP_PREFIX):
             fs.rm(path, recursive=True)
+    move_into_place(output_dir, moves)
+    fs.rm(staging_root, recursive=True)
+
+
+def move_into_place(output_dir: str, moves: Iterable[tuple[str, str]]) -> None:
+    """Moves staged files to their paths relative to `output_dir` (renames on one filesystem)."""
+    fs, root = get_fs(output_dir)
     for src, rel in moves:
         _, src_path = get_fs(src)
         dest = join(root, rel)
         fs.makedirs(posixpath.dirname(dest), exist_ok=True)
         fs.mv(src_path, dest)
-    fs.rm(staging_root, recursive=True)

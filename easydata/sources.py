@@ -31,7 +31,7 @@ from easydata.filesystems import compression_of, expand_data_files, file_size, o
     strip_compression
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "plan_splits", "read_split", "infer_type", "total_input_bytes",
-           "key_names", "split_size", "MAX_BATCH_CHARS"]
+           "key_names", "split_size", "MAX_BATCH_CHARS", "collect_records"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
@@ -331,6 +331,28 @@ class _Collector:
         self.pending_bytes = 0
         self._reset()
         return batch
+
+
+def collect_records(dataset: DatasetConfig, source: str, key_name: str,
+                    records: list[tuple[int, Optional[dict[str, Any]], str, str]], *,
+                    max_document_bytes: Optional[int] = None,
+                    messages_field: str = "messages") -> tuple[Optional[DocumentBatch], list[Reject]]:
+    """One batch of documents from records parsed elsewhere (a streaming window's messages), with the
+    same checks as files get.
+
+    Args:
+      records: `(position, record, reason, excerpt)`; a record of None is rejected with `reason`.
+
+    Returns:
+      The batch (None when no record became a document) and the rejects.
+    """
+    collector = _Collector(dataset, source, key_name, len(records) + 1, max_document_bytes, None, messages_field)
+    for position, record, reason, excerpt in records:
+        if record is None:
+            collector.reject(position, reason, excerpt)
+        else:
+            collector.add_record(position, record)
+    return collector.flush(), list(collector.rejects)
 
 
 # Bugs, not bad input: these are never turned into dead letters.

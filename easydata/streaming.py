@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional
 
 from easydata.filesystems import get_fs, join
 from easydata.manifest import MANIFEST_NAME, build_manifest, read_manifest, write_manifest
+from easydata.output import move_into_place
 
 __all__ = ["window_id", "parse_message", "commit_window"]
 
@@ -77,11 +78,7 @@ def commit_window(output_dir: str, *, window: str, start: float, end: float, out
     windows = list((previous or {}).get("windows", []))
     if any(w["id"] == window for w in windows):
         return previous
-    for src, rel in moves:
-        _, src_path = get_fs(src)
-        dest = join(root, rel)
-        fs.makedirs(dest.rsplit("/", 1)[0], exist_ok=True)
-        fs.mv(src_path, dest)
+    move_into_place(output_dir, moves)
     datasets = {name: {k: (list(v) if k == "shards" else v) for k, v in entry.items()}
                 for name, entry in ((previous or {}).get("datasets") or {}).items()}
     counts = {}

@@ -30,7 +30,7 @@ from easydata.filesystems import file_size, join, open_file
 from easydata.formats import assemble_shard, shard_file_name, write_piece
 from easydata.pack_stage import pack_group
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
-from easydata.sources import _Collector
+from easydata.sources import collect_records
 from easydata.streaming import commit_window, parse_message, window_id
 from easydata.tokenization import tokenize_documents
 from easydata.tokenizer import TokenizerHandle
@@ -81,17 +81,12 @@ class _ProcessWindowFn(beam.DoFn):
         self._renderer = ChatRenderer.for_tokenizer(self._tokenizer, self._template) if self._template else None
 
     def _documents_of(self, wid: str, messages: list[Any]):
-        ds, tok = self._dataset, self._config.tokenize
-        collector = _Collector(ds, ds.pubsub_subscription or ds.name, wid, len(messages) + 1, tok.max_document_bytes,
-                               None, self._config.chat.messages_field)
-        for position, message in enumerate(messages):
-            record, reason = parse_message(_data(message), getattr(message, "attributes", None))
-            if record is None:
-                collector.reject(position, reason, _data(message)[:200].decode("utf-8", "replace"))
-            else:
-                collector.add_record(position, record)
-        batch = collector.flush()
-        rejects = list(collector.rejects)
+        ds = self._dataset
+        records = [(position, *parse_message(_data(m), getattr(m, "attributes", None)),
+                    _data(m)[:200].decode("utf-8", "replace")) for position, m in enumerate(messages)]
+        batch, rejects = collect_records(ds, ds.pubsub_subscription or ds.name, wid, records,
+                                         max_document_bytes=self._config.tokenize.max_document_bytes,
+                                         messages_field=self._config.chat.messages_field)
         if batch is not None:
             batch, chat_rejects = render_batch(batch, self._renderer,
                                                assistant_only_loss=self._config.chat.assistant_only_loss)
