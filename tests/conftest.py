@@ -16,6 +16,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import json
 import random
+import socket
+import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -147,3 +150,23 @@ def trained_runs(ids: Any, mask: Any) -> list[list[int]]:
             runs.append(current)
             current = []
     return runs + ([current] if current else [])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, server: subprocess.Popen, what: str, timeout: float) -> None:
+    """Waits until `server` accepts connections on `port`; fails the test if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                pytest.fail(f"{what} did not start")
+            time.sleep(0.2)

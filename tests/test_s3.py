@@ -12,11 +12,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
@@ -24,7 +22,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from tests.conftest import make_texts, write_jsonl
+from tests.conftest import free_port, make_texts, wait_for_port, write_jsonl
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -32,12 +30,6 @@ pytestmark = pytest.mark.slow
 
 _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
               b"<Message>Please reduce your request rate.</Message></Error>")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _FlakyProxy(BaseHTTPRequestHandler):
@@ -98,7 +90,7 @@ class _FlakyProxy(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory) -> Iterator[dict[str, str]]:
     """A moto S3 server behind a flaky proxy; yields the environment pointing at the proxy."""
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=log, stderr=subprocess.STDOUT)
@@ -108,15 +100,7 @@ def s3(tmp_path_factory) -> Iterator[dict[str, str]]:
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail("moto server did not start")
-                time.sleep(0.2)
+        wait_for_port(port, server, "moto server", timeout=60)
         env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.server_address[1]}"}
         yield {"env": env, "proxy": proxy}

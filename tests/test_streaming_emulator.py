@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from tests.conftest import make_texts
+from tests.conftest import free_port, make_texts, wait_for_port
 
 pubsub_v1 = pytest.importorskip("google.cloud.pubsub_v1", reason="google-cloud-pubsub is not installed")
 pytestmark = pytest.mark.slow
@@ -38,12 +37,6 @@ def _launcher() -> Path | None:
     return found[0] if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _java_pids(port: int) -> list[int]:
     """Java processes serving `port` (the launcher may leave java in a session of its own)."""
     out = subprocess.run(["pgrep", "-f", f"--port={port}"], capture_output=True, text=True).stdout
@@ -55,20 +48,12 @@ def emulator(tmp_path_factory):
     launcher = _launcher()
     if launcher is None or shutil.which("java") is None:
         pytest.skip("the Pub/Sub emulator (Debian package google-cloud-cli-pubsub-emulator) or java is missing")
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path_factory.mktemp("emulator") / "emulator.log", "wb")
     proc = subprocess.Popen([str(launcher), "--host=127.0.0.1", f"--port={port}"], stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail("the Pub/Sub emulator did not start")
-                time.sleep(0.3)
+        wait_for_port(port, proc, "the Pub/Sub emulator", timeout=90)
         yield f"127.0.0.1:{port}"
     finally:
         for pid in {proc.pid, *_java_pids(port)}:
