@@ -52,13 +52,15 @@ def _base_manifest(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, tu
 
 
 def build_streaming_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, *, staging: str,
-                             sources: Optional[dict[str, beam.PCollection]] = None) -> beam.PCollection:
+                             sources: Optional[dict[str, beam.PCollection]] = None,
+                             arrival_time: bool = False) -> beam.PCollection:
     """Adds the streaming job to `pipeline`; returns the PCollection of committed window ids.
 
     Args:
       staging: where windows are staged before their commit.
       sources: per dataset, a PCollection of messages to use instead of reading Pub/Sub (tests feed
         a `TestStream` here).
+      arrival_time: window messages by when they are read, not by their publish time.
     """
     base, per_dataset = _base_manifest(config)
     commits = []
@@ -70,7 +72,8 @@ def build_streaming_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, *,
                 subscription=ds.pubsub_subscription, with_attributes=True)
         spec, template, pad_id = per_dataset[ds.name]
         commits.append(messages
-                       | f"Window[{ds.name}]" >> WindowMessages(name=ds.name, settings=config.streaming)
+                       | f"Window[{ds.name}]" >> WindowMessages(name=ds.name, settings=config.streaming,
+                                                                        arrival_time=arrival_time)
                        | f"Process[{ds.name}]" >> ProcessWindow(config=config, dataset=ds, tokenizer=spec,
                                                                 template=template, pad_id=pad_id, staging=staging))
     return (commits | "AllWindows" >> beam.Flatten()
@@ -116,14 +119,17 @@ def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None)
     options = PipelineOptions(list(beam_args or []))
     options.view_as(StandardOptions).streaming = True
     runner_name = options.view_as(StandardOptions).runner
-    if runner_name in (None, "DirectRunner", "BundleBasedDirectRunner"):
+    local = runner_name in (None, "DirectRunner", "BundleBasedDirectRunner")
+    if local:
         from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 
         runner = BundleBasedDirectRunner()
     else:
         runner = runner_name
     pipeline = beam.Pipeline(runner=runner, options=options)
-    build_streaming_pipeline(pipeline, config, staging=staging_dir(config.save.output_dir, new_run_id()))
+    event_time = config.streaming.event_time or ("arrival" if local else "publish")
+    build_streaming_pipeline(pipeline, config, staging=staging_dir(config.save.output_dir, new_run_id()),
+                             arrival_time=event_time == "arrival")
     result = pipeline.run()
 
     def _stop(*_: Any) -> None:

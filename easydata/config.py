@@ -223,11 +223,16 @@ class StreamingConfig:
         firing commits an extra pane of that window); later ones are dropped and counted.
       early_firing_seconds: also fire a window this often (processing time) before it closes;
         null: fire once, when the watermark passes the window's end.
+      event_time: what places a message in a window: `publish` (its Pub/Sub publish time) or
+        `arrival` (when the pipeline reads it). null: `arrival` on the local runner, whose watermark
+        is the wall clock (a backlog of older messages would otherwise be dropped as late), and
+        `publish` on other runners.
     """
 
     window_seconds: int = 60
     allowed_lateness_seconds: int = 0
     early_firing_seconds: Optional[int] = None
+    event_time: Optional[Literal["publish", "arrival"]] = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -69,6 +69,11 @@ def emulator(tmp_path_factory):
         log.close()
 
 
+def _publish(publisher, topic: str, messages: list[bytes]) -> None:
+    for future in [publisher.publish(topic, data, origin="emulator") for data in messages]:
+        future.result(timeout=60)
+
+
 def test_published_documents_are_committed_exactly_once(emulator, tokenizer_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulator)
     publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
@@ -85,15 +90,16 @@ def test_published_documents_are_committed_exactly_once(emulator, tokenizer_dir,
         "save": {"output_dir": str(out)},
     }))
     env = {**os.environ, "PUBSUB_EMULATOR_HOST": emulator}
+    texts = make_texts(60, seed=21)
+    # A backlog: half the messages wait in the subscription before the job starts (their publish times
+    # are behind the local runner's wall-clock watermark: nothing may be dropped as late), half arrive
+    # while it runs.
+    _publish(publisher, topic, [json.dumps({"text": t}).encode() for t in texts[:30]] + [b"{not json"])
     proc = subprocess.Popen([sys.executable, "-m", "easydata", "run", str(job), "--streaming"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    texts = make_texts(60, seed=21)
     try:
-        time.sleep(5)  # the pipeline subscribes; messages published before are kept by the subscription anyway
-        futures = [publisher.publish(topic, json.dumps({"text": t}).encode(), origin="emulator") for t in texts]
-        futures.append(publisher.publish(topic, b"{not json", origin="emulator"))
-        for f in futures:
-            f.result(timeout=60)
+        time.sleep(5)
+        _publish(publisher, topic, [json.dumps({"text": t}).encode() for t in texts[30:]])
         deadline = time.monotonic() + 300  # generous: the local runner pulls in 30 s long polls
         manifest = {}
         while time.monotonic() < deadline:

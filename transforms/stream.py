@@ -15,6 +15,7 @@ the manifest (`easydata.streaming.commit_window`).
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
@@ -51,14 +52,20 @@ def windowing(settings: StreamingConfig) -> beam.WindowInto:
 
 
 class WindowMessages(beam.PTransform):
-    """Windows one dataset's messages and groups each window's messages together."""
+    """Windows one dataset's messages and groups each window's messages together.
 
-    def __init__(self, *, name: str, settings: StreamingConfig):
+    Args:
+      arrival_time: window by the time messages are read instead of their timestamps (publish time).
+    """
+
+    def __init__(self, *, name: str, settings: StreamingConfig, arrival_time: bool = False):
         super().__init__()
-        self._name, self._settings = name, settings
+        self._name, self._settings, self._arrival_time = name, settings, arrival_time
 
     def expand(self, messages: beam.PCollection) -> beam.PCollection:
         name = self._name
+        if self._arrival_time:  # event time = when read (moving timestamps forward is always allowed)
+            messages = messages | "ArrivalTime" >> beam.Map(lambda m: window.TimestampedValue(m, time.time()))
         return (messages
                 | "Window" >> windowing(self._settings)
                 | "KeyByDataset" >> beam.Map(lambda m: (name, m))
