@@ -22,6 +22,7 @@ from hypothesis import given, settings, strategies as st
 
 from easydata.reader import MixedReader, TokenReader, WeightSchedule, WeightSchedulePoint
 from easydata.reader.layouts import apply_layout
+from easydata.reader.token_reader import EpochRows
 from easydata.reader.schedule import allocate
 from tests.conftest import SYNTHETIC_TOKENIZER, write_synthetic_output
 
@@ -175,10 +176,12 @@ def test_allocation_tracks_the_cumulative_target(points, data, global_batch, int
 # ---- rows ----------------------------------------------------------------------------------------
 
 def epoch_stream(outputs: dict[str, Path], name: str, epochs: int, seed: int = 1) -> list[int]:
-    """Row numbers of a source in its own epoch order, epoch after epoch (one TokenReader batch per epoch)."""
-    whole = TokenReader(str(outputs[name]), batch_size=ROWS[name], seed=seed, num_epochs=epochs, process_index=0,
-                        process_count=1, window_blocks=2)
-    return [int(i) - BASES[name] for batch in whole for i in batch["input_ids"][:, 0]]
+    """Row numbers of a source in its own epoch order (its rows at positions 0, 1, ...), epoch after epoch."""
+    reader = TokenReader(str(outputs[name]), batch_size=ROWS[name], seed=seed, num_epochs=epochs, process_index=0,
+                         process_count=1, window_blocks=2)
+    rows = EpochRows(reader)
+    return [int(i) - BASES[name] for epoch in range(epochs)
+            for i in rows.read(epoch, np.arange(ROWS[name]))["input_ids"][:, 0]]
 
 
 def test_rows_follow_each_sources_epoch_order_in_the_scheduled_counts(outputs) -> None:

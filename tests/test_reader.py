@@ -77,6 +77,10 @@ def test_processes_read_disjoint_rows_covering_the_epoch(packed_output):
     assert all(b["input_ids"].shape[0] == 4 for b in batches[0][:-1])
     parts = [_rows(b) for b in batches]
     assert parts[0] + parts[1] == _all_rows(packed_output)  # together: every row once
+    whole = list(TokenReader(str(packed_output), batch_size=8, seed=5, num_epochs=1, drop_remainder=False,
+                             process_index=0, process_count=1))
+    for step, batch in enumerate(whole):  # each global batch holds the same rows whatever the process count
+        assert _rows([batch]) == _rows([batches[0][step], batches[1][step]])
 
 
 def test_epochs_reshuffle_and_are_deterministic(packed_output):
@@ -255,7 +259,8 @@ def _reference_batches(out: Path, packed: bool, *, batch_size: int, seed: int, s
                        num_epochs: int) -> list[dict[str, np.ndarray]]:
     """The raw batches of one process, computed the obvious way: every row as Python lists, each
     epoch position mapped by the definition in `easydata.reader.order` (block permutation, windows,
-    a row permutation per window), unpacked rows padded with the pad id (0 for other columns) or cut."""
+    a row permutation per window), each batch's rows in storage order (window, then row in window),
+    unpacked rows padded with the pad id (0 for other columns) or cut."""
     index = BlockIndex.from_output(str(out))
     columns = ["input_ids", "segment_ids", "positions", "loss_mask"] if packed else ["input_ids", "loss_mask"]
     blocks = [index.read(b, columns).to_pylist() for b in range(index.num_blocks)]
@@ -269,10 +274,10 @@ def _reference_batches(out: Path, packed: bool, *, batch_size: int, seed: int, s
             if shuffle:
                 local = int(permute(np.array([local]), size, derive_key(seed, epoch, 2, w))[0])
             window_rows = [row for b in order.window_blocks_of(w) for row in blocks[int(b)]]
-            rows.append(window_rows[local])
+            rows.append(((w, local), window_rows[local]))
         for start in range(0, len(rows), batch_size):
             batch: dict[str, list] = collections.defaultdict(list)
-            for row in rows[start:start + batch_size]:
+            for _, row in sorted(rows[start:start + batch_size], key=lambda keyed: keyed[0]):
                 if packed:
                     for c in columns:
                         batch[c].append(row[c])

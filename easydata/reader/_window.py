@@ -9,9 +9,9 @@ of its rows. Loading converts every token column of the block once, without copy
 
 `Window.gather(rows)` then builds a batch with `ndarray.take` (packed) or index arithmetic (unpacked
 rows, padded or cut to `L`): no Arrow `take`, list-to-numpy conversion or concatenation of the
-window's blocks per batch. Cost of a packed batch: one copy of its rows when they all come from one
-block, else two (the second from a scratch buffer that stays in cache); the batch's arrays are views
-of one allocation. Memory: the decoded columns of the loaded blocks (Parquet), or only the page cache
+window's blocks per batch. Cost of a packed batch: one copy of its rows when they come grouped by
+block (one block, or rows in storage order, as `TokenReader` asks for them), else two (the second
+from a scratch buffer that stays in cache); the batch's arrays are views of one allocation. Memory: the decoded columns of the loaded blocks (Parquet), or only the page cache
 (local Arrow IPC).
 """
 
@@ -205,9 +205,10 @@ class Window:
     def _gather_packed(self, slot: np.ndarray, local: np.ndarray) -> dict[str, np.ndarray]:
         """Fixed-length rows, copied by `take` (C loops: no Python work per row).
 
-        Rows of one block: one `take` per column straight into the batch. Rows of several blocks: per
-        column, a `take` per block into a scratch buffer in block order, then one `take` from it into
-        batch order (the scratch stays in cache). The batch's arrays share one allocation. Every copy's
+        Rows grouped by block (one block, or storage order): per column, one `take` per block straight
+        into the batch. Rows of several blocks in any other order: per column, a `take` per block into
+        a scratch buffer in block order, then one `take` from it into batch order (the scratch stays
+        in cache). The batch's arrays share one allocation. Every copy's
         destination sits at a page offset (address modulo 4 KiB) far from its source's: rows copied to
         just above their source's page offset hit 4K aliasing, 10x slower on AMD EPYC with glibc's
         `rep movsb`.
@@ -226,9 +227,12 @@ class Window:
             at += (target - address - at) % _PAGE
             out[name] = raw[at:at + nbytes].view(np.int32).reshape(n, length)
             at += nbytes
-        if len(used) == 1:  # `mode="clip"` only stops numpy from buffering `out=`; indices are in range
-            for name, _, _ in placement:
-                blocks[0].arrays[name].take(local, axis=0, out=out[name], mode="clip")
+        if len(used) == 1 or (slot[1:] >= slot[:-1]).all():  # grouped by block: straight into the batch
+            at = 0
+            for block, count in zip(blocks, counts[used].tolist()):
+                for name, _, _ in placement:  # `mode="clip"` only stops numpy buffering `out=`: indices are valid
+                    block.arrays[name].take(local[at:at + count], axis=0, out=out[name][at:at + count], mode="clip")
+                at += count
             return out
         order = np.argsort(slot, kind="stable")
         inverse = np.empty(n, dtype=np.int64)
