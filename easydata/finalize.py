@@ -19,7 +19,7 @@ from easydata.filesystems import join
 from easydata.formats import TOKEN_COLUMNS
 from easydata.manifest import build_manifest, write_manifest
 from easydata.mixing import MIXED_NAME, MixPlan
-from easydata.output import commit_output
+from easydata.output import commit_output, finish_commit
 from easydata.run_plan import RunPlan
 from easydata.sharding import ShardInfo
 from easydata.splits import split_output_name
@@ -239,4 +239,5 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",
                               "rejected_counted_in": next(iter(fractions))}
     write_manifest(plan.output_dir, manifest)
+    finish_commit(plan.output_dir)
     return manifest

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import time
 from typing import Any, Iterable, Optional
 
 from easydata.errors import InputError, ValidationFailed
 from easydata.filesystems import get_fs, join, open_file
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "build_manifest", "write_manifest", "read_manifest"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "build_manifest", "write_manifest", "read_manifest"]
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+COMMIT_MARKER = ".easydata-committing"  # present while a run replaces the output (easydata.output)
 
 
 def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[str, Any],
@@ -95,21 +97,52 @@ def write_manifest(output_dir: str, manifest: dict[str, Any]) -> str:
     return join(output_dir, MANIFEST_NAME)
 
 
-def read_manifest(output_dir: str) -> dict[str, Any]:
+def _commit_in_progress(output_dir: str) -> Optional[dict[str, Any]]:
+    """The commit marker's content (`run_id`, `started_at`) while a run replaces the output, else None."""
+    fs, root = get_fs(output_dir)
+    try:
+        with fs.open(join(root, COMMIT_MARKER), "r") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):
+        return {}
+
+
+def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, Any]:
     """Loads the manifest of an output directory.
 
+    Args:
+      wait_for_commit: while a run is replacing the output (its commit marker is present, the old
+        manifest already gone), wait up to this many seconds for the new manifest.
+
     Raises:
-      ValidationFailed: when there is no manifest (an incomplete or foreign directory) or it is corrupt.
+      ValidationFailed: when there is no manifest (an incomplete or foreign directory, or a commit
+        that did not finish within `wait_for_commit`) or it is corrupt.
     """
     path = join(output_dir, MANIFEST_NAME)
-    try:
-        with open_file(path, "rb", decompress=False) as f:
-            manifest = json.load(f)
-    except (FileNotFoundError, InputError):
-        raise ValidationFailed(f"'{output_dir}' has no {MANIFEST_NAME}: not an easydata output, or a run that"
-                               " did not finish") from None
-    except (ValueError, OSError) as e:
-        raise ValidationFailed(f"'{path}' is not a readable JSON manifest: {e}") from None
+    deadline = time.monotonic() + wait_for_commit
+    while True:
+        try:
+            with open_file(path, "rb", decompress=False) as f:
+                manifest = json.load(f)
+            break
+        except (FileNotFoundError, InputError):
+            commit = _commit_in_progress(output_dir)
+            if commit is None:
+                raise ValidationFailed(f"'{output_dir}' has no {MANIFEST_NAME}: not an easydata output, or a run"
+                                       " that did not finish") from None
+            if time.monotonic() >= deadline:
+                started = commit.get("started_at")
+                since = _dt.datetime.fromtimestamp(started, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
+                    if isinstance(started, (int, float)) else "an unknown time"
+                waited = f" after waiting {wait_for_commit:g} s" if wait_for_commit else ""
+                raise ValidationFailed(
+                    f"'{output_dir}' is being replaced by run {commit.get('run_id', '?')} (commit started {since})"
+                    f" and has no {MANIFEST_NAME} yet{waited}; if that run died, rerun it") from None
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        except (ValueError, OSError) as e:
+            raise ValidationFailed(f"'{path}' is not a readable JSON manifest: {e}") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise ValidationFailed(f"'{path}' is not an easydata manifest (no format_version)")
     version = manifest["format_version"]

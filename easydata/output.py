@@ -1,22 +1,31 @@
 """The output directory's life cycle: refuse or replace an existing output, stage, commit.
 
-A run writes everything under `OUT/.easydata-tmp-<run_id>/` first. `commit_output` then removes the
-previous output's manifest (from that moment the old output no longer looks complete), replaces the
-dataset folders with the staged ones, and writes `manifest.json` last. A crash at any point leaves
-either no manifest or the complete new output.
+A run writes everything under `OUT/.easydata-tmp-<run_id>/` first. `commit_output` then writes the
+commit marker `OUT/.easydata-committing`, removes the previous output's manifest (from that moment
+the old output no longer looks complete), replaces the dataset folders with the staged ones; the
+caller writes `manifest.json` last and then `finish_commit` removes the marker. A crash at any point
+leaves either no manifest or the complete new output.
+
+Readers see the old or the new complete output, never a mix: one that opened the old output before
+the commit keeps its open shard files (local files stay readable after they are replaced); one that
+starts during the commit finds the marker instead of a manifest and waits for the new manifest
+(`easydata.manifest.read_manifest(wait_for_commit=...)`).
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
+import time
 import uuid
 from typing import Iterable
 
 from easydata.errors import OutputError
 from easydata.filesystems import get_fs, join
-from easydata.manifest import MANIFEST_NAME
+from easydata.manifest import COMMIT_MARKER, MANIFEST_NAME
 
-__all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "staging_dir", "commit_output", "move_into_place"]
+__all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "staging_dir", "commit_output", "finish_commit",
+           "move_into_place"]
 
 TEMP_PREFIX = ".easydata-tmp-"
 
@@ -52,7 +61,7 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
         if not overwrite:
             raise OutputError(f"output '{output_dir}' already exists; set save.overwrite: true (or"
                               " --set save.overwrite=true) to replace it, or choose another --output")
-        ours = MANIFEST_NAME in entries or any(e.startswith(TEMP_PREFIX) for e in entries)
+        ours = MANIFEST_NAME in entries or COMMIT_MARKER in entries or any(e.startswith(TEMP_PREFIX) for e in entries)
         if not ours:
             raise OutputError(f"refusing to overwrite '{output_dir}': it is not an easydata output"
                               f" (no {MANIFEST_NAME}); remove it yourself or choose another --output")
@@ -63,7 +72,8 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
 
 
 def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]]) -> None:
-    """Replaces the previous output with staged files; the caller writes the manifest afterwards.
+    """Replaces the previous output with staged files; the caller writes the manifest afterwards, then
+    calls `finish_commit`.
 
     Args:
       output_dir: the output directory.
@@ -72,16 +82,26 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
     """
     fs, root = get_fs(output_dir)
     _, staging_root = get_fs(staging)
+    staging_name = posixpath.basename(staging_root.rstrip("/"))
     manifest = join(root, MANIFEST_NAME)
+    with fs.open(join(root, COMMIT_MARKER), "w") as f:  # before the old manifest goes: readers wait for the new
+        json.dump({"run_id": staging_name[len(TEMP_PREFIX):], "started_at": time.time()}, f)
     if fs.exists(manifest):
         fs.rm(manifest)
-    staging_name = posixpath.basename(staging_root.rstrip("/"))
     for path in fs.ls(root, detail=False):
         name = posixpath.basename(path.rstrip("/"))
-        if name != staging_name and not name.startswith(TEMP_PREFIX):
+        if name not in (staging_name, COMMIT_MARKER) and not name.startswith(TEMP_PREFIX):
             fs.rm(path, recursive=True)
     move_into_place(output_dir, moves)
     fs.rm(staging_root, recursive=True)
+
+
+def finish_commit(output_dir: str) -> None:
+    """Removes the commit marker once the new manifest is in place."""
+    fs, root = get_fs(output_dir)
+    marker = join(root, COMMIT_MARKER)
+    if fs.exists(marker):
+        fs.rm(marker)
 
 
 def move_into_place(output_dir: str, moves: Iterable[tuple[str, str]]) -> None:

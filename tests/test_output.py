@@ -4,6 +4,7 @@ disk and on an fsspec `memory://` filesystem."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 
 from easydata.errors import OutputError
 from easydata.filesystems import get_fs, join
-from easydata.output import TEMP_PREFIX, commit_output, new_run_id, prepare_output, staging_dir
+from easydata.manifest import COMMIT_MARKER
+from easydata.output import TEMP_PREFIX, commit_output, finish_commit, new_run_id, prepare_output, staging_dir
 
 OLD_OUTPUT = {
     "manifest.json": b'{"format_version": 1}',
@@ -45,6 +47,14 @@ def tree(url: str) -> dict[str, bytes]:
     fs, root = get_fs(url)
     root = root.rstrip("/")
     return {p[len(root) + 1:]: fs.cat_file(p) for p in fs.find(root)}
+
+
+def committed_tree(url: str, run_id: str) -> dict[str, bytes]:
+    """`tree(url)` after a commit by `run_id` whose manifest is not written yet: checks that the commit
+    marker names the run, and leaves it out."""
+    files = tree(url)
+    assert json.loads(files.pop(COMMIT_MARKER))["run_id"] == run_id
+    return files
 
 
 def exists(url: str, rel: str = "") -> bool:
@@ -153,7 +163,7 @@ def test_commit_replaces_the_previous_output(output_url: str) -> None:
     prepare_output(output_url, overwrite=True)
     staging, moves = stage(output_url, "run1", NEW_FILES)
     commit_output(output_url, staging, moves)
-    assert tree(output_url) == {
+    assert committed_tree(output_url, "run1") == {
         "web/part-00000-of-00001.parquet": b"new web 0",
         "mixed/part-00000-of-00002.parquet": b"new mixed 0",
         "mixed/part-00001-of-00002.parquet": b"new mixed 1",
@@ -164,15 +174,17 @@ def test_commit_replaces_the_previous_output(output_url: str) -> None:
     assert not exists(output_url, "manifest.json")
     assert not exists(output_url, "code")
     assert not exists(output_url, f"{TEMP_PREFIX}run1")
+    finish_commit(output_url)  # after the manifest: the marker goes
+    assert not exists(output_url, COMMIT_MARKER)
 
 
 def test_commit_into_a_fresh_output(output_url: str) -> None:
     prepare_output(output_url, overwrite=False)
     staging, moves = stage(output_url, "first", {"a.parquet": ("web/part-00000-of-00001.parquet", b"rows")})
     commit_output(output_url, staging, moves)
-    assert tree(output_url) == {"web/part-00000-of-00001.parquet": b"rows"}
+    assert committed_tree(output_url, "first") == {"web/part-00000-of-00001.parquet": b"rows"}
     fs, root = get_fs(output_url)
-    assert [p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)] == ["web"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)) == [COMMIT_MARKER, "web"]
 
 
 def test_commit_removes_the_old_manifest_before_touching_anything(output_url: str) -> None:
@@ -183,13 +195,13 @@ def test_commit_removes_the_old_manifest_before_touching_anything(output_url: st
     with pytest.raises(FileNotFoundError):
         commit_output(output_url, staging, moves)
     assert not exists(output_url, "manifest.json")
-    assert tree(output_url) == {"web/part-00000-of-00001.parquet": b"new",
-                                ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}
+    assert committed_tree(output_url, "run2") == {"web/part-00000-of-00001.parquet": b"new",
+                                                  ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}
     # The debris still counts as an easydata output (it holds staging dirs), so a re-run may replace it.
     prepare_output(output_url, overwrite=True)
     staging, moves = stage(output_url, "run3", {"w.parquet": ("web/part-00000-of-00001.parquet", b"again")})
     commit_output(output_url, staging, moves)
-    assert tree(output_url) == {"web/part-00000-of-00001.parquet": b"again",
+    assert committed_tree(output_url, "run3") == {"web/part-00000-of-00001.parquet": b"again",
                                 ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}
 
 

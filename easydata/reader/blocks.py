@@ -18,7 +18,9 @@ import pyarrow as pa
 from easydata.filesystems import join, open_arrow_file
 from easydata.manifest import read_manifest
 
-__all__ = ["BlockIndex"]
+__all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS"]
+
+COMMIT_WAIT_SECONDS = 300.0  # a reader starting while a run replaces the output waits this long for it
 
 
 @dataclasses.dataclass
@@ -57,14 +59,19 @@ class BlockIndex:
         return len(self.block_rows)
 
     @classmethod
-    def from_output(cls, output_dir: str, name: Optional[str] = None) -> "BlockIndex":
+    def from_output(cls, output_dir: str, name: Optional[str] = None,
+                    commit_wait: float = COMMIT_WAIT_SECONDS) -> "BlockIndex":
         """Lists the blocks of dataset `name` (default: the output's only dataset).
 
+        Args:
+          commit_wait: seconds to wait for the new manifest while a run is replacing the output.
+
         Raises:
-          ValidationFailed: no manifest (an incomplete or foreign directory).
+          ValidationFailed: no manifest (an incomplete or foreign directory, or a commit that did not
+            finish within `commit_wait`).
           ValueError: unknown dataset name, or an unsupported output format.
         """
-        manifest = read_manifest(output_dir)
+        manifest = read_manifest(output_dir, wait_for_commit=commit_wait)
         datasets = manifest.get("datasets") or {}
         if name is None:
             if len(datasets) != 1:
@@ -76,7 +83,7 @@ class BlockIndex:
         if fmt == "bin" and cls is BlockIndex:  # token streams: documents as blocks (easydata.reader.bin_reader)
             from easydata.reader.bin_reader import BinBlockIndex
 
-            return BinBlockIndex.from_output(output_dir, name)
+            return BinBlockIndex.from_output(output_dir, name, commit_wait)
         if fmt not in cls.FORMATS:
             raise ValueError(f"the reader reads {', '.join(cls.FORMATS)} outputs; '{output_dir}' is {fmt}"
                              + (" (np.load it, or write parquet / arrow / bin)." if fmt == "npz" else "."))

@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from easydata.reader._window import RowSpec, Window
-from easydata.reader.blocks import BlockIndex
+from easydata.reader.blocks import COMMIT_WAIT_SECONDS, BlockIndex
 from easydata.reader.layouts import LAYOUTS, apply_layout
 from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
 
@@ -109,12 +109,15 @@ class TokenReader(JaxBatches):
       seq_length: row length for unpacked outputs (rows are padded / cut to it).
       prefetch: batches prepared ahead on a background thread (0: none).
       window_blocks: blocks (row groups) per shuffle window; memory holds about two windows.
+      commit_wait: when a run is replacing the output at construction (its old manifest already
+        removed), seconds to wait for the new one before raising.
     """
 
     def __init__(self, path: str, batch_size: int, shuffle: bool = True, seed: int = 0,
                  num_epochs: Optional[int] = None, drop_remainder: bool = True, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
-                 seq_length: Optional[int] = None, prefetch: int = 2, window_blocks: int = 4):
+                 seq_length: Optional[int] = None, prefetch: int = 2, window_blocks: int = 4,
+                 commit_wait: float = COMMIT_WAIT_SECONDS):
         process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0:
             raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
@@ -125,7 +128,7 @@ class TokenReader(JaxBatches):
                              f" multiple of {process_count}.")
         if layout not in LAYOUTS:
             raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}.")
-        self.index = BlockIndex.from_output(path, name)
+        self.index = BlockIndex.from_output(path, name, commit_wait)
         self.row_spec = RowSpec.of_output(self.index, seq_length)
         self.packed, self.seq_length = self.row_spec.packed, self.row_spec.seq_length
         self.columns, self.pad_id = list(self.row_spec.columns), self.row_spec.pad_id
