@@ -22,7 +22,8 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.coders import StrUtf8Coder
 from apache_beam.transforms import trigger, window
-from apache_beam.transforms.userstate import BagStateSpec
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 
 from easydata.chat import ChatRenderer
 from easydata.chat_stage import render_batch
@@ -51,8 +52,64 @@ def windowing(settings: StreamingConfig) -> beam.WindowInto:
                            accumulation_mode=trigger.AccumulationMode.DISCARDING)
 
 
+class _FindDroppedLateFn(beam.DoFn):
+    """Emits the messages the window's GroupByKey will drop as too late (Python Beam drops them
+    without a metric).
+
+    Runs beside the GroupByKey on the same messages (in the global window, keyed by dataset) and
+    learns from an event-time timer when the watermark has passed a window's end plus the allowed
+    lateness; a message of a window already past that point when it arrives is one the GroupByKey
+    drops. State: the open windows' deadlines and the latest deadline the watermark has passed (a few
+    numbers per dataset). The counter is incremented downstream (`_count_dropped_late`): Beam's
+    local runner loses the metrics of DoFns with timers.
+    """
+
+    PENDING = ReadModifyWriteStateSpec("pending_deadlines", beam.coders.PickleCoder())
+    PASSED = ReadModifyWriteStateSpec("passed_deadline", beam.coders.FloatCoder())
+    DEADLINE = TimerSpec("deadline", TimeDomain.WATERMARK)
+
+    def __init__(self, settings: StreamingConfig):
+        self._size, self._lateness = settings.window_seconds, settings.allowed_lateness_seconds
+
+    def process(self, element: tuple[str, Any], timestamp=beam.DoFn.TimestampParam,
+                pending=beam.DoFn.StateParam(PENDING), passed=beam.DoFn.StateParam(PASSED),
+                deadline=beam.DoFn.TimerParam(DEADLINE)) -> Iterator[Any]:
+        end = (float(timestamp) // self._size + 1) * self._size
+        limit = end + self._lateness  # the GroupByKey drops the window's messages once the watermark passes it
+        if limit <= (passed.read() or float("-inf")):
+            yield element
+            return
+        deadlines = set(pending.read() or ())
+        if limit not in deadlines:
+            deadlines.add(limit)
+            pending.write(deadlines)
+            deadline.set(min(deadlines))
+
+    @on_timer(DEADLINE)
+    def watermark_passed(self, fire=beam.DoFn.TimestampParam, pending=beam.DoFn.StateParam(PENDING),
+                         passed=beam.DoFn.StateParam(PASSED), deadline=beam.DoFn.TimerParam(DEADLINE)) -> None:
+        now = float(fire)
+        passed.write(max(now, passed.read() or float("-inf")))
+        deadlines = {d for d in (pending.read() or ()) if d > now}
+        pending.write(deadlines)
+        if deadlines:
+            deadline.set(min(deadlines))
+
+
+class _CountDroppedLateFn(beam.DoFn):
+    """`stream_late_messages_dropped`: one per message `_FindDroppedLateFn` emits."""
+
+    def __init__(self):
+        self._dropped = beam.metrics.Metrics.counter("easydata", "stream_late_messages_dropped")
+
+    def process(self, late: tuple[str, Any]) -> Iterator[Any]:
+        self._dropped.inc()
+        return iter(())
+
+
 class WindowMessages(beam.PTransform):
-    """Windows one dataset's messages and groups each window's messages together.
+    """Windows one dataset's messages and groups each window's messages together; counts the messages
+    dropped as too late (`stream_late_messages_dropped`) on a branch beside the grouping.
 
     Args:
       arrival_time: window by the time messages are read instead of their timestamps (publish time).
@@ -66,6 +123,11 @@ class WindowMessages(beam.PTransform):
         name = self._name
         if self._arrival_time:  # event time = when read (moving timestamps forward is always allowed)
             messages = messages | "ArrivalTime" >> beam.Map(lambda m: window.TimestampedValue(m, time.time()))
+        _ = (messages
+             | "GlobalForLateCount" >> beam.WindowInto(window.GlobalWindows())
+             | "KeyForLateCount" >> beam.Map(lambda m: (name, m))
+             | "FindDroppedLate" >> beam.ParDo(_FindDroppedLateFn(self._settings))
+             | "CountDroppedLate" >> beam.ParDo(_CountDroppedLateFn()))
         return (messages
                 | "Window" >> windowing(self._settings)
                 | "KeyByDataset" >> beam.Map(lambda m: (name, m))
