@@ -16,8 +16,8 @@ What one run does (nothing is downloaded):
    calls are timed. Also shown, for reference: `encode_batch_fast` (what the pipeline calls), and
    `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process).
 4. Pipeline. `easydata run CONFIG --quiet` as a subprocess, wall-clock of the whole command
-   (interpreter start, Beam import, planning, reading, tokenizing, shuffling, Parquet/zstd writing,
-   commit), in three local modes:
+   (interpreter start, Beam import, planning, reading, tokenizing, first_fit packing at 2048 unless
+   `--no-pack`, shuffling, Parquet/zstd writing, commit), in three local modes:
      default      no runner flags: one in-process worker, tokenizer threads on all cores;
      processes    `--direct_num_workers=2`: two worker processes, each with tokenizer threads;
      procs-only   `--direct_num_workers=2` and `RAYON_NUM_THREADS=1`: parallel processes only,
@@ -26,6 +26,10 @@ What one run does (nothing is downloaded):
    The token count of the manifest is checked against the baseline: baseline tokens (special tokens
    of the tokenizer's post-processor included, as the pipeline keeps them by default) plus one EOS
    per document that does not already end with EOS (the pipeline appends it).
+   The common alternative, unless `--no-datasets`: `hf_datasets_baseline.py` (HF `datasets`
+   `map(batched=True, num_proc=cores)` with the same tokenizer, concatenate-and-split packing at
+   2048, shuffle, `to_parquet`) as a subprocess, wall-clock of the whole command too; printed with
+   the tokens its packing drops and each mode's speed relative to it.
 5. Resources. CPU seconds (user+sys of the command and the workers it reaped, from `wait4`), the
    largest sum of RSS over the command's process tree (sampled from /proc every 0.2 s) and the
    largest single process's maximum RSS (`wait4`); shown as n/a where unavailable.
@@ -40,7 +44,8 @@ time first, so it shows the per-byte efficiency a large job would approach. Numb
 a shared machine are noisy by several percent; compare modes within one run.
 
 Usage, from the repository root (with the project's virtualenv active):
-  python benchmarks/bench_pipeline.py [--size-mb 24] [--tokenizer DIR] [--workdir DIR] [--repeat N]
+  python benchmarks/bench_pipeline.py [--size-mb 48] [--tokenizer DIR] [--workdir DIR] [--repeat N]
+                                      [--no-pack] [--no-datasets]
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ CORPUS_VERSION = 1
 DOC_CAP_BYTES = 200_000
 BASELINE_BATCH = 1000
 TINY_DOCUMENTS = 10
+SEQ_LENGTH = 2048
+DEFAULT_SIZE_MB = 48
 SKIP_DIRS = {"__pycache__", ".git"}
 DOC_SUFFIXES = (".txt", ".rst", ".md", ".html", ".htm")
 MODES = [  # (name, extra CLI flags, environment changes: None removes the variable)
@@ -350,13 +357,15 @@ def easydata_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "easydata"]
 
 
-def write_config(path: Path, corpus: Path, tokenizer_dir: Path, output_dir: Path) -> Path:
+def write_config(path: Path, corpus: Path, tokenizer_dir: Path, output_dir: Path, pack: bool = True) -> Path:
     config = {
         "seed": 42,
         "default_tokenizer": str(tokenizer_dir),
         "datasets": [{"name": "corpus", "data_files": str(corpus), "type": "jsonl"}],
         "save": {"output_dir": str(output_dir), "format": "parquet", "compression": "zstd", "overwrite": True},
     }
+    if pack:
+        config["pack"] = {"enabled": True, "seq_length": SEQ_LENGTH, "strategy": "first_fit"}
     path.write_text(json.dumps(config, indent=2) + "\n")
     return path
 
@@ -510,7 +519,10 @@ def print_failures(results: list[tuple[str, dict, dict]]) -> None:
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size-mb", type=float, default=24, help="corpus size in MB of text (default 24)")
+    parser.add_argument("--size-mb", type=float, default=DEFAULT_SIZE_MB,
+                        help=f"corpus size in MB of text (default {DEFAULT_SIZE_MB})")
+    parser.add_argument("--no-pack", action="store_true", help="write unpacked rows (default: first_fit at 2048)")
+    parser.add_argument("--no-datasets", action="store_true", help="skip the HF datasets path")
     parser.add_argument("--tokenizer", help="tokenizer dir with tokenizer.json (default: Mistral, else sample)")
     parser.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help="corpus, configs, outputs, logs")
     parser.add_argument("--repeat", type=int, default=1,
@@ -568,10 +580,44 @@ def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: 
             ("encode_batch, 1 thread", median_run(singles) if singles else None)]
 
 
-def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int) -> list[tuple[str, dict, dict]]:
+def measure_datasets_path(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int) -> dict[str, Any]:
+    """The HF `datasets` alternative (`hf_datasets_baseline.py`) as a subprocess, measured like a mode."""
+    out = workdir / "out-hf-datasets"
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "hf_datasets_baseline.py"), str(corpus),
+           str(tokenizer_dir), str(out), "--seq-length", str(SEQ_LENGTH), "--num-proc", str(os.cpu_count() or 1)]
+    runs = []
+    for _ in range(repeat):
+        result = run_measured(cmd, dict(os.environ), workdir / "log-hf-datasets.txt")
+        result["command"], result["log"] = shlex.join(cmd), workdir / "log-hf-datasets.txt"
+        if result["returncode"] == 0:
+            result.update(json.loads(Path(result["log"]).read_text().strip().splitlines()[-1]))
+        runs.append(result)
+    result = median_run(runs)
+    print(f"  ran HF datasets path: {result['seconds']:.1f}s", flush=True)
+    return result
+
+
+def print_datasets_comparison(results: list[tuple[str, dict, dict]], hf: dict[str, Any], expected: int) -> None:
+    print(f"\nAgainst the HF `datasets` path (map(batched, num_proc={os.cpu_count()}) + concatenate-and-split packing"
+          f" at {SEQ_LENGTH} + shuffle + to_parquet), whole command each")
+    if hf["returncode"] != 0:
+        print(f"  HF datasets path FAILED; last lines of {hf['log']}:\n{failure_tail(hf)}")
+        return
+    dropped = expected - hf["tokens"]
+    print(f"  HF datasets path: {hf['seconds']:.1f} s, peak RSS {fmt_bytes(hf['peak_tree_rss'])}, {hf['rows']:,} rows,"
+          f" {hf['tokens']:,} tokens written: {dropped:,} of {expected:,} tokens dropped ({100 * dropped / expected:.2f} %)"
+          " by concatenate-and-split")
+    for name, full, _ in results:
+        if ok(full):
+            print(f"  {name:<11} {full['seconds']:.1f} s: {hf['seconds'] / full['seconds']:.2f}x the HF datasets path's"
+                  " speed")
+
+
+def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int,
+                  pack: bool = True) -> list[tuple[str, dict, dict]]:
     tiny_corpus = write_tiny_corpus(corpus, workdir)
-    full_config = write_config(workdir / "config-full.json", corpus, tokenizer_dir, workdir / "out-full")
-    tiny_config = write_config(workdir / "config-tiny.json", tiny_corpus, tokenizer_dir, workdir / "out-tiny")
+    full_config = write_config(workdir / "config-full.json", corpus, tokenizer_dir, workdir / "out-full", pack)
+    tiny_config = write_config(workdir / "config-tiny.json", tiny_corpus, tokenizer_dir, workdir / "out-tiny", pack)
     run_pipeline("warmup", tiny_config, [], MODES[0][2], workdir, workdir / "out-tiny")  # page cache, .pyc
     results = []
     for name, flags, env_changes in MODES:
@@ -607,12 +653,15 @@ def main(argv: Optional[list[str]] = None) -> int:
           f" (EOS id {eos}; {raw['ending_with_eos']} documents already end with it)", flush=True)
     del texts
 
-    results = measure_modes(workdir, corpus, tokenizer_dir, repeat)
+    results = measure_modes(workdir, corpus, tokenizer_dir, repeat, pack=not args.no_pack)
+    hf = None if args.no_datasets else measure_datasets_path(workdir, corpus, tokenizer_dir, repeat)
     fast = baselines[1][1]
     print_pipeline_results(results, raw["tokens"] / raw["seconds"],
                            fast["tokens"] / fast["seconds"] if fast else None, text_bytes)
     print_resources(results)
     print_token_check(results, expected)
+    if hf is not None:
+        print_datasets_comparison(results, hf, expected)
     print(f"\nCPU capacity at end: {cpu_capacity():.2f} cores' worth"
           + (f" (median of {repeat} runs per measurement)" if repeat > 1 else " (one run per measurement)"))
     print("\nCommands (run from the repository root)")
