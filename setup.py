@@ -28,6 +28,8 @@ setup(
         "streaming": ["google-cloud-pubsub>=2"],
         "jax": ["jax>=0.4.20"],
         "plot": ["matplotlib>=3.7"],  # easydata stats --plot
+        # --runner=DaskRunner (the versions apache-beam[dask] asks for)
+        "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # pandas, duckdb and datasets: tests prove the shards load in the tools users already have.
         "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "pandas>=2", "duckdb>=1", "datasets>=2.18",
                 # jax: the reader's as_jax/as_pmap tests on simulated CPU devices
@@ -37,7 +39,11 @@ setup(
                 # s3fs + moto's standalone server: the s3:// round trip against a real S3-compatible server
                 "s3fs>=2023.6", "moto[server]>=5",
                 # google-cloud-pubsub: the streaming test against the Pub/Sub emulator
-                "google-cloud-pubsub>=2"],
+                "google-cloud-pubsub>=2",
+                # dask + distributed: the DaskRunner test on a real local cluster
+                "dask>=2024.4.2", "distributed>=2024.4.2",
+                # jsonschema: the Dataflow Flex Template metadata.json files are validated against their schema
+                "jsonschema>=4.18"],
     },
     entry_points={"console_scripts": ["easydata=easydata.cli:main"]},
 )

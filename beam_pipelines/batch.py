@@ -5,7 +5,9 @@ token rows are mixed by share of output tokens into a single output `OUT/mixed/`
 
 `build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` prepares the run
 (checks, splits, tokenizers, output directory), runs it on the chosen runner with a progress report
-for local runs, and returns the committed manifest.
+for local runs, and returns the committed manifest. `build_batch_job` does the same preparation and
+construction without running (the job graph can then be inspected or serialised offline), and
+`launch_batch` submits it and returns at once (the Dataflow Flex Template entry).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from typing import Any, Iterator, Optional
 
 import apache_beam as beam
+from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
@@ -27,11 +30,11 @@ from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
 from easydata.splits import split_output_name
 from easydata.token_files import token_file_spec
-from beam_pipelines.runners import make_runner_and_options, unknown_beam_flags
+from beam_pipelines.runners import make_runner_and_options, runs_on_this_machine, unknown_beam_flags
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
     ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SplitRows, Tokenize, WeightedMix, WriteShards
 
-__all__ = ["build_batch_pipeline", "run_batch", "BatchResult"]
+__all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch", "BatchResult"]
 
 
 def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: RunPlan, started_at: float,
@@ -116,6 +119,51 @@ def _quiet_user_errors() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+def _check_beam_flags(beam_args: list[str]) -> None:
+    """Refuses Beam flags that look like typos of known ones; warns about flags no loaded options class knows."""
+    for flag, suggestion in unknown_beam_flags(beam_args):
+        if suggestion:
+            raise EasyDataError(f"unknown option {flag} (did you mean {suggestion}?)")
+        print(f"easydata: warning: {flag} is not an option Beam knows here; passing it on", file=sys.stderr)
+
+
+def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = None, *, resume: bool = False,
+                    **plan_options: int) -> tuple[beam.Pipeline, RunPlan]:
+    """Prepares the run and builds the whole batch job on the runner `beam_args` name, without running it.
+
+    Preparation is `run_batch`'s: config, inputs and tokenizers are checked, input files listed and
+    the output directory's staging area created. No runner is contacted, so the job graph of a
+    remote runner (`--runner=DataflowRunner ...`) can be built, inspected and serialised
+    (`pipeline.to_runner_api()`) offline. Workers report no local progress.
+
+    Returns:
+      The constructed pipeline and its `RunPlan`.
+
+    Raises:
+      EasyDataError: user-caused problems (config, inputs, tokenizer, output, a mistyped Beam flag).
+    """
+    beam_args = list(beam_args or [])
+    _check_beam_flags(beam_args)
+    plan = prepare_run(config, resume=resume, **plan_options)
+    runner, options = make_runner_and_options(beam_args)
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    build_batch_pipeline(pipeline, config, plan, time.time())
+    return pipeline, plan
+
+
+def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *, resume: bool = False,
+                 **plan_options: int) -> PipelineResult:
+    """Builds the batch job and submits it without waiting for it to finish.
+
+    On a remote runner this returns as soon as the job is submitted (a Flex Template launcher must
+    exit then); the manifest appears in the output directory when the job commits. Local runners
+    run the job to completion inside `run()`, so locally the output is committed on return.
+    """
+    pipeline, _ = build_batch_job(config, beam_args, resume=resume, **plan_options)
+    with _quiet_user_errors():
+        return pipeline.run()
+
+
 @dataclasses.dataclass
 class BatchResult:
     """What a finished batch run produced."""
@@ -143,17 +191,14 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
     """
     started = time.time()
     beam_args = list(beam_args or [])
-    for flag, suggestion in unknown_beam_flags(beam_args):
-        if suggestion:
-            raise EasyDataError(f"unknown option {flag} (did you mean {suggestion}?)")
-        print(f"easydata: warning: {flag} is not an option Beam knows here; passing it on", file=sys.stderr)
+    _check_beam_flags(beam_args)
     plan = prepare_run(config, resume=resume, **plan_options)
     if resume and show_progress:
         print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
               " already tokenized" if plan.resumed else
               "easydata: no unfinished run of this job to resume: starting a new run", file=sys.stderr)
     runner, options = make_runner_and_options(beam_args)
-    local = not isinstance(runner, str)  # local runners are instances, remote ones names
+    local = runs_on_this_machine(runner, options)
     pipeline = beam.Pipeline(runner=runner, options=options)
     with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
         build_batch_pipeline(pipeline, config, plan, started, progress_dir if local else None)

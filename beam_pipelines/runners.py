@@ -4,7 +4,9 @@ With no `--runner` (or `--runner=DirectRunner`), a local job runs on Beam's FnAp
 behind DirectRunner) through `OfflineDirectRunner`, which skips Beam's first attempt to start the
 Prism runner (that attempt downloads a binary): no download, no network. By default it runs one
 in-process worker whose tokenizer uses every core; `--direct_num_workers=N` runs N worker processes.
-Any other runner name and every other flag pass through to Beam unchanged.
+`--runner=DaskRunner` runs on a dask `distributed` cluster through `ManagedDaskRunner`
+(`beam_pipelines.dask_runner`: Beam's DaskRunner with a complete batch translation; without an address
+it starts a local cluster). Any other runner name and every other flag pass through to Beam unchanged.
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ import logging
 import sys
 from typing import Optional
 
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions, \
+    _BeamArgumentParser
 from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
-__all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "unknown_beam_flags"]
+from easydata.errors import EasyDataError
+
+__all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "unknown_beam_flags",
+           "runs_on_this_machine"]
 
 _LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
                   "SwitchingDirectRunner"}
+_DASK_RUNNERS = {"DaskRunner", "ManagedDaskRunner"}
 
 
 class _DropMessage(logging.Filter):
@@ -74,6 +81,36 @@ def is_local_runner(runner_name: Optional[str]) -> bool:
     return runner_name in _LOCAL_RUNNERS
 
 
+def _dask_runner() -> PipelineRunner:
+    try:
+        import dask.bag  # noqa: F401 - Beam's DaskRunner needs both
+        import distributed  # noqa: F401
+    except ImportError as e:
+        raise EasyDataError(f"--runner=DaskRunner needs dask and distributed ({e}): install them with"
+                            " pip install 'easydata-beam[dask]' (in a checkout: pip install -e '.[dask]')") from e
+    from beam_pipelines.dask_runner import ManagedDaskRunner
+
+    return ManagedDaskRunner()
+
+
+def runs_on_this_machine(runner: PipelineRunner | str, options: PipelineOptions) -> bool:
+    """Whether the job's workers share this machine's files (then they can report progress to it)."""
+    if isinstance(runner, str):
+        return False
+    uses_local_cluster = getattr(runner, "uses_local_cluster", None)
+    return uses_local_cluster is None or uses_local_cluster(options)
+
+
+def _known_flags() -> set[str]:
+    """Names of the flags every registered options class declares (a flag's name may differ from the
+    option it sets: Beam's `--dask_client_address` sets `address`)."""
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)
+    return {flag[2:].replace("-", "_") for action in parser._actions for flag in action.option_strings
+            if flag.startswith("--")}
+
+
 def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
     """Flags no registered Beam options class declares, each with the closest known flag (or None).
 
@@ -81,7 +118,9 @@ def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
     run the job locally. Options of runners not imported yet are unknown here, hence the suggestion:
     callers refuse flags that look like typos and only warn about the others.
     """
-    known = set(PipelineOptions([]).get_all_options())
+    if PipelineOptions(beam_args).view_as(StandardOptions).runner in _DASK_RUNNERS:
+        _dask_runner()  # registers the Dask options (or says how to install dask)
+    known = _known_flags()
     found = []
     for arg in beam_args:
         if not arg.startswith("--"):
@@ -96,6 +135,8 @@ def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
 def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str, PipelineOptions]:
     """Builds the runner and options for `beam_args` (unrecognised flags stay Beam's to judge).
 
+    Local runners and `DaskRunner` come back as runner instances, others as Beam runner names.
+
     Local runs default to one in-process worker: the tokenizer's own Rust threads already use every
     core, and this measured faster than one worker process per core, which pays for moving every
     token row between processes (benchmarks/bench_pipeline.py, README "Performance").
@@ -104,6 +145,10 @@ def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str,
     """
     options = PipelineOptions(beam_args)
     runner_name = options.view_as(StandardOptions).runner
+    if runner_name in _DASK_RUNNERS:
+        runner = _dask_runner()
+        runner.check_options(options)
+        return runner, options
     if not is_local_runner(runner_name):
         return runner_name, options
     direct = options.view_as(DirectOptions)

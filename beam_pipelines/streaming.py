@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError, OutputError
@@ -28,7 +29,7 @@ from easydata.run_plan import load_chat_template
 from easydata.tokenizer import load_tokenizer
 from transforms.stream import CommitWindows, ProcessWindow, WindowMessages
 
-__all__ = ["build_streaming_pipeline", "run_streaming"]
+__all__ = ["build_streaming_pipeline", "build_streaming_job", "run_streaming"]
 
 _SUBSCRIPTION = re.compile(r"projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/subscriptions/[A-Za-z][-A-Za-z0-9_.~+%]{2,254}")
 
@@ -110,12 +111,22 @@ def _prepare_output(config: PipelineConfig) -> None:
     prepare_output(config.save.output_dir, config.save.overwrite)
 
 
-def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None) -> None:
-    """Runs the streaming pipeline until it is cancelled (Ctrl-C / SIGTERM)."""
+def build_streaming_job(config: PipelineConfig, beam_args: Optional[list[str]] = None) -> beam.Pipeline:
+    """Checks the config, prepares the output and builds the streaming job, without running it.
+
+    Locally (no `--runner`, `DirectRunner`) the job runs on Beam's `BundleBasedDirectRunner`; any other
+    runner name is passed to Beam. No runner is contacted, so a Dataflow job graph can be built and
+    serialised offline.
+
+    Raises:
+      ConfigError, OutputError: user-caused problems, one line each.
+    """
+    if PipelineOptions(list(beam_args or [])).view_as(StandardOptions).runner in ("DaskRunner", "ManagedDaskRunner"):
+        from easydata.errors import EasyDataError
+
+        raise EasyDataError("the DaskRunner runs batch pipelines only: run --streaming locally or on Dataflow")
     _check(config)
     _prepare_output(config)
-    print(f"easydata: streaming into {config.save.output_dir} (windows of {config.streaming.window_seconds}s);"
-          " Ctrl-C to stop", file=sys.stderr)
     options = PipelineOptions(list(beam_args or []))
     options.view_as(StandardOptions).streaming = True
     runner_name = options.view_as(StandardOptions).runner
@@ -130,6 +141,22 @@ def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None)
     event_time = config.streaming.event_time or ("arrival" if local else "publish")
     build_streaming_pipeline(pipeline, config, staging=staging_dir(config.save.output_dir, new_run_id()),
                              arrival_time=event_time == "arrival")
+    return pipeline
+
+
+def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
+                  wait: bool = True) -> Optional[PipelineResult]:
+    """Runs the streaming pipeline until it is cancelled (Ctrl-C / SIGTERM).
+
+    Args:
+      wait: False submits the job and returns its `PipelineResult` at once (a Flex Template launcher
+        must exit once the job is submitted; the job runs until drained or cancelled).
+    """
+    pipeline = build_streaming_job(config, beam_args)
+    if not wait:
+        return pipeline.run()
+    print(f"easydata: streaming into {config.save.output_dir} (windows of {config.streaming.window_seconds}s);"
+          " Ctrl-C to stop", file=sys.stderr)
     result = pipeline.run()
 
     def _stop(*_: Any) -> None:
@@ -146,3 +173,4 @@ def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None)
             pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return None

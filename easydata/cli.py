@@ -164,6 +164,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         # Beam warns about optional GCP client libraries on import and reports local worker start-up
         # chatter as warnings; keep the terminal for progress. Errors still show.
         handler = logging.StreamHandler()
+        handler.setLevel(logging.WARNING)  # a local dask cluster's scheduler logs at INFO
         handler.addFilter(lambda record: "apitools not found" not in record.getMessage())
         logging.basicConfig(handlers=[handler], level=logging.WARNING)
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
