@@ -142,13 +142,28 @@ def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = Non
     Raises:
       EasyDataError: user-caused problems (config, inputs, tokenizer, output, a mistyped Beam flag).
     """
+    pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options)
+    return pipeline, plan
+
+
+def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: bool, plan_options: dict[str, int], *,
+               started: Optional[float] = None, progress_dir: Optional[str] = None,
+               announce_resume: bool = False) -> tuple[beam.Pipeline, RunPlan, bool]:
+    """`build_batch_job`, and whether the workers run on this machine (then, with `progress_dir`, they
+    report progress there); `announce_resume` says on stderr whether an unfinished run is resumed."""
     beam_args = list(beam_args or [])
     _check_beam_flags(beam_args)
     plan = prepare_run(config, resume=resume, **plan_options)
+    if resume and announce_resume:
+        print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
+              " already tokenized" if plan.resumed else
+              "easydata: no unfinished run of this job to resume: starting a new run", file=sys.stderr)
     runner, options = make_runner_and_options(beam_args)
+    local = runs_on_this_machine(runner, options)
     pipeline = beam.Pipeline(runner=runner, options=options)
-    build_batch_pipeline(pipeline, config, plan, time.time())
-    return pipeline, plan
+    build_batch_pipeline(pipeline, config, plan, time.time() if started is None else started,
+                         progress_dir if local else None)
+    return pipeline, plan, local
 
 
 def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *, resume: bool = False,
@@ -190,18 +205,9 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
       plan_options: `split_bytes` / `group_bytes` tuning passed to `prepare_run`.
     """
     started = time.time()
-    beam_args = list(beam_args or [])
-    _check_beam_flags(beam_args)
-    plan = prepare_run(config, resume=resume, **plan_options)
-    if resume and show_progress:
-        print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
-              " already tokenized" if plan.resumed else
-              "easydata: no unfinished run of this job to resume: starting a new run", file=sys.stderr)
-    runner, options = make_runner_and_options(beam_args)
-    local = runs_on_this_machine(runner, options)
-    pipeline = beam.Pipeline(runner=runner, options=options)
     with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
-        build_batch_pipeline(pipeline, config, plan, started, progress_dir if local else None)
+        pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
+                                           progress_dir=progress_dir, announce_resume=show_progress)
         with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
             pipeline.run().wait_until_finish()
     manifest = read_manifest(plan.output_dir)

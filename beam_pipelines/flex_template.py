@@ -127,9 +127,7 @@ def _load_config_mapping(value: str) -> dict[str, Any]:
         try:
             with open_file(text, "rb") as f:
                 text = f.read().decode("utf-8")
-        except EasyDataError as e:
-            raise ConfigError(f"{source} cannot be read: {e}") from None
-        except (OSError, UnicodeDecodeError) as e:
+        except (EasyDataError, OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{source} cannot be read: {e}") from None
     try:
         data = yaml.safe_load(text)  # JSON is YAML

@@ -23,8 +23,8 @@ from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
 
-__all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "unknown_beam_flags",
-           "runs_on_this_machine"]
+__all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "is_dask_runner",
+           "unknown_beam_flags", "runs_on_this_machine"]
 
 _LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
                   "SwitchingDirectRunner"}
@@ -81,6 +81,10 @@ def is_local_runner(runner_name: Optional[str]) -> bool:
     return runner_name in _LOCAL_RUNNERS
 
 
+def is_dask_runner(runner_name: Optional[str]) -> bool:
+    return runner_name in _DASK_RUNNERS
+
+
 def _dask_runner() -> PipelineRunner:
     try:
         import dask.bag  # noqa: F401 - Beam's DaskRunner needs both
@@ -118,7 +122,7 @@ def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
     run the job locally. Options of runners not imported yet are unknown here, hence the suggestion:
     callers refuse flags that look like typos and only warn about the others.
     """
-    if PipelineOptions(beam_args).view_as(StandardOptions).runner in _DASK_RUNNERS:
+    if is_dask_runner(PipelineOptions(beam_args).view_as(StandardOptions).runner):
         _dask_runner()  # registers the Dask options (or says how to install dask)
     known = _known_flags()
     found = []
@@ -145,7 +149,7 @@ def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str,
     """
     options = PipelineOptions(beam_args)
     runner_name = options.view_as(StandardOptions).runner
-    if runner_name in _DASK_RUNNERS:
+    if is_dask_runner(runner_name):
         runner = _dask_runner()
         runner.check_options(options)
         return runner, options

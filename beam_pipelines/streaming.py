@@ -20,13 +20,14 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
-from easydata.errors import ConfigError, OutputError
+from easydata.errors import ConfigError, EasyDataError, OutputError
 from easydata.filesystems import get_fs, join
 from easydata.manifest import MANIFEST_NAME, read_manifest
 from easydata.output import new_run_id, prepare_output, staging_dir
 from easydata.pack_stage import resolve_pad_id
 from easydata.run_plan import load_chat_template
 from easydata.tokenizer import load_tokenizer
+from beam_pipelines.runners import is_dask_runner
 from transforms.stream import CommitWindows, ProcessWindow, WindowMessages
 
 __all__ = ["build_streaming_pipeline", "build_streaming_job", "run_streaming"]
@@ -121,9 +122,7 @@ def build_streaming_job(config: PipelineConfig, beam_args: Optional[list[str]] =
     Raises:
       ConfigError, OutputError: user-caused problems, one line each.
     """
-    if PipelineOptions(list(beam_args or [])).view_as(StandardOptions).runner in ("DaskRunner", "ManagedDaskRunner"):
-        from easydata.errors import EasyDataError
-
+    if is_dask_runner(PipelineOptions(list(beam_args or [])).view_as(StandardOptions).runner):
         raise EasyDataError("the DaskRunner runs batch pipelines only: run --streaming locally or on Dataflow")
     _check(config)
     _prepare_output(config)

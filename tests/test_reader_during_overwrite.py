@@ -20,7 +20,7 @@ import pytest
 from easydata.errors import ValidationFailed
 from easydata.filesystems import join
 from easydata.manifest import COMMIT_MARKER, MANIFEST_NAME, write_manifest
-from easydata.output import commit_output, finish_commit, staging_dir
+from easydata.output import commit_output, finish_commit, prepare_output, staging_dir
 from easydata.reader import TokenReader
 from tests.conftest import write_synthetic_output
 
@@ -115,13 +115,10 @@ def test_a_reader_opened_before_the_overwrite_keeps_reading_the_old_output(tmp_p
 
 def test_debris_of_a_commit_counts_as_an_easydata_output(tmp_path: Path) -> None:
     """A run that died after its staging was moved in (marker and shards, no manifest) may be replaced."""
-    from easydata.output import prepare_output
-
     out = tmp_path / "out"
     write_output(out, first=0)
     staging, moves, _ = stage_replacement(out, first=1000, run_id="died2")
     commit_output(str(out), staging, moves)
     assert sorted(p.name for p in out.iterdir()) == [COMMIT_MARKER, "web"]
     prepare_output(str(out), overwrite=True)  # no "not an easydata output" refusal
-    assert np.array_equal(sorted(p.name for p in (out / "web").iterdir()),
-                          sorted(Path(rel).name for _, rel in moves))
+    assert sorted(p.name for p in (out / "web").iterdir()) == sorted(Path(rel).name for _, rel in moves)
