@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +114,46 @@ def test_resume_equals_uninterrupted(packed_output, prefetch):
         rest = [b["input_ids"] for b in resumed]
         assert len(rest) == len(full) - stop
         assert all(np.array_equal(a, b) for a, b in zip(rest, full[stop:]))
+
+
+def _read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("easydata-read-ahead")]
+
+
+@pytest.mark.parametrize("prefetch", [1, 3])
+def test_read_ahead_yields_the_same_batches_and_stops_its_thread(packed_output, prefetch):
+    # One block per window: the read-ahead crosses many windows and, at each epoch's end, into the next epoch.
+    kwargs = dict(batch_size=8, seed=9, num_epochs=3, drop_remainder=False, process_index=0, process_count=1,
+                  window_blocks=1)
+    expected = list(TokenReader(str(packed_output), prefetch=0, **kwargs))
+    got = list(TokenReader(str(packed_output), prefetch=prefetch, **kwargs))
+    assert len(got) == len(expected) > 3 * 8
+    for a, b in zip(got, expected):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    assert not _read_ahead_threads()  # an exhausted iterator has joined its thread
+    it = iter(TokenReader(str(packed_output), prefetch=prefetch, **kwargs))
+    next(it), next(it)
+    assert len(_read_ahead_threads()) == 1
+    it.close()  # what an abandoned iterator's garbage collection does too
+    assert not _read_ahead_threads()
+
+
+def test_read_ahead_load_error_reaches_the_caller(packed_output, tmp_path):
+    damaged = tmp_path / "out"
+    shutil.copytree(packed_output, damaged)
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    reader = TokenReader(str(damaged), batch_size=8, num_epochs=1, process_index=0, process_count=1,
+                         window_blocks=1, prefetch=2)  # footers are read here, blocks later
+    for shard in manifest["datasets"]["web"]["shards"]:  # every block's data, footers left intact
+        path = damaged / shard["path"]
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            f.seek(8)
+            f.write(b"\xff" * (size // 2))
+    with pytest.raises((OSError, pa.ArrowException, ValueError)):
+        for _ in reader:
+            pass
+    assert not _read_ahead_threads()
 
 
 def test_state_of_another_reader_is_refused(packed_output):

@@ -180,6 +180,15 @@ class Window:
             self._placement = None
         return loaded
 
+    def load(self) -> "Window":
+        """Loads every block now and touches each page of its arrays once (for memory-mapped Arrow
+        files: maps the pages here, on a read-ahead thread, rather than in the first batch's copy)."""
+        for slot in range(len(self.blocks)):
+            for array in self._block(slot).arrays.values():
+                flat = array.reshape(-1) if isinstance(array, np.ndarray) else array.values
+                flat[::_PAGE // flat.itemsize].sum()  # numpy releases the GIL in the loop
+        return self
+
     def _place(self) -> list[tuple[str, int, int]]:
         """Per column: `(name, page offset of its batch array, page offset of its scratch)`, each far
         from the page offsets of the loaded blocks' arrays (and the scratch's from the batch's too)."""

@@ -3,18 +3,19 @@
 `ParquetShardedSource(glob)` / `ArrowShardedSource(glob)` list shard files (`shard_names`) and open
 one as an iterator of row dicts (`open_shard(name)`, `open_shard_at_row(name, row)`), streaming one
 record batch at a time. `AsyncDataLoader(source, batch_size, ...)` yields numpy batches of rows,
-prefetched on a background thread (the same prefetcher as `TokenReader`).
+prefetched on a background thread.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from typing import Any, Iterator
 
 import numpy as np
 
 from easydata.filesystems import expand_data_files
 from easydata.formats import iter_shard_batches
-from easydata.reader.token_reader import _Prefetcher
 
 __all__ = ["ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader"]
 
@@ -103,3 +104,49 @@ def _stack(rows: list[dict[str, Any]]) -> dict[str, Any]:
         except ValueError:  # ragged
             out[key] = values
     return out
+
+
+class _Prefetcher:
+    """Runs a generator on a daemon thread, `depth` items ahead; re-raises its errors; stops cleanly."""
+
+    _DONE = object()
+
+    def __init__(self, source: Iterator[Any], depth: int):
+        self._source, self._queue = source, queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="easydata-prefetch", daemon=True)
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for item in self._source:
+                if not self._put(item):
+                    return
+            self._put(self._DONE)
+        except BaseException as e:  # hand the error to the consumer
+            self._put(e)
+
+    def __enter__(self) -> Iterator[Any]:
+        self._thread.start()
+        return self._items()
+
+    def _items(self) -> Iterator[Any]:
+        while True:
+            item = self._queue.get()
+            if item is self._DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

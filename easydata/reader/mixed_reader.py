@@ -23,7 +23,7 @@ How a global batch `s` of `G` rows is made, identically on every process:
 The whole state is `{"version", "step", "consumed", "expected", ...}` (a few numbers per source):
 resuming from `state_dict()` continues with exactly the batches an uninterrupted run would have
 produced, whatever the prefetch depth, also with another process count. Memory: each source keeps its
-own two-window cache, as a `TokenReader` does. Importing this module imports neither Beam nor JAX.
+own window cache and read-ahead thread, as a `TokenReader` does. Importing this module imports neither Beam nor JAX.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from easydata.config import WeightSchedulePoint
 from easydata.reader.layouts import apply_layout
 from easydata.reader.permutation import derive_key, permute
 from easydata.reader.schedule import WeightSchedule, allocate
-from easydata.reader.token_reader import EpochRows, JaxBatches, TokenReader, _Prefetcher
+from easydata.reader.token_reader import EpochRows, JaxBatches, TokenReader
 
 __all__ = ["MixedReader"]
 
@@ -64,7 +64,8 @@ class MixedReader(JaxBatches):
       schedule: `WeightSchedulePoint`s (or mappings with `step` and `weights`); see `WeightSchedule`.
       interpolation: `step` (a point's weights hold until the next point), `linear` or `cosine`.
       seed: selects the arrangement of rows inside each global batch.
-      prefetch: batches prepared ahead on a background thread (0: none).
+      prefetch: shuffle windows of each source read ahead on a background thread per source (0: none;
+        see `TokenReader`).
 
     Raises:
       ValueError: no readers, a reader that is not a `TokenReader`, readers that differ in batch size,
@@ -75,7 +76,7 @@ class MixedReader(JaxBatches):
 
     def __init__(self, readers: Mapping[str, TokenReader],
                  schedule: Sequence[Union[WeightSchedulePoint, Mapping[str, Any]]], interpolation: str = "step", *,
-                 seed: int = 0, prefetch: int = 2):
+                 seed: int = 0, prefetch: int = 1):
         if not readers:
             raise ValueError("MixedReader needs at least one source, got no readers.")
         for name, reader in readers.items():
@@ -175,10 +176,9 @@ class MixedReader(JaxBatches):
                     out[key][where[in_epoch]] = rows[key] if key in rows else 1  # only loss_mask can be absent
         return out
 
-    def _batches(self, step: int, consumed: tuple[int, ...],
+    def _batches(self, sources: dict[str, EpochRows], step: int, consumed: tuple[int, ...],
                  expected: tuple[float, ...]) -> Iterator[tuple[dict[str, np.ndarray], _State]]:
         """Yields `(batch, state after it)` from the given state on."""
-        sources = {name: EpochRows(reader) for name, reader in self.readers.items()}
         limits = [None if r.num_epochs is None else r.num_epochs * r.num_rows for r in self.readers.values()]
         while True:
             counts, after = allocate(self.schedule.vector_at(step), expected, consumed, self.batch_size)
@@ -189,22 +189,18 @@ class MixedReader(JaxBatches):
             expected, step = tuple(after), step + 1
             yield apply_layout(self.layout, batch, self.pad_id), (step, consumed, expected, tuple(counts))
 
-    def _advance(self, state: _State) -> None:
-        self._step, self._consumed, self._expected, counts = state
-        self.last_counts = dict(zip(self.names, counts))
-
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches of `[batch_size // process_count, L]` arrays, from the current state on."""
-        source = self._batches(self._step, self._consumed, self._expected)
-        if self.prefetch <= 0:
-            for batch, state in source:
-                self._advance(state)
+        sources = {name: EpochRows(reader, read_ahead=self.prefetch, num_epochs=reader.num_epochs)
+                   for name, reader in self.readers.items()}
+        try:
+            for batch, (self._step, self._consumed, self._expected, counts) in self._batches(
+                    sources, self._step, self._consumed, self._expected):
+                self.last_counts = dict(zip(self.names, counts))
                 yield batch
-            return
-        with _Prefetcher(source, self.prefetch) as prefetched:
-            for batch, state in prefetched:
-                self._advance(state)
-                yield batch
+        finally:
+            for rows in sources.values():
+                rows.close()
 
     def __repr__(self) -> str:
         return (f"MixedReader({list(self.names)}, batch_size={self.batch_size}, {self.schedule!r},"

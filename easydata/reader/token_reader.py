@@ -1,11 +1,11 @@
 """`TokenReader`: batches of fixed-length rows from an easydata output, sharded over processes,
-deterministically shuffled, exactly resumable, prefetched on a background thread, as numpy or JAX.
+deterministically shuffled, exactly resumable, read ahead on a background thread, as numpy or JAX.
 
 Row `i` of epoch `e` is a pure function of `(seed, e, i)` (`easydata.reader.order`), process `p` of
 `P` reads the positions `[s*G + p*G/P, s*G + (p+1)*G/P)` of global batch `s`, so all processes
 together read every row once per epoch and never the same row twice. The whole iterator state is
 `{"version", "epoch", "step", ...}`: resuming from `state_dict()` continues with exactly the batches
-an uninterrupted run would have produced, whatever the prefetch depth.
+an uninterrupted run would have produced, whatever the read-ahead depth.
 
 Packed outputs give rows of their `seq_length`; unpacked outputs need `seq_length=` and are padded or
 cut to it (`segment_ids` 1 on tokens, 0 on padding, so every layout works the same way).
@@ -19,8 +19,7 @@ shared with `easydata.reader.mixed_reader.MixedReader`.
 
 from __future__ import annotations
 
-import queue
-import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, Optional
 
 import numpy as np
@@ -107,8 +106,13 @@ class TokenReader(JaxBatches):
       layout: `raw`, `maxtext` or `hf` (see `easydata.reader.layouts`).
       name: dataset inside the output (default: its only dataset).
       seq_length: row length for unpacked outputs (rows are padded / cut to it).
-      prefetch: batches prepared ahead on a background thread (0: none).
-      window_blocks: blocks (row groups) per shuffle window; memory holds about two windows.
+      prefetch: shuffle windows read ahead on a background thread (0: none, a window loads when a
+        batch first needs it). Loading (file reads, Parquet decoding, mapping Arrow pages) is the
+        slow part and runs there; each batch is copied out of the loaded windows on the calling
+        thread with numpy (about 0.5 ms per 64 x 2048 batch), which costs less than handing finished
+        batches between threads would.
+      window_blocks: blocks (row groups) per shuffle window; memory holds about `2 + prefetch`
+        windows (decoded for Parquet, page cache for local Arrow).
       commit_wait: when a run is replacing the output at construction (its old manifest already
         removed), seconds to wait for the new one before raising.
     """
@@ -116,7 +120,7 @@ class TokenReader(JaxBatches):
     def __init__(self, path: str, batch_size: int, shuffle: bool = True, seed: int = 0,
                  num_epochs: Optional[int] = None, drop_remainder: bool = True, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
-                 seq_length: Optional[int] = None, prefetch: int = 2, window_blocks: int = 4,
+                 seq_length: Optional[int] = None, prefetch: int = 1, window_blocks: int = 4,
                  commit_wait: float = COMMIT_WAIT_SECONDS):
         process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0:
@@ -187,9 +191,9 @@ class TokenReader(JaxBatches):
         """This process's share of a final partial batch can be empty: it still yields, in step."""
         return {name: np.zeros((0, self.seq_length), dtype=np.int32) for name in self.row_spec.keys}
 
-    def _batches(self, epoch: int, step: int) -> Iterator[tuple[dict[str, np.ndarray], tuple[int, int]]]:
+    def _batches(self, rows: "EpochRows", epoch: int,
+                 step: int) -> Iterator[tuple[dict[str, np.ndarray], tuple[int, int]]]:
         """Yields `(batch, (epoch, step) after it)` from `(epoch, step)` on."""
-        rows = EpochRows(self)
         while self.num_epochs is None or epoch < self.num_epochs:
             if step >= self.steps_per_epoch:
                 epoch, step = epoch + 1, 0
@@ -202,63 +206,103 @@ class TokenReader(JaxBatches):
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches of `[batch_size // process_count, L]` arrays, from the current state on."""
-        source = self._batches(self._epoch, self._step)
-        if self.prefetch <= 0:
-            for batch, (self._epoch, self._step) in source:
+        rows = EpochRows(self, read_ahead=self.prefetch, num_epochs=self.num_epochs)
+        try:
+            for batch, (self._epoch, self._step) in self._batches(rows, self._epoch, self._step):
                 yield batch
-            return
-        with _Prefetcher(source, self.prefetch) as prefetched:
-            for batch, (epoch, step) in prefetched:
-                self._epoch, self._step = epoch, step
-                yield batch
+        finally:
+            rows.close()
 
 
 class EpochRows:
     """Raw rows (`[n, L]` arrays, before the layout) at any positions of any epoch of one reader.
 
-    Keeps the current epoch's `EpochOrder` and the two most recently used shuffle windows (`Window`:
-    their blocks' token columns as numpy arrays, converted once when a block loads), so reading
-    positions that advance through an epoch loads each block once and copies each batch's rows with
-    numpy `take`; a new epoch drops the cache. `TokenReader` reads its batches through it,
-    `MixedReader` keeps one per source. Not thread-safe: one per iterating thread.
+    Keeps the epoch orders in use (`EpochOrder`) and the two most recently used shuffle windows
+    (`Window`: their blocks' token columns as numpy arrays, converted once when a block loads), so
+    reading positions that advance through epochs loads each block once per epoch and copies each
+    batch's rows with numpy `take`. With `read_ahead > 0` one background thread loads the next
+    `read_ahead` windows (into the next epoch too, below `num_epochs`) while batches are copied out
+    of the current one, and every load goes through that thread (one reader of the shard files at a
+    time). `TokenReader` reads its batches through it, `MixedReader` keeps one per source. Not
+    thread-safe: one per iterating thread; `close()` stops the read-ahead thread.
     """
 
-    def __init__(self, reader: "TokenReader"):
-        self.reader = reader
-        self._order: Optional[EpochOrder] = None
-        self._windows: dict[int, Window] = {}
+    def __init__(self, reader: "TokenReader", read_ahead: int = 0, num_epochs: Optional[int] = None):
+        self.reader, self.read_ahead, self.num_epochs = reader, read_ahead, num_epochs
+        self._orders: dict[int, EpochOrder] = {}
+        self._windows: dict[tuple[int, int], Window] = {}
+        self._pending: dict[tuple[int, int], Future] = {}
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="easydata-read-ahead") if read_ahead > 0 else None
 
-    def _window(self, w: int) -> Window:
-        window = self._windows.get(w)
+    def close(self) -> None:
+        """Cancels pending loads and joins the read-ahead thread (after a load already running)."""
+        if self._loader is not None:
+            self._loader.shutdown(wait=True, cancel_futures=True)
+            self._pending.clear()
+
+    def _order(self, epoch: int) -> EpochOrder:
+        order = self._orders.get(epoch)
+        if order is None:
+            reader = self.reader
+            order = self._orders[epoch] = EpochOrder(reader.index.block_rows, seed=reader.seed, epoch=epoch,
+                                                     shuffle=reader.shuffle, window_blocks=reader.window_blocks)
+            if len(self._orders) > 3:  # the current epoch's, the next one's (read-ahead) and one spare
+                self._orders.pop(next(iter(self._orders)))
+        return order
+
+    def _new_window(self, key: tuple[int, int]) -> Window:
+        epoch, w = key
+        return Window(self.reader.index, self._order(epoch).window_blocks_of(w), self.reader.row_spec)
+
+    def _window(self, epoch: int, w: int) -> Window:
+        key = (epoch, w)
+        window = self._windows.get(key)
         if window is None:
+            if self._loader is None:
+                window = self._new_window(key)  # blocks load when a batch first needs them
+            else:
+                future = self._pending.pop(key, None) or self._loader.submit(self._new_window(key).load)
+                window = future.result()
             if len(self._windows) >= 2:
                 self._windows.pop(next(iter(self._windows)))
-            window = self._windows[w] = Window(self.reader.index, self._order.window_blocks_of(w),
-                                               self.reader.row_spec)
+            self._windows[key] = window
+            if self._loader is not None:
+                self._read_ahead_of(key)
         return window
+
+    def _read_ahead_of(self, key: tuple[int, int]) -> None:
+        """Starts loading the `read_ahead` windows after `key` (and forgets other pending ones)."""
+        upcoming, (epoch, w) = [], key
+        while len(upcoming) < self.read_ahead:
+            w += 1
+            if w >= len(self._order(epoch).window_start) - 1:
+                epoch, w = epoch + 1, 0
+                if self.num_epochs is not None and epoch >= self.num_epochs:
+                    break
+            upcoming.append((epoch, w))
+        for stale in set(self._pending) - set(upcoming):
+            self._pending.pop(stale).cancel()
+        for ahead in upcoming:
+            if ahead not in self._pending and ahead not in self._windows:
+                self._pending[ahead] = self._loader.submit(self._new_window(ahead).load)
 
     def read(self, epoch: int, positions: np.ndarray, storage_order: bool = False) -> dict[str, np.ndarray]:
         """The rows at `positions` (in `[0, num_rows)`) of `epoch`, in the order of `positions`, or with
         `storage_order` in the order they are stored (window, then row in window): the same rows, copied
         once per block instead of twice (gathered per block, then permuted into position order)."""
-        reader = self.reader
-        if self._order is None or self._order.epoch != epoch:
-            self._order = EpochOrder(reader.index.block_rows, seed=reader.seed, epoch=epoch, shuffle=reader.shuffle,
-                                     window_blocks=reader.window_blocks)
-            self._windows.clear()
         if len(positions) == 0:
-            return reader._empty_batch()
-        window, rows = self._order.locate(positions)
+            return self.reader._empty_batch()
+        window, rows = self._order(epoch).locate(positions)
         if storage_order:
             storage = np.lexsort((rows, window))
             window, rows = window[storage], rows[storage]
         first = int(window[0])
         if window[-1] == first and (window == first).all():
-            return self._window(first).gather(rows)
+            return self._window(epoch, first).gather(rows)
         parts = []
         for w in dict.fromkeys(window.tolist()):  # windows in order of first use
             where = np.flatnonzero(window == w)
-            parts.append((where, self._window(w).gather(rows[where])))
+            parts.append((where, self._window(epoch, w).gather(rows[where])))
         return _merge(parts, len(positions))
 
 
@@ -269,49 +313,3 @@ def _merge(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]], n: int) -> dic
         for k, v in arrays.items():
             out[k][where] = v
     return out
-
-
-class _Prefetcher:
-    """Runs a generator on a daemon thread, `depth` items ahead; re-raises its errors; stops cleanly."""
-
-    _DONE = object()
-
-    def __init__(self, source: Iterator[Any], depth: int):
-        self._source, self._queue = source, queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="easydata-prefetch", daemon=True)
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self) -> None:
-        try:
-            for item in self._source:
-                if not self._put(item):
-                    return
-            self._put(self._DONE)
-        except BaseException as e:  # hand the error to the consumer
-            self._put(e)
-
-    def __enter__(self) -> Iterator[Any]:
-        self._thread.start()
-        return self._items()
-
-    def _items(self) -> Iterator[Any]:
-        while True:
-            item = self._queue.get()
-            if item is self._DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
