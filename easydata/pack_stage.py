@@ -1,7 +1,8 @@
 """The pack stage's unit of work: one sorted group of token rows in, packed Arrow rows out.
 
 The Beam `Pack` transform groups documents by their shuffle hash (so a group's content does not
-depend on bundling), sorts each group by (hash, key), and calls `pack_group`, which runs
+depend on bundling), orders each group by (hash, key) (`easydata.sharding.group_order`), and calls
+`pack_group`, which runs
 `easydata.packing` and returns `list<int32>` columns `input_ids`, `segment_ids`, `positions` (and
 `loss_mask` when the input had one), each row exactly `seq_length` long, plus the hidden shuffle
 columns: a row's key is `<group>:<row>` and its hash derives from the seed, so the later global
@@ -54,8 +55,9 @@ def resolve_pad_id(config: PackStageConfig, tokenizer_pad: Optional[int], tokeni
 
 
 def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: int, dataset: str,
-               group: int) -> tuple[Iterator[pa.RecordBatch], PackStats]:
-    """Packs one group's documents (rows of `table`, in order) into fixed-length rows.
+               group: int, order: Optional[np.ndarray] = None) -> tuple[Iterator[pa.RecordBatch], PackStats]:
+    """Packs one group's documents (rows of `table`, in `order`, default storage order) into
+    fixed-length rows; with `order`, the documents are read in place, not first copied in order.
 
     Returns:
       Record batches of at most 1024 packed rows, and the group's counters.
@@ -64,7 +66,7 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
     loss_mask = list_column_values(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
     rows = pack_documents(tokens, offsets, config.seq_length, strategy=config.strategy, pad_id=pad_id,
                           loss_mask=loss_mask, max_segments=config.max_segments_per_row,
-                          pool_size=config.pool_size)
+                          pool_size=config.pool_size, order=order)
     pieces = piece_counts(table)  # windows of one document are packed as pieces but counted once
     stats = PackStats(documents=pieces.documents, cut_documents=pieces.cut_documents, pieces=table.num_rows,
                       rows=rows.num_rows, segments=rows.num_segments,

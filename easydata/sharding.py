@@ -37,6 +37,8 @@ __all__ = [
     "split_by_group",
     "ShardPlan",
     "plan_shards",
+    "group_order",
+    "group_table",
     "sort_group",
     "cut_pieces",
     "PieceInfo",
@@ -125,16 +127,28 @@ def plan_shards(group_rows: dict[int, int], group_bytes: dict[int, int], num_gro
     return ShardPlan(num_shards=int(shards), total_rows=total_rows, group_start=tuple(int(x) for x in starts))
 
 
-def sort_group(batches: Iterable[pa.RecordBatch]) -> pa.Table:
-    """Concatenates one group's sub-batches and sorts rows by (hash, key)."""
+def group_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """One group's sub-batches as one table (schemas unified, chunks not copied), in arrival order."""
     batches = [b for b in batches if b.num_rows]
     if not batches:
         return pa.table({})
     schema = common_schema([b.schema for b in batches])
-    table = pa.Table.from_batches([conform(b, schema) for b in batches], schema)
-    table = table.combine_chunks()
-    order = pc.sort_indices(table, sort_keys=[(HASH_COLUMN, "ascending"), (KEY_COLUMN, "ascending")])
-    return table.take(order)
+    return pa.Table.from_batches([conform(b, schema) for b in batches], schema)
+
+
+def group_order(table: pa.Table) -> np.ndarray:
+    """The row order of a group sorted by (hash, key): a deterministic order, whatever the arrival order."""
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = table.select([HASH_COLUMN, KEY_COLUMN])
+    order = pc.sort_indices(keys, sort_keys=[(HASH_COLUMN, "ascending"), (KEY_COLUMN, "ascending")])
+    return order.to_numpy()
+
+
+def sort_group(batches: Iterable[pa.RecordBatch]) -> pa.Table:
+    """Concatenates one group's sub-batches and sorts rows by (hash, key)."""
+    table = group_table(batches)
+    return table.take(group_order(table)) if table.num_rows else table  # chunked take: one copy, no concat first
 
 
 def cut_pieces(table: pa.Table, group: int, plan: ShardPlan) -> list[tuple[int, pa.Table]]:

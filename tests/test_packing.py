@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from easydata import packing
 from easydata.packing import STRATEGIES, fill_rows, pack_documents, plan_packing
 
 L = 16
@@ -66,6 +67,37 @@ def test_invariants_hold_for_every_strategy(strategy, lengths, cap, pool):
     tokens, offsets = _documents(lengths)
     rows = pack_documents(tokens, offsets, L, strategy=strategy, pad_id=PAD, max_segments=cap, pool_size=pool)
     assert_packed_invariants(rows, lengths, L, cap)
+
+
+def _fill_paths(threshold: int):
+    """Forces `fill_rows` onto its slice-per-piece path (0) or its per-token index path (huge)."""
+    saved = packing._MIN_MEAN_PIECE_FOR_SLICES
+    packing._MIN_MEAN_PIECE_FOR_SLICES = threshold
+    return saved
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=100, deadline=None)
+@given(lengths=LENGTHS, seed=st.integers(0, 2**32 - 1), masked=st.booleans())
+def test_both_fill_paths_pack_documents_in_the_given_order_in_place(strategy, lengths, seed, masked):
+    tokens, offsets = _documents(lengths)
+    mask = (tokens % 3 == 0).astype(np.int32) if masked else None
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    # Reference: the documents first copied into `order`, then packed in storage order.
+    moved = [np.arange(offsets[d], offsets[d + 1]) for d in order]
+    at = np.concatenate(moved) if moved else np.zeros(0, np.int64)
+    reference = pack_documents(tokens[at], np.concatenate([[0], np.cumsum([len(m) for m in moved])]), L,
+                               strategy=strategy, pad_id=PAD, loss_mask=None if mask is None else mask[at])
+    for threshold in (0, 10**9):
+        saved = _fill_paths(threshold)
+        try:
+            rows = pack_documents(tokens, offsets, L, strategy=strategy, pad_id=PAD, loss_mask=mask, order=order)
+        finally:
+            packing._MIN_MEAN_PIECE_FOR_SLICES = saved
+        for name in ("input_ids", "segment_ids", "positions", "loss_mask"):
+            got, want = getattr(rows, name), getattr(reference, name)
+            assert (got is None and want is None) or np.array_equal(got, want), (threshold, name)
+        assert_packed_invariants(rows, lengths, L)  # tokens name their original document
 
 
 @pytest.mark.parametrize("strategy", ["first_fit", "best_fit", "pool"])

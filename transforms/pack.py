@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from easydata.config import PackStageConfig
 from easydata.pack_stage import pack_group
-from easydata.sharding import sort_group, split_by_group
+from easydata.sharding import group_order, group_table, split_by_group
 
 __all__ = ["Pack", "PACK_STATS_TAG"]
 
@@ -34,9 +34,9 @@ class _PackGroupFn(beam.DoFn):
 
     def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[Any]:
         group, batches = element
-        table = sort_group(batches)
+        table = group_table(batches)
         packed, stats = pack_group(table, config=self._config, pad_id=self._pad_id, seed=self._seed,
-                                   dataset=self._name, group=group)
+                                   dataset=self._name, group=group, order=group_order(table))
         yield from packed
         self._rows.inc(stats.rows)
         yield beam.pvalue.TaggedOutput(PACK_STATS_TAG, (self._name, stats.as_dict()))
