@@ -25,6 +25,7 @@ from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
+from easydata.filesystems import join
 from easydata.manifest import read_manifest
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
@@ -38,11 +39,13 @@ __all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch
 
 
 def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: RunPlan, started_at: float,
-                         progress_dir: Optional[str] = None) -> beam.PCollection:
+                         progress_dir: Optional[str] = None, group_via_files: bool = False) -> beam.PCollection:
     """Adds the whole batch job to `pipeline`; returns the PCollection holding the manifest.
 
     Args:
       progress_dir: a directory the launching process can read, where workers report progress.
+      group_via_files: move the rows of the pack and shuffle group-bys through files in the staging
+        directory (`transforms.group_files`): for runners whose workers share this machine's files.
     """
     datasets = {d.name: d for d in config.datasets}
     shards, stats, rejected = [], [], []
@@ -83,15 +86,20 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
                    for name, (rows, num_groups, pad_id) in outputs.items()
                    for split, part in (rows | f"Split[{name}]" >> SplitRows(
                        dataset=name, fractions=fractions, split_seed=config.save.split_seed)).items()}
+    def group_dir(stage: str, name: str) -> Optional[str]:
+        return join(plan.staging, "groups", stage, name) if group_via_files else None
+
     for name, (rows, num_groups, pad_id) in outputs.items():
         if config.pack.enabled:
             packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=pad_id,
-                                                    seed=config.seed, num_groups=num_groups)
+                                                    seed=config.seed, num_groups=num_groups,
+                                                    group_dir=group_dir("pack", name))
             rows = packed.rows
             stats.append(packed[PACK_STATS_TAG])
         shards.append(rows | f"Write[{name}]" >> WriteShards(
             name=name, num_groups=num_groups, save=config.save, staging=plan.staging,
-            token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id)))
+            token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id),
+            group_dir=group_dir("write", name)))
     commit_inputs = {
         "shards": shards | "AllShards" >> beam.Flatten(),
         "stats": stats | "AllStats" >> beam.Flatten(),
@@ -162,7 +170,7 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     local = runs_on_this_machine(runner, options)
     pipeline = beam.Pipeline(runner=runner, options=options)
     build_batch_pipeline(pipeline, config, plan, time.time() if started is None else started,
-                         progress_dir if local else None)
+                         progress_dir if local else None, group_via_files=local)
     return pipeline, plan, local
 
 

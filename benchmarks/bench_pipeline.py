@@ -17,11 +17,12 @@ What one run does (nothing is downloaded):
    `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process).
 4. Pipeline. `easydata run CONFIG --quiet` as a subprocess, wall-clock of the whole command
    (interpreter start, Beam import, planning, reading, tokenizing, first_fit packing at 2048 unless
-   `--no-pack`, shuffling, Parquet/zstd writing, commit), in three local modes:
+   `--no-pack`, shuffling, Parquet/zstd writing, commit), in four local modes (`--modes` picks some):
      default      no runner flags: one in-process worker, tokenizer threads on all cores;
      processes    `--direct_num_workers=2`: two worker processes, each with tokenizer threads;
+     one-thread   `RAYON_NUM_THREADS=1`: one in-process worker, single-threaded tokenizer: one core;
      procs-only   `--direct_num_workers=2` and `RAYON_NUM_THREADS=1`: parallel processes only,
-                  single-threaded tokenizer.
+                  single-threaded tokenizer: two cores. With one-thread, the 1 -> 2 worker scaling.
    Each mode is also run on a 10-document corpus: that time is the fixed cost of starting a job.
    The token count of the manifest is checked against the baseline: baseline tokens (special tokens
    of the tokenizer's post-processor included, as the pipeline keeps them by default) plus one EOS
@@ -45,7 +46,7 @@ a shared machine are noisy by several percent; compare modes within one run.
 
 Usage, from the repository root (with the project's virtualenv active):
   python benchmarks/bench_pipeline.py [--size-mb 48] [--tokenizer DIR] [--workdir DIR] [--repeat N]
-                                      [--no-pack] [--no-datasets]
+                                      [--no-pack] [--no-datasets] [--modes default,one-thread,...]
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ DOC_SUFFIXES = (".txt", ".rst", ".md", ".html", ".htm")
 MODES = [  # (name, extra CLI flags, environment changes: None removes the variable)
     ("default", [], {"RAYON_NUM_THREADS": None}),
     ("processes", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": None}),
+    ("one-thread", [], {"RAYON_NUM_THREADS": "1"}),
     ("procs-only", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": "1"}),
 ]
 
@@ -483,6 +485,15 @@ def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float
           "\n  over encode_batch_fast tokens/s, the call the pipeline makes (no offsets: faster than encode_batch).")
 
 
+def print_scaling(results: list[tuple[str, dict, dict]]) -> None:
+    """1 -> 2 workers with one tokenizer thread each: `one-thread` time over `procs-only` time."""
+    by_name = {name: full for name, full, _ in results}
+    one, two = by_name.get("one-thread"), by_name.get("procs-only")
+    if one and two and ok(one) and ok(two):
+        print(f"\nScaling, 1 -> 2 workers (one tokenizer thread each): {one['seconds']:.1f} s -> {two['seconds']:.1f} s,"
+              f" {one['seconds'] / two['seconds']:.2f}x (2.00x would be linear)")
+
+
 def print_resources(results: list[tuple[str, dict, dict]]) -> None:
     print("\nResources (CPU: user+sys of the command and the worker processes it reaped)")
     rows = []
@@ -527,6 +538,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help="corpus, configs, outputs, logs")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every measurement N times and report the median run (default 1)")
+    parser.add_argument("--modes", default=",".join(name for name, _, _ in MODES),
+                        help="pipeline modes to run, comma-separated (default: all)")
     parser.add_argument("--raw-json", action="store_true", help=argparse.SUPPRESS)  # child: baseline only
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -570,12 +583,14 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: Optional[int],
-                      repeat: int) -> list[tuple[str, Optional[dict[str, Any]]]]:
+                      repeat: int, single_thread: bool = True) -> list[tuple[str, Optional[dict[str, Any]]]]:
+    """`encode_batch` on every core, `encode_batch_fast`, and (with `single_thread`) one thread."""
     cores = os.cpu_count()
     raw = median_run([encode_all(tokenizer_dir, texts, "encode_batch", eos) for _ in range(repeat)])
     fast = median_run([encode_all(tokenizer_dir, texts, "encode_batch_fast") for _ in range(repeat)]) \
         if has_encode_batch_fast() else None
-    singles = [r for r in (encode_single_thread(tokenizer_dir, corpus) for _ in range(repeat)) if r]
+    singles = [r for r in (encode_single_thread(tokenizer_dir, corpus) for _ in range(repeat)) if r] \
+        if single_thread else []
     return [(f"encode_batch, {cores} threads", raw), (f"encode_batch_fast, {cores} threads", fast),
             ("encode_batch, 1 thread", median_run(singles) if singles else None)]
 
@@ -613,14 +628,16 @@ def print_datasets_comparison(results: list[tuple[str, dict, dict]], hf: dict[st
                   " speed")
 
 
-def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int,
-                  pack: bool = True) -> list[tuple[str, dict, dict]]:
+def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int, pack: bool = True,
+                  modes: Optional[list[str]] = None) -> list[tuple[str, dict, dict]]:
     tiny_corpus = write_tiny_corpus(corpus, workdir)
     full_config = write_config(workdir / "config-full.json", corpus, tokenizer_dir, workdir / "out-full", pack)
     tiny_config = write_config(workdir / "config-tiny.json", tiny_corpus, tokenizer_dir, workdir / "out-tiny", pack)
     run_pipeline("warmup", tiny_config, [], MODES[0][2], workdir, workdir / "out-tiny")  # page cache, .pyc
     results = []
     for name, flags, env_changes in MODES:
+        if modes is not None and name not in modes:
+            continue
         tiny = median_run([run_pipeline(f"{name}-tiny", tiny_config, flags, env_changes, workdir,
                                         workdir / "out-tiny") for _ in range(repeat)])
         full = median_run([run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full")
@@ -634,6 +651,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.raw_json:
         return raw_json_child(args)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - {name for name, _, _ in MODES})
+    if unknown:
+        print(f"bench_pipeline: unknown mode(s) {', '.join(unknown)}; choose from"
+              f" {', '.join(name for name, _, _ in MODES)}", file=sys.stderr)
+        return 2
     repeat = max(1, args.repeat)
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -644,7 +667,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     texts = load_texts(corpus)
     text_bytes = sum(len(t.encode("utf-8")) for t in texts)
     eos = eos_token_id(tokenizer_dir)
-    baselines = measure_baselines(tokenizer_dir, corpus, texts, eos, repeat)
+    baselines = measure_baselines(tokenizer_dir, corpus, texts, eos, repeat,
+                                  single_thread=bool({"one-thread", "procs-only"} & set(modes)))
     print_baselines(baselines, text_bytes)
     raw = baselines[0][1]
     appended = len(texts) - raw["ending_with_eos"]
@@ -653,12 +677,13 @@ def main(argv: Optional[list[str]] = None) -> int:
           f" (EOS id {eos}; {raw['ending_with_eos']} documents already end with it)", flush=True)
     del texts
 
-    results = measure_modes(workdir, corpus, tokenizer_dir, repeat, pack=not args.no_pack)
+    results = measure_modes(workdir, corpus, tokenizer_dir, repeat, pack=not args.no_pack, modes=modes)
     hf = None if args.no_datasets else measure_datasets_path(workdir, corpus, tokenizer_dir, repeat)
     fast = baselines[1][1]
     print_pipeline_results(results, raw["tokens"] / raw["seconds"],
                            fast["tokens"] / fast["seconds"] if fast else None, text_bytes)
     print_resources(results)
+    print_scaling(results)
     print_token_check(results, expected)
     if hf is not None:
         print_datasets_comparison(results, hf, expected)

@@ -13,7 +13,7 @@ Outputs (tagged):
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 import pyarrow as pa
@@ -21,6 +21,7 @@ import pyarrow as pa
 from easydata.config import PackStageConfig
 from easydata.pack_stage import pack_group
 from easydata.sharding import group_order, group_table, split_by_group
+from transforms.group_files import GroupBatchesViaFiles
 
 __all__ = ["Pack", "PACK_STATS_TAG"]
 
@@ -51,17 +52,21 @@ class Pack(beam.PTransform):
       pad_id: id written on padding.
       seed: the pipeline seed.
       num_groups: hash groups (`easydata.sharding.choose_num_groups`).
+      group_dir: group the documents through files in this directory (`GroupBatchesViaFiles`, for
+        runners whose workers share this machine's files); None: Beam's GroupByKey.
     """
 
-    def __init__(self, *, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int):
+    def __init__(self, *, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int,
+                 group_dir: Optional[str] = None):
         super().__init__()
         self._name, self._config, self._pad_id = name, config, pad_id
-        self._seed, self._num_groups = seed, num_groups
+        self._seed, self._num_groups, self._group_dir = seed, num_groups, group_dir
 
     def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (rows
                 | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups)
-                | "GroupDocuments" >> beam.GroupByKey()
+                | "GroupDocuments" >> (beam.GroupByKey() if self._group_dir is None
+                                       else GroupBatchesViaFiles(self._group_dir))
                 | "PackGroups" >> beam.ParDo(_PackGroupFn(self._name, self._config, self._pad_id, self._seed)
                                              ).with_outputs(PACK_STATS_TAG, main="rows"))
 

@@ -26,6 +26,7 @@ from easydata.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, cut
     serialize_schema, sort_group, split_by_group, unify_schemas
 from easydata.token_files import TokenFileSpec
 from easydata.windows import PIECE_COLUMN
+from transforms.group_files import GroupBatchesViaFiles
 
 __all__ = ["WriteShards"]
 
@@ -106,16 +107,18 @@ class WriteShards(beam.PTransform):
       save: format, compression, shard count / size, row group size.
       staging: the run's staging directory.
       token_files: dtype, row width and pad id for the `bin` / `npz` formats.
+      group_dir: group the rows through files in this directory (`GroupBatchesViaFiles`, for
+        runners whose workers share this machine's files); None: Beam's GroupByKey.
 
     Returns:
       A PCollection of `ShardInfo`, one per shard written.
     """
 
     def __init__(self, *, name: str, num_groups: int, save: SaveStageConfig, staging: str,
-                 token_files: Optional[TokenFileSpec] = None):
+                 token_files: Optional[TokenFileSpec] = None, group_dir: Optional[str] = None):
         super().__init__()
         self._name, self._num_groups, self._save, self._staging = name, num_groups, save, staging
-        self._token_files = token_files
+        self._token_files, self._group_dir = token_files, group_dir
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
         keyed = rows | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups)
@@ -123,7 +126,8 @@ class WriteShards(beam.PTransform):
                   | "MeasureGroups" >> beam.Map(_group_counts)
                   | "SumGroups" >> beam.CombinePerKey(_sum_pairs))
         pieces = (keyed
-                  | "GroupRows" >> beam.GroupByKey()
+                  | "GroupRows" >> (beam.GroupByKey() if self._group_dir is None
+                                    else GroupBatchesViaFiles(self._group_dir))
                   | "SortAndCut" >> beam.ParDo(_SortAndCutFn(self._name, self._num_groups, self._save,
                                                              self._staging), counts=beam.pvalue.AsDict(counts)))
         schema = (pieces
