@@ -13,7 +13,7 @@ failed attempt's names.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
 
@@ -21,6 +21,13 @@ from easydata.filesystems import join, open_arrow_file
 from easydata.formats import iter_shard_batches
 
 __all__ = ["GroupFileWriter", "read_group_files"]
+
+
+class _OpenFile(NamedTuple):
+    path: str
+    sink: Any
+    writer: Any
+    schema: pa.Schema
 
 
 class GroupFileWriter:
@@ -32,26 +39,26 @@ class GroupFileWriter:
 
     def __init__(self, directory: str):
         self._directory = directory
-        self._open: dict[int, tuple[str, Any, Any, pa.Schema]] = {}
+        self._open: dict[int, _OpenFile] = {}
         self._closed: list[tuple[int, str]] = []
 
     def write(self, group: int, batch: pa.RecordBatch) -> None:
         """Appends `batch` to `group`'s file."""
         entry = self._open.get(group)
-        if entry is not None and not entry[3].equals(batch.schema):  # additional fields typed differently
+        if entry is not None and not entry.schema.equals(batch.schema):  # additional fields typed differently
             self._finish(group)
             entry = None
         if entry is None:
             path = join(self._directory, f"g{group:06d}-{uuid.uuid4().hex}.arrow")
             sink = open_arrow_file(path, "wb")
-            entry = self._open[group] = (path, sink, pa.ipc.new_file(sink, batch.schema), batch.schema)
-        entry[2].write_batch(batch)
+            entry = self._open[group] = _OpenFile(path, sink, pa.ipc.new_file(sink, batch.schema), batch.schema)
+        entry.writer.write_batch(batch)
 
     def _finish(self, group: int) -> None:
-        path, sink, writer, _ = self._open.pop(group)
-        writer.close()
-        sink.close()
-        self._closed.append((group, path))
+        done = self._open.pop(group)
+        done.writer.close()
+        done.sink.close()
+        self._closed.append((group, done.path))
 
     def close(self) -> list[tuple[int, str]]:
         """Closes every file; returns `(group, path)` of each file written since the last `close`."""
