@@ -17,6 +17,7 @@ window on, and every row gets the hidden `__piece__` column so later stages coun
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,7 @@ from easydata.sources import DocumentBatch
 from easydata.tokenizer import TokenizerHandle
 from easydata.windows import PIECE_COLUMN, cut_documents
 
-__all__ = ["TokenizedStats", "tokenize_documents"]
+__all__ = ["EncodedDocuments", "TokenizedStats", "encode_documents", "rows_from_encoded", "tokenize_documents"]
 
 
 @dataclasses.dataclass
@@ -57,28 +58,65 @@ def _interleave(parts: list[tuple[list[int], np.ndarray, np.ndarray, np.ndarray]
     return ids, out_offsets, mask
 
 
+@dataclasses.dataclass
+class EncodedDocuments:
+    """The tokenizer's raw output for one document batch (`encode_documents`), not yet converted.
+
+    Attributes:
+      plain: indices of the documents encoded with the plain call, and their `Encoding`s.
+      chat: indices of the chat documents (encoded with offsets), and their `Encoding`s.
+    """
+
+    plain: tuple[list[int], list[Any]]
+    chat: tuple[list[int], list[Any]]
+
+
+def encode_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: TokenizeStageConfig
+                     ) -> EncodedDocuments:
+    """The Rust part of tokenizing a batch: one batched call per kind of document, no Python per token.
+
+    The calls release the GIL, so a worker runs this on a helper thread while its own thread turns
+    the previous batch into rows (`rows_from_encoded`).
+    """
+    spans = batch.spans or [None] * len(batch)
+    chat = [i for i, s in enumerate(spans) if s is not None]
+    plain = [i for i, s in enumerate(spans) if s is None]
+    texts = batch.texts
+    plain_texts = texts if not chat else [texts[i] for i in plain]
+    return EncodedDocuments(
+        plain=(plain, tokenizer.encode_plain(plain_texts, add_bos=config.add_bos) if plain else []),
+        chat=(chat, tokenizer.encode_chat([texts[i] for i in chat]) if chat else []))
+
+
 def tokenize_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: TokenizeStageConfig,
                        seed: int) -> tuple[pa.RecordBatch, TokenizedStats]:
-    """Tokenizes a document batch into unpacked rows with shuffle keys.
+    """Tokenizes a document batch into unpacked rows with shuffle keys (`encode_documents`, then
+    `rows_from_encoded`).
 
     Returns:
       The record batch (`input_ids`, `attention_mask`, [`loss_mask`,] additional fields, `__key__`,
       `__hash__`, and `__piece__` when documents may be cut) and its counters (`tokens` as written).
     """
-    spans = batch.spans or [None] * len(batch)
-    chat = [i for i, s in enumerate(spans) if s is not None]
+    return rows_from_encoded(batch, encode_documents(batch, tokenizer, config), tokenizer, config, seed)
+
+
+def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer: TokenizerHandle,
+                      config: TokenizeStageConfig, seed: int) -> tuple[pa.RecordBatch, TokenizedStats]:
+    """The Python part of tokenizing a batch: special tokens, truncation, loss masks, Arrow columns."""
+    plain, plain_encodings = encoded.plain
+    chat, chat_encodings = encoded.chat
     mask = None
     if not chat:
-        ids, offsets = tokenizer.encode_batch(batch.texts, add_bos=config.add_bos, add_eos=config.add_eos)
+        ids, offsets = tokenizer.plain_ids(plain_encodings, add_bos=config.add_bos, add_eos=config.add_eos)
     else:
-        plain = [i for i, s in enumerate(spans) if s is None]
+        spans = batch.spans
         parts = []
         if plain:
-            flat, plain_offsets = tokenizer.encode_batch([batch.texts[i] for i in plain], add_bos=config.add_bos,
-                                                         add_eos=config.add_eos)
+            flat, plain_offsets = tokenizer.plain_ids(plain_encodings, add_bos=config.add_bos,
+                                                      add_eos=config.add_eos)
             parts.append((plain, flat, plain_offsets, np.ones(len(flat), dtype=np.int32)))
-        flat, chat_offsets, chat_mask = tokenizer.encode_chat_batch([batch.texts[i] for i in chat],
-                                                                    [spans[i] for i in chat], add_eos=config.add_eos)
+        flat, chat_offsets, chat_mask = tokenizer.chat_ids(chat_encodings, [spans[i] for i in chat],
+                                                           add_eos=config.add_eos)
         parts.append((chat, flat, chat_offsets, chat_mask))
         ids, offsets, mask = _interleave(parts, len(batch))
     keys, fields, extra = batch.keys, batch.fields, {}

@@ -151,6 +151,24 @@ class TokenizerHandle:
                 return self.tokenizer.token_to_id(candidate)
         return None
 
+    def encode_plain(self, texts: Sequence[str], *, add_bos: Optional[bool]) -> list[Any]:
+        """The Rust half of `encode_batch`: one batched call (it releases the GIL), no conversion.
+
+        Returns the tokenizer's `Encoding`s, for `plain_ids`. Run on a helper thread, this lets the
+        calling thread convert the previous batch while the Rust threads encode the next one.
+        """
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return encode(list(texts), add_special_tokens=add_bos is None)
+
+    def plain_ids(self, encodings: Sequence[Any], *, add_bos: Optional[bool], add_eos: bool,
+                  max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+        """The Python half of `encode_batch`: `Encoding`s -> `(flat_ids, offsets)` with special tokens."""
+        id_lists = [e.ids for e in encodings]
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        return _apply_specials(_flatten(id_lists, int(lengths.sum())), lengths,
+                               bos=self.bos_token_id if add_bos else None,
+                               eos=self.eos_token_id if add_eos else None, max_length=max_length)
+
     def encode_batch(self, texts: Sequence[str], *, add_bos: Optional[bool], add_eos: bool,
                      max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
         """Tokenizes `texts` in one Rust call.
@@ -166,26 +184,16 @@ class TokenizerHandle:
           `(flat_ids, offsets)`: int32 token ids of all documents back to back, and int64 offsets of
           length `len(texts) + 1` so document `i` is `flat_ids[offsets[i]:offsets[i + 1]]`.
         """
-        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
-        encodings = encode(list(texts), add_special_tokens=add_bos is None)
-        id_lists = [e.ids for e in encodings]
-        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
-        return _apply_specials(_flatten(id_lists, int(lengths.sum())), lengths,
-                               bos=self.bos_token_id if add_bos else None,
-                               eos=self.eos_token_id if add_eos else None, max_length=max_length)
+        return self.plain_ids(self.encode_plain(texts, add_bos=add_bos), add_bos=add_bos, add_eos=add_eos,
+                              max_length=max_length)
 
-    def encode_chat_batch(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
-                          max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Tokenizes rendered chat texts and marks the tokens overlapping their trained spans.
+    def encode_chat(self, texts: Sequence[str]) -> list[Any]:
+        """The Rust half of `encode_chat_batch`: `Encoding`s with character offsets, nothing added."""
+        return self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
 
-        The text comes from a chat template, which places its own special tokens, so nothing is
-        added but an EOS (if `add_eos` and the text does not already end with it; its mask is 0).
-
-        Returns:
-          `(flat_ids, offsets, flat_loss_mask)`: as `encode_batch`, plus an int32 0/1 mask aligned
-          with `flat_ids`.
-        """
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    def chat_ids(self, encodings: Sequence[Any], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
+                 max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The Python half of `encode_chat_batch`: `Encoding`s -> `(flat_ids, offsets, flat_loss_mask)`."""
         masks = []
         id_lists = []
         for encoding, doc_spans in zip(encodings, spans):
@@ -201,6 +209,19 @@ class TokenizerHandle:
         eos = self.eos_token_id if add_eos else None
         layout = _special_layout(flat, lengths, bos=None, eos=eos, max_length=max_length)
         return layout.apply(flat, 0, eos or 0), layout.offsets, layout.apply(mask_flat, 0, 0)
+
+    def encode_chat_batch(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
+                          max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tokenizes rendered chat texts and marks the tokens overlapping their trained spans.
+
+        The text comes from a chat template, which places its own special tokens, so nothing is
+        added but an EOS (if `add_eos` and the text does not already end with it; its mask is 0).
+
+        Returns:
+          `(flat_ids, offsets, flat_loss_mask)`: as `encode_batch`, plus an int32 0/1 mask aligned
+          with `flat_ids`.
+        """
+        return self.chat_ids(self.encode_chat(texts), spans, add_eos=add_eos, max_length=max_length)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)

@@ -45,3 +45,15 @@ def test_unknown_flags_are_found_with_suggestions():
     assert unknown_beam_flags(["--runner=DirectRunner", "--direct_num_workers=2", "--runer=DataflowRunner",
                                "--my_custom_flag", "positional"]) == [("--runer", "--runner"),
                                                                       ("--my_custom_flag", None)]
+
+
+def test_short_state_sampling_applies_inside_the_block_only():
+    from apache_beam.runners.worker import statesampler
+    from apache_beam.utils.counters import CounterFactory
+
+    from beam_pipelines.runners import STATE_SAMPLING_PERIOD_MS, short_state_sampling
+
+    with short_state_sampling():
+        assert statesampler.StateSampler("s", CounterFactory()).sampling_period_ms == STATE_SAMPLING_PERIOD_MS
+    after = statesampler.StateSampler("s", CounterFactory()).sampling_period_ms
+    assert after == statesampler.DEFAULT_SAMPLING_PERIOD_MS

@@ -9,8 +9,11 @@
 - `Pack`: token rows -> fixed-length packed rows
 - `WriteShards`: token rows -> shuffled, evenly sized staged shards
 - `CommitOutput`: staged shards -> committed output with `manifest.json`
+
+`transforms.coders` gives Arrow record batches and document batches their own Beam coders.
 """
 
+from transforms.coders import DocumentBatchCoder, RecordBatchCoder  # registers them with Beam
 from transforms.chat import ChatTemplate
 from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, WeightedMix
 from transforms.commit import CommitOutput
@@ -23,4 +26,4 @@ from transforms.write import WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
            "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints",
-           "SplitRows"]
+           "SplitRows", "RecordBatchCoder", "DocumentBatchCoder"]

@@ -18,6 +18,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from easydata.group_files import GroupFileWriter, read_group_files
+from transforms.coders import GroupedBatches
 
 __all__ = ["GroupBatchesViaFiles"]
 
@@ -61,4 +62,4 @@ class GroupBatchesViaFiles(beam.PTransform):
         return (batches
                 | "WriteGroupFiles" >> beam.ParDo(_WriteGroupFilesFn(self._directory))
                 | "GroupFileNames" >> beam.GroupByKey()
-                | "MapGroupFiles" >> beam.Map(_read_group))
+                | "MapGroupFiles" >> beam.Map(_read_group).with_output_types(GroupedBatches))

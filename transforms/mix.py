@@ -134,7 +134,7 @@ class WeightedMix(beam.PTransform):
                 | "Plan" >> beam.Map(_plan, self._weights, self._stop_strategy, self._total_tokens))
         selected = [rows[name] | f"Select[{name}]" >> beam.ParDo(
                         _SelectFn(name, self._seed), plan=beam.pvalue.AsSingleton(plan)
-                    ).with_outputs(MIX_STATS_TAG, main="rows") for name in names]
+                    ).with_output_types(pa.RecordBatch).with_outputs(MIX_STATS_TAG, main="rows") for name in names]
         return {
             "rows": [s.rows for s in selected] | "MixedRows" >> beam.Flatten(),
             MIX_STATS_TAG: [s[MIX_STATS_TAG] for s in selected] | "MixStats" >> beam.Flatten(),

@@ -21,6 +21,7 @@ import pyarrow as pa
 from easydata.config import PackStageConfig
 from easydata.pack_stage import pack_group
 from easydata.sharding import group_order, group_table, split_by_group
+from transforms.coders import KeyedBatch
 from transforms.group_files import GroupBatchesViaFiles
 
 __all__ = ["Pack", "PACK_STATS_TAG"]
@@ -64,11 +65,11 @@ class Pack(beam.PTransform):
 
     def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (rows
-                | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups)
+                | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups).with_output_types(KeyedBatch)
                 | "GroupDocuments" >> (beam.GroupByKey() if self._group_dir is None
                                        else GroupBatchesViaFiles(self._group_dir))
                 | "PackGroups" >> beam.ParDo(_PackGroupFn(self._name, self._config, self._pad_id, self._seed)
-                                             ).with_outputs(PACK_STATS_TAG, main="rows"))
+                                             ).with_output_types(pa.RecordBatch).with_outputs(PACK_STATS_TAG, main="rows"))
 
     def display_data(self) -> dict[str, Any]:
         return {"seq_length": self._config.seq_length, "strategy": self._config.strategy}

@@ -23,7 +23,7 @@ from easydata.checkpoint import write_unit
 from easydata.config import DatasetConfig
 from easydata.filesystems import join, open_file
 from easydata.progress import ProgressSink
-from easydata.sources import InputSplit, Reject, read_split
+from easydata.sources import DocumentBatch, InputSplit, Reject, read_split
 
 __all__ = ["ReadDocuments", "STATS_TAG", "REJECTED_TAG"]
 
@@ -129,7 +129,7 @@ class ReadDocuments(beam.PTransform):
                 | "Read" >> beam.ParDo(_ReadSplitsFn(self._dataset, self._batch_size, self._max_document_bytes,
                                                      self._staging, self._progress_dir, self._messages_field,
                                                      self._checkpoint)
-                                       ).with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
+                                       ).with_output_types(DocumentBatch).with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:
         return {"dataset": self._dataset.name, "splits": len(self._splits)}

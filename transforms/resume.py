@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Optional
 
 import apache_beam as beam
+import pyarrow as pa
 
 from easydata.checkpoint import UnitCheckpoint
 from easydata.progress import ProgressSink
@@ -70,8 +71,8 @@ class LoadCheckpoints(beam.PTransform):
         return (pbegin
                 | "Units" >> beam.Create(self._units)
                 | "Distribute" >> beam.Reshuffle()
-                | "Load" >> beam.ParDo(_LoadUnitFn(self._progress_dir)).with_outputs(STATS_TAG, REJECTED_TAG,
-                                                                                      main="rows"))
+                | "Load" >> beam.ParDo(_LoadUnitFn(self._progress_dir)).with_output_types(pa.RecordBatch)
+                .with_outputs(STATS_TAG, REJECTED_TAG, main="rows"))
 
     def display_data(self) -> dict[str, Any]:
         return {"units": len(self._units)}

@@ -46,6 +46,8 @@ class SplitRows(beam.PTransform):
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
         parts = rows | "Partition" >> beam.ParDo(_PartitionFn(self._dataset, self._fractions, self._split_seed)
                                                  ).with_outputs(*self._fractions)
+        for name in self._fractions:  # tagged outputs take no type hint: their elements are record batches
+            parts[name].element_type = pa.RecordBatch
         return {name: parts[name] for name in self._fractions}
 
     def display_data(self) -> dict[str, Any]:

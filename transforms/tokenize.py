@@ -1,15 +1,17 @@
 """`Tokenize`: document batches -> Arrow record batches of token rows.
 
 The tokenizer is loaded once per worker in `DoFn.setup`; each element is a whole `DocumentBatch`,
-tokenized in one batched Rust call by `easydata.tokenization.tokenize_documents`.
+encoded in one batched Rust call (`easydata.tokenization.encode_documents`).
 
-Tokenizing runs one batch ahead on a helper thread: while the Rust tokenizer (which releases the
-GIL and uses its own threads) encodes batch N+1, this worker's Python thread passes batch N
-downstream (routing, counting, staging). Outputs keep their input order within a bundle, and the
-last pending batch is emitted in `finish_bundle` with the window and timestamp it arrived with.
+Encoding runs one batch ahead on a helper thread, and only encoding: while the Rust tokenizer
+(which releases the GIL and uses its own threads) encodes batch N+1, this worker's Python thread
+turns batch N's encodings into Arrow rows (`rows_from_encoded`) and passes them downstream
+(routing, counting, staging), so the tokenizer's threads never wait for Python. Outputs keep their
+input order within a bundle, and the last pending batch is emitted in `finish_bundle` with the
+window and timestamp it arrived with.
 
-With `checkpoint_staging`, each tokenized batch is also written (on the helper thread) under the
-run's staging directory, named by its work unit and index, for `--resume` (`easydata.checkpoint`).
+With `checkpoint_staging`, each tokenized batch is also written under the run's staging directory,
+named by its work unit and index, for `--resume` (`easydata.checkpoint`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from easydata.checkpoint import batch_path, write_batch
 from easydata.config import TokenizeStageConfig, TokenizerConfig
 from easydata.progress import ProgressSink
 from easydata.sources import DocumentBatch
-from easydata.tokenization import TokenizedStats, tokenize_documents
+from easydata.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
 from easydata.tokenizer import TokenizerHandle
 
 __all__ = ["Tokenize"]
@@ -42,7 +44,7 @@ class _TokenizeFn(beam.DoFn):
         self._tokenizer: Optional[TokenizerHandle] = None
         self._progress: Optional[ProgressSink] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._pending: Optional[tuple[concurrent.futures.Future, Any, Any]] = None
+        self._pending: Optional[tuple[DocumentBatch, concurrent.futures.Future, Any, Any]] = None
         self._documents = beam.metrics.Metrics.counter("easydata", "documents_tokenized")
         self._tokens = beam.metrics.Metrics.counter("easydata", "tokens")
 
@@ -54,9 +56,13 @@ class _TokenizeFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._pending = None
 
-    def _encode(self, batch: DocumentBatch) -> tuple[Optional[pa.RecordBatch], TokenizedStats]:
-        if len(batch):
-            rows, stats = tokenize_documents(batch, self._tokenizer, self._config, self._seed)
+    def _encode(self, batch: DocumentBatch) -> Optional[EncodedDocuments]:
+        return encode_documents(batch, self._tokenizer, self._config) if len(batch) else None
+
+    def _rows(self, batch: DocumentBatch, encoded: Optional[EncodedDocuments]
+              ) -> tuple[Optional[pa.RecordBatch], TokenizedStats]:
+        if encoded is not None:
+            rows, stats = rows_from_encoded(batch, encoded, self._tokenizer, self._config, self._seed)
         else:  # every record of the batch was rejected upstream
             rows, stats = None, TokenizedStats(documents=0, tokens=0)
         if self._checkpoint_staging is not None and batch.unit >= 0:
@@ -67,9 +73,9 @@ class _TokenizeFn(beam.DoFn):
         return rows, stats
 
     def _collect(self) -> tuple[Optional[pa.RecordBatch], Any, Any]:
-        future, window, timestamp = self._pending
+        batch, future, window, timestamp = self._pending
         self._pending = None
-        rows, stats = future.result()
+        rows, stats = self._rows(batch, future.result())
         self._documents.inc(stats.documents)
         self._tokens.inc(stats.tokens)
         self._progress.add(documents=stats.documents, tokens=stats.tokens)
@@ -77,7 +83,7 @@ class _TokenizeFn(beam.DoFn):
 
     def process(self, batch: DocumentBatch, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam) -> Iterator[Any]:
-        submitted = (self._executor.submit(self._encode, batch), window, timestamp)
+        submitted = (batch, self._executor.submit(self._encode, batch), window, timestamp)
         if self._pending is not None:
             rows, previous_window, previous_timestamp = self._collect()
             if rows is not None:
@@ -120,7 +126,8 @@ class Tokenize(beam.PTransform):
 
     def expand(self, documents: beam.PCollection) -> beam.PCollection:
         return documents | "Encode" >> beam.ParDo(
-            _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging))
+            _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging)
+        ).with_output_types(pa.RecordBatch)
 
     def display_data(self) -> dict[str, Any]:
         return {"tokenizer": self._tokenizer.name_or_path}

@@ -26,6 +26,7 @@ from easydata.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, cut
     serialize_schema, sort_group, split_by_group, unify_schemas
 from easydata.token_files import TokenFileSpec
 from easydata.windows import PIECE_COLUMN
+from transforms.coders import KeyedBatch
 from transforms.group_files import GroupBatchesViaFiles
 
 __all__ = ["WriteShards"]
@@ -121,7 +122,7 @@ class WriteShards(beam.PTransform):
         self._token_files, self._group_dir = token_files, group_dir
 
     def expand(self, rows: beam.PCollection) -> beam.PCollection:
-        keyed = rows | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups)
+        keyed = rows | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups).with_output_types(KeyedBatch)
         counts = (keyed
                   | "MeasureGroups" >> beam.Map(_group_counts)
                   | "SumGroups" >> beam.CombinePerKey(_sum_pairs))
