@@ -45,5 +45,5 @@ setup(
                 # jsonschema: the Dataflow Flex Template metadata.json files are validated against their schema
                 "jsonschema>=4.18"],
     },
-    entry_points={"console_scripts": ["easydata=easydata.cli:main"]},
+    entry_points={"console_scripts": ["easydata=easydata.cli:console_main"]},
 )

@@ -1,4 +1,4 @@
-"""The batch pipeline: read -> chat template -> tokenize -> (mix) -> (pack) -> shuffle into shards -> commit.
+"""The batch pipeline: read -> chat template -> tokenize -> (mix) -> pack or sort groups -> shards -> commit.
 
 Without a `mix` section every dataset becomes its own output `OUT/<name>/`; with one, the datasets'
 token rows are mixed by share of output tokens into a single output `OUT/mixed/`.
@@ -33,7 +33,8 @@ from easydata.splits import split_output_name
 from easydata.token_files import token_file_spec
 from beam_pipelines.runners import make_runner_and_options, runs_on_this_machine, unknown_beam_flags
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
-    ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SplitRows, Tokenize, WeightedMix, WriteShards
+    ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
+    WriteShards
 
 __all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch", "BatchResult"]
 
@@ -90,16 +91,18 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         return join(plan.staging, "groups", stage, name) if group_via_files else None
 
     for name, (rows, num_groups, pad_id) in outputs.items():
-        if config.pack.enabled:
+        if config.pack.enabled:  # packing stages its groups sorted
             packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=pad_id,
-                                                    seed=config.seed, num_groups=num_groups,
+                                                    seed=config.seed, num_groups=num_groups, staging=plan.staging,
                                                     group_dir=group_dir("pack", name))
-            rows = packed.rows
+            groups = packed.groups
             stats.append(packed[PACK_STATS_TAG])
-        shards.append(rows | f"Write[{name}]" >> WriteShards(
+        else:
+            groups = rows | f"Sort[{name}]" >> SortGroups(name=name, num_groups=num_groups, staging=plan.staging,
+                                                          group_dir=group_dir("sort", name))
+        shards.append(groups | f"Write[{name}]" >> WriteShards(
             name=name, num_groups=num_groups, save=config.save, staging=plan.staging,
-            token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id),
-            group_dir=group_dir("write", name)))
+            token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id)))
     commit_inputs = {
         "shards": shards | "AllShards" >> beam.Flatten(),
         "stats": stats | "AllStats" >> beam.Flatten(),

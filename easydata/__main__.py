@@ -1,7 +1,5 @@
 """`python -m easydata` runs the CLI."""
 
-import sys
+from easydata.cli import console_main
 
-from easydata.cli import main
-
-sys.exit(main())
+console_main()

@@ -8,6 +8,7 @@ Beam is imported only by the commands that run a pipeline.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from typing import Any, Optional, Sequence
@@ -275,5 +276,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
 
 
+def console_main() -> None:
+    """The `easydata` command: `main`, then exit without tearing the interpreter down.
+
+    Python's shutdown frees every object of a process that imported Beam, pyarrow and a tokenizer;
+    after a job that takes about 0.6 s (measured on the 48 MB benchmark job) and does nothing a
+    finished command needs. So once `main` has returned and nothing else is running (no other
+    non-daemon thread, no child process), output is flushed and the process ends at once. Otherwise,
+    and when `main` raises, the interpreter exits normally.
+    """
+    code = main()
+    import logging
+    import multiprocessing
+    import threading
+
+    if any(t is not threading.main_thread() and t.is_alive() and not t.daemon for t in threading.enumerate()) \
+            or multiprocessing.active_children():
+        sys.exit(code)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code or 0))
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console_main()

@@ -14,7 +14,7 @@ of tokenized documents into Arrow record batches.
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Iterator, NamedTuple, Optional
+from typing import IO, Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,8 @@ __all__ = [
     "documents_to_batch",
     "TOKEN_COLUMNS",
     "write_piece",
+    "write_staged_batches",
+    "iter_staged_rows",
     "assemble_shard",
     "AssembledShard",
     "common_schema",
@@ -298,6 +300,48 @@ def write_piece(table: pa.Table, path: str) -> None:
         writer.write_table(table)
 
 
+def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str) -> tuple[int, Optional[pa.Schema]]:
+    """Streams record batches (one schema) into a staged uncompressed Arrow IPC file, in order.
+
+    Returns:
+      Rows written and their schema; `(0, None)` and no file when there are no batches.
+    """
+    rows, schema = 0, None
+    f = writer = None
+    try:
+        for batch in batches:
+            if writer is None:
+                schema = batch.schema
+                f = open_arrow_file(path, "wb")
+                writer = pa.ipc.new_file(f, schema)
+            writer.write_batch(batch)
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+        if f is not None:
+            f.close()
+    return rows, schema
+
+
+def iter_staged_rows(path: str, start: int = 0, stop: Optional[int] = None) -> Iterator[pa.RecordBatch]:
+    """Rows `[start, stop)` of a staged Arrow IPC file, reading only the record batches they overlap
+    (memory-mapped when local: slices, no copy)."""
+    with open_arrow_file(path) as f:
+        reader = pa.ipc.open_file(f)
+        first = 0
+        for i in range(reader.num_record_batches):
+            if stop is not None and first >= stop:
+                break
+            batch = reader.get_batch(i)
+            last = first + batch.num_rows
+            if last > start:
+                lo = max(start - first, 0)
+                hi = batch.num_rows if stop is None else min(stop - first, batch.num_rows)
+                yield batch if (lo, hi) == (0, batch.num_rows) else batch.slice(lo, hi - lo)
+            first = last
+
+
 class AssembledShard(NamedTuple):
     """What `assemble_shard` wrote: counts for the manifest, companion files and the columns as stored."""
 
@@ -311,12 +355,13 @@ class AssembledShard(NamedTuple):
     columns: tuple[tuple[str, str], ...]  # (name, type) as stored
 
 
-def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schema, *, compression: str,
-                   row_group_size: int, drop_columns: tuple[str, ...] = (),
+def assemble_shard(pieces: Sequence[str | tuple[str, int, int]], dest: str, fmt: str, schema: pa.Schema, *,
+                   compression: str, row_group_size: int, drop_columns: tuple[str, ...] = (),
                    token_files: Any = None) -> AssembledShard:
     """Streams staged pieces, in order, into one shard file.
 
     Args:
+      pieces: staged Arrow IPC files, whole (a path) or rows `[start, stop)` of one (`(path, start, stop)`).
       token_files: an `easydata.token_files.TokenFileSpec` for the `bin` / `npz` formats.
 
     Returns:
@@ -340,8 +385,9 @@ def assemble_shard(piece_paths: list[str], dest: str, fmt: str, schema: pa.Schem
     tokens = padding = trained = documents = cut = 0
     packed = "segment_ids" in out_schema.names
     masked = "loss_mask" in out_schema.names
-    for path in piece_paths:
-        for batch in iter_shard_batches(path, "arrow"):
+    for piece in pieces:
+        path, start, stop = (piece, 0, None) if isinstance(piece, str) else piece
+        for batch in iter_staged_rows(path, start, stop):
             counts = piece_counts(batch)
             documents, cut = documents + counts.documents, cut + counts.cut_documents
             batch = conform(batch.select(out_schema.names), out_schema)

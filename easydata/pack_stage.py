@@ -5,8 +5,9 @@ depend on bundling), orders each group by (hash, key) (`easydata.sharding.group_
 `pack_group`, which runs
 `easydata.packing` and returns `list<int32>` columns `input_ids`, `segment_ids`, `positions` (and
 `loss_mask` when the input had one), each row exactly `seq_length` long, plus the hidden shuffle
-columns: a row's key is `<group>:<row>` and its hash derives from the seed, so the later global
-shuffle of rows is as deterministic as everything else.
+columns: a row's key is `<group>:<row>` and its hash derives from the seed and lies in the group's
+hash range (`easydata.sharding.hashes_in_group`). The rows come out sorted by that hash: the group's
+packed rows are already in their final shuffled order, ready to be staged and cut into shards.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow as pa
 from easydata.config import PackStageConfig
 from easydata.formats import list_column_values, token_list_array
 from easydata.packing import pack_documents
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+from easydata.sharding import HASH_COLUMN, KEY_COLUMN, hashes_in_group, row_hashes
 from easydata.windows import piece_counts
 
 __all__ = ["PackStats", "pack_group", "resolve_pad_id", "PACKED_COLUMNS"]
@@ -55,12 +56,16 @@ def resolve_pad_id(config: PackStageConfig, tokenizer_pad: Optional[int], tokeni
 
 
 def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: int, dataset: str,
-               group: int, order: Optional[np.ndarray] = None) -> tuple[Iterator[pa.RecordBatch], PackStats]:
+               group: int, order: Optional[np.ndarray] = None, num_groups: int = 1
+               ) -> tuple[Iterator[pa.RecordBatch], PackStats]:
     """Packs one group's documents (rows of `table`, in `order`, default storage order) into
     fixed-length rows; with `order`, the documents are read in place, not first copied in order.
 
+    Args:
+      group, num_groups: which hash group of how many this is (the packed rows' hashes stay in it).
+
     Returns:
-      Record batches of at most 1024 packed rows, and the group's counters.
+      Record batches of at most 1024 packed rows, sorted by their (hash, key), and the group's counters.
     """
     tokens, offsets = list_column_values(table.column("input_ids"))
     loss_mask = list_column_values(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
@@ -71,21 +76,25 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
     stats = PackStats(documents=pieces.documents, cut_documents=pieces.cut_documents, pieces=table.num_rows,
                       rows=rows.num_rows, segments=rows.num_segments,
                       tokens=int(len(tokens)), padding_tokens=rows.padding_tokens)
-    return _batches(rows, seed=seed, dataset=dataset, group=group, seq_length=config.seq_length), stats
+    return _batches(rows, seed=seed, dataset=dataset, group=group, num_groups=num_groups,
+                    seq_length=config.seq_length), stats
 
 
-def _batches(rows, *, seed: int, dataset: str, group: int, seq_length: int) -> Iterator[pa.RecordBatch]:
+def _batches(rows, *, seed: int, dataset: str, group: int, num_groups: int, seq_length: int
+             ) -> Iterator[pa.RecordBatch]:
+    keys = np.array([f"{group:06d}:{i:09d}" for i in range(rows.num_rows)], dtype=object)
+    hashes = hashes_in_group(row_hashes(seed, f"{dataset}#packed", keys), group, num_groups)
+    order = np.argsort(hashes, kind="stable")  # keys ascend with the row index: ties fall in key order
     for first in range(0, rows.num_rows, _ROWS_PER_BATCH):
-        n = min(_ROWS_PER_BATCH, rows.num_rows - first)
-        offsets = np.arange(n + 1, dtype=np.int64) * seq_length
+        take = order[first:first + _ROWS_PER_BATCH]
+        offsets = np.arange(len(take) + 1, dtype=np.int64) * seq_length
         columns = {
-            "input_ids": token_list_array(rows.input_ids[first:first + n].ravel(), offsets),
-            "segment_ids": token_list_array(rows.segment_ids[first:first + n].ravel(), offsets),
-            "positions": token_list_array(rows.positions[first:first + n].ravel(), offsets),
+            "input_ids": token_list_array(rows.input_ids[take].ravel(), offsets),
+            "segment_ids": token_list_array(rows.segment_ids[take].ravel(), offsets),
+            "positions": token_list_array(rows.positions[take].ravel(), offsets),
         }
         if rows.loss_mask is not None:
-            columns["loss_mask"] = token_list_array(rows.loss_mask[first:first + n].ravel(), offsets)
-        keys = [f"{group:06d}:{first + i:09d}" for i in range(n)]
-        columns[KEY_COLUMN] = pa.array(keys, type=pa.string())
-        columns[HASH_COLUMN] = pa.array(row_hashes(seed, f"{dataset}#packed", keys), type=pa.uint64())
+            columns["loss_mask"] = token_list_array(rows.loss_mask[take].ravel(), offsets)
+        columns[KEY_COLUMN] = pa.array(keys[take], type=pa.string())
+        columns[HASH_COLUMN] = pa.array(hashes[take], type=pa.uint64())
         yield pa.RecordBatch.from_pydict(columns)

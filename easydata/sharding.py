@@ -7,9 +7,13 @@ seed, never on the runner, the worker count or bundle boundaries.
 To sort without holding a dataset in one place, rows are routed to `num_groups` *groups* by the top
 bits of their hash (a power of two chosen from the input size, so each group fits in a worker's
 memory). Groups are hash ranges, so sorting each group and concatenating groups in order gives the
-global order. Per-group row counts, computed in the pipeline, give each group's first global rank;
-shard `s` of `n` holds ranks `[s * total // n, (s + 1) * total // n)`, so shards differ by at most
-one row. A group is cut into *pieces* at shard boundaries; a shard is its pieces in group order.
+global order. Each group is staged sorted, in one file (`SortedGroup`). Per-group row counts give
+each group's first global rank; shard `s` of `n` holds ranks `[s * total // n, (s + 1) * total // n)`,
+so shards differ by at most one row. A sorted group is cut into *pieces* (row ranges of its file) at
+shard boundaries (`cut_ranges`); a shard is its pieces in group order.
+
+Rows made from a group's rows (packed rows) get hashes inside that group's range (`hashes_in_group`),
+so they are staged sorted where they were made, without being routed again.
 
 All functions here are pure (numpy / pyarrow), unit-tested without Beam.
 """
@@ -34,6 +38,7 @@ __all__ = [
     "row_hashes",
     "choose_num_groups",
     "group_of",
+    "hashes_in_group",
     "split_by_group",
     "ShardPlan",
     "plan_shards",
@@ -41,6 +46,9 @@ __all__ = [
     "group_table",
     "sort_group",
     "cut_pieces",
+    "cut_ranges",
+    "data_bytes",
+    "SortedGroup",
     "PieceInfo",
     "ShardInfo",
     "serialize_schema",
@@ -72,6 +80,18 @@ def group_of(hashes: np.ndarray, num_groups: int) -> np.ndarray:
     if bits == 0:
         return np.zeros(len(hashes), dtype=np.int64)
     return (hashes >> np.uint64(64 - bits)).astype(np.int64)
+
+
+def hashes_in_group(hashes: np.ndarray, group: int, num_groups: int) -> np.ndarray:
+    """`hashes` moved into `group`'s hash range: the group's index as top bits, the hash's top bits below.
+
+    Their order is kept, so rows sorted by these hashes are in the order of the original hashes.
+    """
+    bits = int(num_groups).bit_length() - 1
+    hashes = np.asarray(hashes, dtype=np.uint64)
+    if bits == 0:
+        return hashes.copy()
+    return (np.uint64(group) << np.uint64(64 - bits)) | (hashes >> np.uint64(bits))
 
 
 def split_by_group(batch: pa.RecordBatch, num_groups: int) -> list[tuple[int, pa.RecordBatch]]:
@@ -151,24 +171,54 @@ def sort_group(batches: Iterable[pa.RecordBatch]) -> pa.Table:
     return table.take(group_order(table)) if table.num_rows else table  # chunked take: one copy, no concat first
 
 
-def cut_pieces(table: pa.Table, group: int, plan: ShardPlan) -> list[tuple[int, pa.Table]]:
-    """Cuts a sorted group at shard boundaries: `[(shard, rows_of_that_shard), ...]`."""
-    if table.num_rows == 0:
+def cut_ranges(group: int, num_rows: int, plan: ShardPlan) -> list[tuple[int, int, int]]:
+    """Cuts a sorted group of `num_rows` rows at shard boundaries: `[(shard, start, stop), ...]` row ranges."""
+    if num_rows == 0:
         return []
     first = plan.group_start[group]
     bounds = plan.shard_bounds()
-    ranks = np.arange(first, first + table.num_rows)
-    shard_of = np.searchsorted(bounds, ranks, side="right") - 1
-    pieces = []
-    for shard in np.unique(shard_of):
-        idx = np.flatnonzero(shard_of == shard)
-        pieces.append((int(shard), table.slice(int(idx[0]), len(idx))))
-    return pieces
+    first_shard = int(np.searchsorted(bounds, first, side="right")) - 1
+    last_shard = int(np.searchsorted(bounds, first + num_rows - 1, side="right")) - 1
+    ranges = []
+    for shard in range(first_shard, last_shard + 1):
+        start = max(int(bounds[shard]), first) - first
+        stop = min(int(bounds[shard + 1]), first + num_rows) - first
+        if stop > start:
+            ranges.append((shard, start, stop))
+    return ranges
+
+
+def cut_pieces(table: pa.Table, group: int, plan: ShardPlan) -> list[tuple[int, pa.Table]]:
+    """Cuts a sorted group at shard boundaries: `[(shard, rows_of_that_shard), ...]`."""
+    return [(shard, table.slice(start, stop - start)) for shard, start, stop in cut_ranges(group, table.num_rows, plan)]
+
+
+def data_bytes(columns: pa.Table | pa.RecordBatch, hidden: Iterable[str]) -> int:
+    """Uncompressed bytes of the columns that will be written (`hidden` ones left out): sizes shards."""
+    skip = set(hidden)
+    return sum(columns.column(name).nbytes for name in columns.schema.names if name not in skip)
+
+
+@dataclasses.dataclass(frozen=True)
+class SortedGroup:
+    """One hash group's rows in their final (hash, key) order, staged in one Arrow IPC file.
+
+    Attributes:
+      data_bytes: uncompressed bytes of the columns to be written, for the shard count.
+      schema: serialized Arrow schema, to unify column types across a dataset's shards.
+    """
+
+    dataset: str
+    group: int
+    path: str
+    rows: int
+    data_bytes: int
+    schema: bytes
 
 
 @dataclasses.dataclass(frozen=True)
 class PieceInfo:
-    """A temporary file holding the rows of one group that belong to one shard."""
+    """The rows `[start, start + rows)` of a sorted group's file that belong to one shard."""
 
     dataset: str
     shard: int
@@ -177,6 +227,7 @@ class PieceInfo:
     path: str
     rows: int
     schema: bytes  # serialized Arrow schema, to unify column types across a dataset's shards
+    start: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,5 +80,5 @@ def test_batch_job_declares_its_bulk_element_types(tmp_path: Path, tokenizer_dir
     assert isinstance(coders["Read[d]/Read/ParDo(_ReadSplitsFn)"], DocumentBatchCoder)
     assert isinstance(coders["Chat[d]/Render/ParDo(_RenderFn)"], DocumentBatchCoder)
     assert isinstance(coders["Tokenize[d]/Encode"], RecordBatchCoder)
-    assert isinstance(coders["Pack[d]/PackGroups/ParDo(_PackGroupFn)"], RecordBatchCoder)
+    assert isinstance(coders["Pack[d]/GroupDocuments/MapGroupFiles"].coders()[1].value_coder(), RecordBatchCoder)
     assert isinstance(coders["Pack[d]/RouteToGroups"].coders()[1], RecordBatchCoder)

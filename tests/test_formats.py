@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from easydata.formats import (
     ShardWriter,
@@ -23,8 +25,10 @@ from easydata.formats import (
     iter_shard_batches,
     read_shard_table,
     shard_file_name,
+    iter_staged_rows,
     token_list_array,
     write_piece,
+    write_staged_batches,
 )
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN
 
@@ -334,3 +338,40 @@ def test_write_piece_round_trips(tmp_path: Path) -> None:
     write_piece(piece, str(tmp_path / "p.arrow"))
     assert read_shard_table(str(tmp_path / "p.arrow"), "arrow").equals(piece)
     assert count_shard_rows(str(tmp_path / "p.arrow"), "arrow") == 9
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=6), st.data())
+@settings(max_examples=40, deadline=None)
+def test_staged_rows_read_back_any_range(batch_rows: list[int], data) -> None:
+    import tempfile
+
+    rows = make_rows(sum(batch_rows))
+    table = _piece(rows)
+    batches, first = [], 0
+    for n in batch_rows:
+        batches.append(table.slice(first, n).combine_chunks().to_batches()[0])
+        first += n
+    start = data.draw(st.integers(0, table.num_rows))
+    stop = data.draw(st.integers(start, table.num_rows))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "g.arrow")
+        assert write_staged_batches(iter(batches), path) == (table.num_rows, table.schema)
+        got = list(iter_staged_rows(path, start, stop))
+        assert pa.Table.from_batches(got, table.schema).equals(table.slice(start, stop - start))
+        assert pa.Table.from_batches(list(iter_staged_rows(path)), table.schema).equals(table)
+
+
+def test_staging_no_batches_writes_no_file(tmp_path: Path) -> None:
+    assert write_staged_batches(iter([]), str(tmp_path / "g.arrow")) == (0, None)
+    assert not (tmp_path / "g.arrow").exists()
+
+
+def test_assemble_shard_takes_row_ranges_of_staged_files(tmp_path: Path) -> None:
+    rows = make_rows(20)
+    write_piece(_piece(rows), str(tmp_path / "g.arrow"))
+    schema = SCHEMA.append(pa.field(KEY_COLUMN, pa.string())).append(pa.field(HASH_COLUMN, pa.uint64()))
+    written, *_ = assemble_shard([(str(tmp_path / "g.arrow"), 3, 9), (str(tmp_path / "g.arrow"), 15, 20)],
+                                 str(tmp_path / "s.parquet"), "parquet", schema, compression="none",
+                                 row_group_size=100)
+    assert written == 11
+    assert pq.read_table(tmp_path / "s.parquet").column("n").to_pylist() == [r["n"] for r in rows[3:9] + rows[15:20]]

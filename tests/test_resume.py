@@ -89,7 +89,7 @@ def test_killed_run_is_refused_then_resumed_to_the_same_bytes(job, tmp_path, mom
     if moment == "tokenizing":
         _kill_when(config, out, lambda staging: _units_done(staging) >= 3)
     else:  # the shuffle has started staging shard pieces: every unit is tokenized
-        _kill_when(config, out, lambda staging: any((staging / "pieces").rglob("*.arrow")))
+        _kill_when(config, out, lambda staging: any((staging / "sorted").rglob("*.arrow")))
     assert not (out / "manifest.json").exists()
     refused = _cli("validate", str(out))
     assert refused.returncode == 2

@@ -19,7 +19,9 @@ from easydata.sharding import (
     ShardPlan,
     choose_num_groups,
     cut_pieces,
+    cut_ranges,
     group_of,
+    hashes_in_group,
     plan_shards,
     row_hashes,
     serialize_schema,
@@ -327,3 +329,35 @@ def test_unify_serialized_schemas() -> None:
     assert unified == pa.schema([("input_ids", pa.list_(pa.int32())), ("path", pa.string()),
                                  ("score", pa.float64())])
     assert unify_schemas([serialize_schema(a)]) == a
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=50), st.sampled_from([1, 2, 8, 64]), st.data())
+@settings(max_examples=60, deadline=None)
+def test_hashes_in_group_land_in_the_group_and_keep_their_order(values: list[int], num_groups: int, data) -> None:
+    group = data.draw(st.integers(0, num_groups - 1))
+    hashes = np.array(values, dtype=np.uint64)
+    moved = hashes_in_group(hashes, group, num_groups)
+    assert (group_of(moved, num_groups) == group).all()
+    assert np.array_equal(np.argsort(moved, kind="stable"), np.argsort(hashes >> np.uint64(
+        int(num_groups).bit_length() - 1), kind="stable"))
+    if num_groups == 1:
+        assert np.array_equal(moved, hashes)
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=8), st.integers(1, 30))
+@settings(max_examples=80, deadline=None)
+def test_cut_ranges_give_each_rank_to_exactly_one_shard(group_rows: list[int], num_shards: int) -> None:
+    counts = dict(enumerate(group_rows))
+    plan = plan_shards(counts, {}, len(group_rows), num_shards=num_shards, max_shard_bytes=1)
+    bounds = plan.shard_bounds()
+    owner = []
+    for group, rows in counts.items():
+        expected_start = 0
+        for shard, start, stop in cut_ranges(group, rows, plan):
+            assert start == expected_start and stop > start, "contiguous, non-empty ranges in row order"
+            first = plan.group_start[group] + start
+            assert bounds[shard] <= first and first + (stop - start) <= bounds[shard + 1]
+            owner.extend([shard] * (stop - start))
+            expected_start = stop
+        assert expected_start == rows
+    assert owner == sorted(owner) and len(owner) == sum(group_rows)

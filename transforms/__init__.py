@@ -6,8 +6,9 @@
 - `Tokenize`: document batches -> token rows (with `loss_mask` for chat)
 - `WeightedMix`: several datasets' token rows -> one stream mixed by token share
 - `SplitRows`: token rows -> one stream per train / validation / ... split
-- `Pack`: token rows -> fixed-length packed rows
-- `WriteShards`: token rows -> shuffled, evenly sized staged shards
+- `Pack`: token rows -> fixed-length packed rows, staged as sorted groups
+- `SortGroups`: token rows -> hash groups staged sorted (packing stages its groups itself)
+- `WriteShards`: sorted groups -> shuffled, evenly sized staged shards
 - `CommitOutput`: staged shards -> committed output with `manifest.json`
 
 `transforms.coders` gives Arrow record batches and document batches their own Beam coders.
@@ -22,8 +23,8 @@ from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
 from transforms.resume import LoadCheckpoints
 from transforms.split import SplitRows
 from transforms.tokenize import Tokenize
-from transforms.write import WriteShards
+from transforms.write import SortGroups, WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
            "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints",
-           "SplitRows", "RecordBatchCoder", "DocumentBatchCoder"]
+           "SplitRows", "SortGroups", "RecordBatchCoder", "DocumentBatchCoder"]

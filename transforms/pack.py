@@ -3,11 +3,12 @@
 Documents are routed to hash groups (the same groups as the shuffle, sized to fit a worker), each
 group is sorted by (hash, key) and packed by `easydata.pack_stage.pack_group`. A group's content and
 order depend only on the data and the seed, so the packed rows are the same whatever the runner,
-worker count or bundle sizes. Packed rows then go through `WriteShards` like any rows, which
-shuffles them globally.
+worker count or bundle sizes. The packed rows keep hashes in their group's range and come out in
+their final order, so each group's rows are staged at once as a sorted group file for `WriteShards`
+(no second routing and sort, unlike unpacked rows, which go through `SortGroups`).
 
 Outputs (tagged):
-  main: packed `pa.RecordBatch`es (with hidden shuffle columns)
+  main: `SortedGroup`, one per group
   `pack_stats`: `(dataset, PackStats.as_dict())` per group
 """
 
@@ -20,9 +21,11 @@ import pyarrow as pa
 
 from easydata.config import PackStageConfig
 from easydata.pack_stage import pack_group
-from easydata.sharding import group_order, group_table, split_by_group
+from easydata.formats import write_staged_batches
+from easydata.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema, split_by_group
 from transforms.coders import KeyedBatch
 from transforms.group_files import GroupBatchesViaFiles
+from transforms.write import HIDDEN_COLUMNS, sorted_group_path
 
 __all__ = ["Pack", "PACK_STATS_TAG"]
 
@@ -30,16 +33,29 @@ PACK_STATS_TAG = "pack_stats"
 
 
 class _PackGroupFn(beam.DoFn):
-    def __init__(self, name: str, config: PackStageConfig, pad_id: int, seed: int):
+    def __init__(self, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int, staging: str):
         self._name, self._config, self._pad_id, self._seed = name, config, pad_id, seed
+        self._num_groups, self._staging = num_groups, staging
         self._rows = beam.metrics.Metrics.counter("easydata", "packed_rows")
 
     def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[Any]:
         group, batches = element
         table = group_table(batches)
         packed, stats = pack_group(table, config=self._config, pad_id=self._pad_id, seed=self._seed,
-                                   dataset=self._name, group=group, order=group_order(table))
-        yield from packed
+                                   dataset=self._name, group=group, order=group_order(table),
+                                   num_groups=self._num_groups)
+        measured = {"bytes": 0}
+
+        def measure(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                measured["bytes"] += data_bytes(batch, HIDDEN_COLUMNS)
+                yield batch
+
+        path = sorted_group_path(self._staging, self._name, group)
+        rows, schema = write_staged_batches(measure(packed), path)
+        if rows:
+            yield SortedGroup(dataset=self._name, group=group, path=path, rows=rows, data_bytes=measured["bytes"],
+                              schema=serialize_schema(schema))
         self._rows.inc(stats.rows)
         yield beam.pvalue.TaggedOutput(PACK_STATS_TAG, (self._name, stats.as_dict()))
 
@@ -53,23 +69,25 @@ class Pack(beam.PTransform):
       pad_id: id written on padding.
       seed: the pipeline seed.
       num_groups: hash groups (`easydata.sharding.choose_num_groups`).
+      staging: the run's staging directory (sorted group files go below it).
       group_dir: group the documents through files in this directory (`GroupBatchesViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
     """
 
     def __init__(self, *, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int,
-                 group_dir: Optional[str] = None):
+                 staging: str, group_dir: Optional[str] = None):
         super().__init__()
         self._name, self._config, self._pad_id = name, config, pad_id
-        self._seed, self._num_groups, self._group_dir = seed, num_groups, group_dir
+        self._seed, self._num_groups, self._staging, self._group_dir = seed, num_groups, staging, group_dir
 
     def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return (rows
                 | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups).with_output_types(KeyedBatch)
                 | "GroupDocuments" >> (beam.GroupByKey() if self._group_dir is None
                                        else GroupBatchesViaFiles(self._group_dir))
-                | "PackGroups" >> beam.ParDo(_PackGroupFn(self._name, self._config, self._pad_id, self._seed)
-                                             ).with_output_types(pa.RecordBatch).with_outputs(PACK_STATS_TAG, main="rows"))
+                | "PackGroups" >> beam.ParDo(_PackGroupFn(self._name, self._config, self._pad_id, self._seed,
+                                                          self._num_groups, self._staging)
+                                             ).with_outputs(PACK_STATS_TAG, main="groups"))
 
     def display_data(self) -> dict[str, Any]:
         return {"seq_length": self._config.seq_length, "strategy": self._config.strategy}

@@ -1,14 +1,16 @@
-"""`WriteShards`: token rows -> globally shuffled, evenly sized shard files under a staging dir.
+"""`SortGroups` and `WriteShards`: token rows -> globally shuffled, evenly sized shard files under a staging dir.
 
 Wiring only; the algorithm is `easydata.sharding` (see its docstring):
 
-  rows --route by hash group--> GroupByKey(group) --sort, cut at shard bounds--> pieces
-       --count rows/bytes per group--> plan (side input)
-  pieces --GroupByKey(shard)--> assemble pieces in group order --> staged shard files
+  SortGroups:  rows --route by hash group--> GroupByKey(group) --sort--> one staged file per group (`SortedGroup`)
+  WriteShards: sorted groups --count rows/bytes per group--> plan (side input)
+               sorted groups --cut at shard bounds--> pieces (row ranges) --GroupByKey(shard)-->
+               assemble pieces in group order --> staged shard files
 
-Shard contents and bytes depend only on the rows and the seed, never on bundling or worker count
-(no use of Beam's random `num_shards` distribution). Memory is bounded by one group (sorting) and
-one row group (assembling): no stage holds a whole shard.
+`Pack` emits `SortedGroup`s itself (a group's packed rows are made sorted), so packed rows skip
+`SortGroups`. Shard contents and bytes depend only on the rows and the seed, never on bundling or
+worker count (no use of Beam's random `num_shards` distribution). Memory is bounded by one group
+(sorting) and one row group (assembling): no stage holds a whole shard.
 """
 
 from __future__ import annotations
@@ -22,50 +24,83 @@ import pyarrow as pa
 from easydata.config import SaveStageConfig
 from easydata.filesystems import file_size, join
 from easydata.formats import assemble_shard, shard_file_name, write_piece
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, cut_pieces, plan_shards, \
-    serialize_schema, sort_group, split_by_group, unify_schemas
+from easydata.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
+    plan_shards, serialize_schema, sort_group, split_by_group, unify_schemas
 from easydata.token_files import TokenFileSpec
 from easydata.windows import PIECE_COLUMN
 from transforms.coders import KeyedBatch
 from transforms.group_files import GroupBatchesViaFiles
 
-__all__ = ["WriteShards"]
+__all__ = ["SortGroups", "WriteShards", "sorted_group_path", "HIDDEN_COLUMNS"]
 
-_HIDDEN = (HASH_COLUMN, KEY_COLUMN, PIECE_COLUMN)
-
-
-def _group_counts(keyed: tuple[int, pa.RecordBatch]) -> tuple[int, tuple[int, int]]:
-    group, batch = keyed
-    data_bytes = sum(batch.column(name).nbytes for name in batch.schema.names if name not in _HIDDEN)
-    return group, (batch.num_rows, data_bytes)
+HIDDEN_COLUMNS = (HASH_COLUMN, KEY_COLUMN, PIECE_COLUMN)
 
 
-def _sum_pairs(pairs: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    rows = total = 0
-    for r, b in pairs:
-        rows += r
-        total += b
-    return rows, total
+def sorted_group_path(staging: str, name: str, group: int) -> str:
+    """Where a group's sorted rows are staged (one deterministic name: a retried bundle rewrites it)."""
+    return join(staging, "sorted", name, f"g{group:06d}.arrow")
 
 
-class _SortAndCutFn(beam.DoFn):
-    """Sorts one group and writes its pieces (one per shard it overlaps)."""
+class _SortGroupFn(beam.DoFn):
+    """Sorts one group's rows by (hash, key) and stages them in one file."""
 
-    def __init__(self, name: str, num_groups: int, save: SaveStageConfig, staging: str):
-        self._name, self._num_groups, self._save, self._staging = name, num_groups, save, staging
+    def __init__(self, name: str, staging: str):
+        self._name, self._staging = name, staging
 
-    def process(self, element: tuple[int, Iterable[pa.RecordBatch]],
-                counts: dict[int, tuple[int, int]]) -> Iterator[PieceInfo]:
+    def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[SortedGroup]:
         group, batches = element
+        table = sort_group(batches)
+        if table.num_rows == 0:
+            return
+        path = sorted_group_path(self._staging, self._name, group)
+        write_piece(table, path)
+        yield SortedGroup(dataset=self._name, group=group, path=path, rows=table.num_rows,
+                          data_bytes=data_bytes(table, HIDDEN_COLUMNS), schema=serialize_schema(table.schema))
+
+
+class SortGroups(beam.PTransform):
+    """Routes one output's token rows to hash groups and stages each group sorted (see module docstring).
+
+    Args:
+      name: output name (the dataset's name, or `mixed`).
+      num_groups: hash groups (`easydata.sharding.choose_num_groups`).
+      staging: the run's staging directory.
+      group_dir: group the rows through files in this directory (`GroupBatchesViaFiles`, for
+        runners whose workers share this machine's files); None: Beam's GroupByKey.
+
+    Returns:
+      A PCollection of `SortedGroup`, one per non-empty group.
+    """
+
+    def __init__(self, *, name: str, num_groups: int, staging: str, group_dir: Optional[str] = None):
+        super().__init__()
+        self._name, self._num_groups, self._staging, self._group_dir = name, num_groups, staging, group_dir
+
+    def expand(self, rows: beam.PCollection) -> beam.PCollection:
+        return (rows
+                | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups).with_output_types(KeyedBatch)
+                | "GroupRows" >> (beam.GroupByKey() if self._group_dir is None
+                                  else GroupBatchesViaFiles(self._group_dir))
+                | "SortGroup" >> beam.ParDo(_SortGroupFn(self._name, self._staging)))
+
+
+def _group_counts(group: SortedGroup) -> tuple[int, tuple[int, int]]:
+    return group.group, (group.rows, group.data_bytes)
+
+
+class _CutFn(beam.DoFn):
+    """Cuts one sorted group at the shard boundaries: one piece (row range of its file) per shard it overlaps."""
+
+    def __init__(self, num_groups: int, save: SaveStageConfig):
+        self._num_groups, self._save = num_groups, save
+
+    def process(self, group: SortedGroup, counts: dict[int, tuple[int, int]]) -> Iterator[PieceInfo]:
         plan = plan_shards({g: c[0] for g, c in counts.items()}, {g: c[1] for g, c in counts.items()},
                            self._num_groups, num_shards=self._save.num_shards,
                            max_shard_bytes=self._save.max_shard_bytes)
-        table = sort_group(batches)
-        for shard, piece in cut_pieces(table, group, plan):
-            path = join(self._staging, "pieces", self._name, f"s{shard:05d}-g{group:06d}.arrow")
-            write_piece(piece, path)
-            yield PieceInfo(dataset=self._name, shard=shard, num_shards=plan.num_shards, group=group, path=path,
-                            rows=piece.num_rows, schema=serialize_schema(piece.schema))
+        for shard, start, stop in cut_ranges(group.group, group.rows, plan):
+            yield PieceInfo(dataset=group.dataset, shard=shard, num_shards=plan.num_shards, group=group.group,
+                            path=group.path, rows=stop - start, schema=group.schema, start=start)
 
 
 class _AssembleShardFn(beam.DoFn):
@@ -80,9 +115,9 @@ class _AssembleShardFn(beam.DoFn):
         num_shards = pieces[0].num_shards
         relative = f"{self._name}/{shard_file_name(shard, num_shards, self._save.format, self._save.compression)}"
         dest = join(self._staging, relative)
-        done = assemble_shard([p.path for p in pieces], dest, self._save.format, schema,
+        done = assemble_shard([(p.path, p.start, p.start + p.rows) for p in pieces], dest, self._save.format, schema,
                               compression=self._save.compression, row_group_size=self._save.row_group_size,
-                              drop_columns=_HIDDEN, token_files=self._token_files)
+                              drop_columns=HIDDEN_COLUMNS, token_files=self._token_files)
         expected = sum(p.rows for p in pieces)
         if done.rows != expected:  # a bug guard: never commit a shard that lost rows
             raise RuntimeError(f"shard {relative}: wrote {done.rows} rows, pieces hold {expected}")
@@ -100,7 +135,7 @@ def _unify(serialized: list[bytes]) -> pa.Schema:
 
 
 class WriteShards(beam.PTransform):
-    """Writes one output's token rows as shuffled, even shards below `staging/<name>/`.
+    """Writes one output's sorted groups as shuffled, even shards below `staging/<name>/`.
 
     Args:
       name: output name (the dataset's name, or `mixed`).
@@ -108,31 +143,23 @@ class WriteShards(beam.PTransform):
       save: format, compression, shard count / size, row group size.
       staging: the run's staging directory.
       token_files: dtype, row width and pad id for the `bin` / `npz` formats.
-      group_dir: group the rows through files in this directory (`GroupBatchesViaFiles`, for
-        runners whose workers share this machine's files); None: Beam's GroupByKey.
 
     Returns:
       A PCollection of `ShardInfo`, one per shard written.
     """
 
     def __init__(self, *, name: str, num_groups: int, save: SaveStageConfig, staging: str,
-                 token_files: Optional[TokenFileSpec] = None, group_dir: Optional[str] = None):
+                 token_files: Optional[TokenFileSpec] = None):
         super().__init__()
         self._name, self._num_groups, self._save, self._staging = name, num_groups, save, staging
-        self._token_files, self._group_dir = token_files, group_dir
+        self._token_files = token_files
 
-    def expand(self, rows: beam.PCollection) -> beam.PCollection:
-        keyed = rows | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups).with_output_types(KeyedBatch)
-        counts = (keyed
-                  | "MeasureGroups" >> beam.Map(_group_counts)
-                  | "SumGroups" >> beam.CombinePerKey(_sum_pairs))
-        pieces = (keyed
-                  | "GroupRows" >> (beam.GroupByKey() if self._group_dir is None
-                                    else GroupBatchesViaFiles(self._group_dir))
-                  | "SortAndCut" >> beam.ParDo(_SortAndCutFn(self._name, self._num_groups, self._save,
-                                                             self._staging), counts=beam.pvalue.AsDict(counts)))
-        schema = (pieces
-                  | "PieceSchemas" >> beam.Map(lambda p: p.schema)
+    def expand(self, groups: beam.PCollection) -> beam.PCollection:
+        counts = groups | "MeasureGroups" >> beam.Map(_group_counts)
+        pieces = groups | "Cut" >> beam.ParDo(_CutFn(self._num_groups, self._save),
+                                              counts=beam.pvalue.AsDict(counts))
+        schema = (groups
+                  | "GroupSchemas" >> beam.Map(lambda g: g.schema)
                   | "AllSchemas" >> beam.combiners.ToList()
                   | "UnifySchemas" >> beam.Map(_unify))
         return (pieces
