@@ -45,7 +45,6 @@ __all__ = [
     "group_order",
     "group_table",
     "sort_group",
-    "cut_pieces",
     "cut_ranges",
     "data_bytes",
     "SortedGroup",
@@ -186,11 +185,6 @@ def cut_ranges(group: int, num_rows: int, plan: ShardPlan) -> list[tuple[int, in
         if stop > start:
             ranges.append((shard, start, stop))
     return ranges
-
-
-def cut_pieces(table: pa.Table, group: int, plan: ShardPlan) -> list[tuple[int, pa.Table]]:
-    """Cuts a sorted group at shard boundaries: `[(shard, rows_of_that_shard), ...]`."""
-    return [(shard, table.slice(start, stop - start)) for shard, start, stop in cut_ranges(group, table.num_rows, plan)]
 
 
 def data_bytes(columns: pa.Table | pa.RecordBatch, hidden: Iterable[str]) -> int:

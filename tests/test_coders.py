@@ -54,7 +54,8 @@ def test_document_batch_round_trip_and_size():
 def test_record_batches_cross_a_fusion_break_intact():
     runner, options = make_runner_and_options([])
     with beam.Pipeline(runner=runner, options=options) as p:
-        batches = (p | beam.Create([0, 1, 2]) | beam.Map(lambda i: _rows().slice(i, 1)).with_output_types(pa.RecordBatch)
+        batches = (p | beam.Create([0, 1, 2])
+                   | beam.Map(lambda i: _rows().slice(i, 1)).with_output_types(pa.RecordBatch)
                    | beam.Reshuffle() | beam.Map(lambda b: b.to_pylist()[0]["__key__"]))
         assert_that(batches, equal_to(["a", "b", None]))
 

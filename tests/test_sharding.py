@@ -18,7 +18,6 @@ from easydata.sharding import (
     KEY_COLUMN,
     ShardPlan,
     choose_num_groups,
-    cut_pieces,
     cut_ranges,
     group_of,
     hashes_in_group,
@@ -282,7 +281,7 @@ def test_sort_group_with_conflicting_field_types() -> None:
 @pytest.mark.parametrize("n, num_groups, num_shards", [
     (1, 1, 1), (10, 1, 3), (100, 4, 7), (100, 8, 100), (57, 16, 4), (200, 2, 1), (33, 4, 64),
 ])
-def test_cut_pieces_covers_every_rank_exactly_once(n: int, num_groups: int, num_shards: int) -> None:
+def test_cut_ranges_cover_every_rank_exactly_once(n: int, num_groups: int, num_shards: int) -> None:
     rows = make_rows(n, seed=n)
     # Route rows to groups from several input batches, as the pipeline does.
     by_group: dict[int, list[pa.RecordBatch]] = {}
@@ -297,7 +296,8 @@ def test_cut_pieces_covers_every_rank_exactly_once(n: int, num_groups: int, num_
     shards: dict[int, list[tuple[int, pa.Table]]] = {}
     for group in sorted(sorted_groups):
         table = sorted_groups[group]
-        pieces = cut_pieces(table, group, plan)
+        pieces = [(shard, table.slice(start, stop - start)) for shard, start, stop in
+                  cut_ranges(group, table.num_rows, plan)]
         assert sum(p.num_rows for _, p in pieces) == table.num_rows
         rank = plan.group_start[group]
         for shard, piece in pieces:
@@ -314,9 +314,9 @@ def test_cut_pieces_covers_every_rank_exactly_once(n: int, num_groups: int, num_
     assert len(set(global_order)) == n
 
 
-def test_cut_pieces_of_an_empty_group() -> None:
+def test_cut_ranges_of_an_empty_group() -> None:
     plan = plan_shards({0: 4}, {}, 2, num_shards=2, max_shard_bytes=1)
-    assert cut_pieces(pa.table({}), 1, plan) == []
+    assert cut_ranges(1, pa.table({}).num_rows, plan) == []
 
 
 # ---- schemas -------------------------------------------------------------------------------------

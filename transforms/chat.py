@@ -77,4 +77,5 @@ class ChatTemplate(beam.PTransform):
         self._fn = _RenderFn(dataset, tokenizer, template, assistant_only_loss, staging)
 
     def expand(self, documents: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        return documents | "Render" >> beam.ParDo(self._fn).with_output_types(DocumentBatch).with_outputs(STATS_TAG, REJECTED_TAG, main="documents")
+        return documents | "Render" >> beam.ParDo(self._fn).with_output_types(DocumentBatch).with_outputs(
+            STATS_TAG, REJECTED_TAG, main="documents")

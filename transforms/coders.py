@@ -31,6 +31,24 @@ KeyedBatch = Tuple[int, pa.RecordBatch]
 GroupedBatches = Tuple[int, List[pa.RecordBatch]]
 
 
+class _TypeCoder(FastCoder):
+    """A coder for one Python type (`TYPE`): equal to any other instance, not deterministic (values only)."""
+
+    TYPE: type
+
+    def is_deterministic(self) -> bool:
+        return False
+
+    def to_type_hint(self) -> type:
+        return self.TYPE
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
 def _encode_record_batch(batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
@@ -42,52 +60,27 @@ def _decode_record_batch(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
-def _record_batch_size(batch: pa.RecordBatch) -> int:
-    return batch.nbytes
-
-
-class RecordBatchCoder(FastCoder):
+class RecordBatchCoder(_TypeCoder):
     """A `pa.RecordBatch` as one Arrow IPC stream; size estimated from its buffers, without encoding."""
 
+    TYPE = pa.RecordBatch
+
     def _create_impl(self) -> Any:
-        return CallbackCoderImpl(_encode_record_batch, _decode_record_batch,
-                                                   _record_batch_size)
-
-    def is_deterministic(self) -> bool:
-        return False
-
-    def to_type_hint(self) -> type:
-        return pa.RecordBatch
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
+        return CallbackCoderImpl(_encode_record_batch, _decode_record_batch, lambda batch: batch.nbytes)
 
 
 def _document_batch_size(batch: DocumentBatch) -> int:
     return batch.input_bytes or sum(map(len, batch.texts))
 
 
-class DocumentBatchCoder(FastCoder):
+class DocumentBatchCoder(_TypeCoder):
     """A `DocumentBatch`, pickled; size estimated from the input bytes it was read from."""
+
+    TYPE = DocumentBatch
 
     def _create_impl(self) -> Any:
         return CallbackCoderImpl(
             lambda batch: pickle.dumps(batch, pickle.HIGHEST_PROTOCOL), pickle.loads, _document_batch_size)
-
-    def is_deterministic(self) -> bool:
-        return False
-
-    def to_type_hint(self) -> type:
-        return DocumentBatch
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
 
 
 coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)

@@ -129,7 +129,8 @@ class ReadDocuments(beam.PTransform):
                 | "Read" >> beam.ParDo(_ReadSplitsFn(self._dataset, self._batch_size, self._max_document_bytes,
                                                      self._staging, self._progress_dir, self._messages_field,
                                                      self._checkpoint)
-                                       ).with_output_types(DocumentBatch).with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
+                                       ).with_output_types(DocumentBatch)
+                .with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:
         return {"dataset": self._dataset.name, "splits": len(self._splits)}
