@@ -32,6 +32,7 @@ from easydata.run_plan import RunPlan, prepare_run
 from easydata.splits import split_output_name
 from easydata.token_files import token_file_spec
 from beam_pipelines.runners import make_runner_and_options, runs_on_this_machine, unknown_beam_flags
+from beam_pipelines.worker_pool import discard_prestarted, prestart
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
     ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
     WriteShards
@@ -153,16 +154,32 @@ def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = Non
     Raises:
       EasyDataError: user-caused problems (config, inputs, tokenizer, output, a mistyped Beam flag).
     """
-    pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options)
+    pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, start_workers=False)
     return pipeline, plan
 
 
 def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: bool, plan_options: dict[str, int], *,
                started: Optional[float] = None, progress_dir: Optional[str] = None,
-               announce_resume: bool = False) -> tuple[beam.Pipeline, RunPlan, bool]:
+               announce_resume: bool = False, start_workers: bool = True) -> tuple[beam.Pipeline, RunPlan, bool]:
     """`build_batch_job`, and whether the workers run on this machine (then, with `progress_dir`, they
-    report progress there); `announce_resume` says on stderr whether an unfinished run is resumed."""
+    report progress there); `announce_resume` says on stderr whether an unfinished run is resumed.
+
+    With `start_workers`, the local worker processes a multi-process run needs start first, and
+    import their libraries while this process plans and builds the job (`beam_pipelines.worker_pool`).
+    """
     beam_args = list(beam_args or [])
+    if start_workers:
+        prestart(beam_args)
+    try:
+        return _plan_and_build(config, beam_args, resume, plan_options, started, progress_dir, announce_resume)
+    except BaseException:
+        discard_prestarted()
+        raise
+
+
+def _plan_and_build(config: PipelineConfig, beam_args: list[str], resume: bool, plan_options: dict[str, int],
+                    started: Optional[float], progress_dir: Optional[str],
+                    announce_resume: bool) -> tuple[beam.Pipeline, RunPlan, bool]:
     _check_beam_flags(beam_args)
     plan = prepare_run(config, resume=resume, **plan_options)
     if resume and announce_resume:
@@ -185,9 +202,12 @@ def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, 
     exit then); the manifest appears in the output directory when the job commits. Local runners
     run the job to completion inside `run()`, so locally the output is committed on return.
     """
-    pipeline, _ = build_batch_job(config, beam_args, resume=resume, **plan_options)
-    with _quiet_user_errors():
-        return pipeline.run()
+    pipeline, _, _ = _build_job(config, beam_args, resume, plan_options)
+    try:
+        with _quiet_user_errors():
+            return pipeline.run()
+    finally:
+        discard_prestarted()  # the runner took them, unless it failed first
 
 
 @dataclasses.dataclass
@@ -219,7 +239,10 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
     with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
         pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
                                            progress_dir=progress_dir, announce_resume=show_progress)
-        with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
-            pipeline.run().wait_until_finish()
+        try:
+            with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
+                pipeline.run().wait_until_finish()
+        finally:
+            discard_prestarted()  # the runner took them, unless it failed first
     manifest = read_manifest(plan.output_dir)
     return BatchResult(output_dir=plan.output_dir, manifest=manifest, elapsed_seconds=time.time() - started)

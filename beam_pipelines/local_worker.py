@@ -1,13 +1,25 @@
-"""Entry point of local Beam worker processes: Beam's SDK harness with quiet stderr.
+"""Entry point of local Beam worker processes: Beam's SDK harness, started ahead of its job, quiet.
+
+Started by `beam_pipelines.worker_pool.StandbyWorkers` before the job needs it, the process imports
+Beam's harness and the libraries the job's steps use, then waits for one line on stdin: a JSON
+object of the environment variables Beam's harness reads (control and logging endpoints, worker
+id, pipeline options). It then runs the harness until the runner closes it. End-of-file instead of
+that line (the pool was closed, or its launcher ended) ends the process quietly.
 
 The harness logs every gRPC channel at INFO on its own stderr before it has read any option, and
-Beam logs warnings about optional GCP libraries at import; this wrapper lets only errors through to
-stderr (worker log records still travel to the launching process, whose logging configuration
-decides what is shown). Logging is set up before Beam is imported. Bundles end without waiting for
-Beam's state sampler (`beam_pipelines.runners.short_state_sampling`).
+Beam logs warnings about optional GCP libraries at import; only errors reach stderr here (worker log
+records still travel to the launching process, whose logging configuration decides what is shown).
+Logging is set up before Beam is imported. Bundles end without waiting for Beam's state sampler
+(`beam_pipelines.runners.short_state_sampling`).
+
+Once the harness has shut down (every DoFn torn down, the log stream closed), the process ends
+without interpreter teardown: freeing every object of a process holding Beam, pyarrow and a
+tokenizer took about a second, and the job's runner waited for it.
 """
 
+import json
 import logging
+import os
 import sys
 
 
@@ -17,10 +29,21 @@ def main() -> None:
     logging.basicConfig(handlers=[handler], format="%(levelname)s:%(name)s:%(message)s")
     from apache_beam.runners.worker import sdk_worker_main
 
+    import easydata.tokenizer  # noqa: F401 - the job's steps need these: import them while waiting
+    import pyarrow.parquet  # noqa: F401
+    import transforms  # noqa: F401
     from beam_pipelines.runners import short_state_sampling
 
+    line = sys.stdin.readline()
+    if not line.strip():
+        return
+    os.environ.update(json.loads(line))
     with short_state_sampling():
         sdk_worker_main.main(sys.argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
-import sys
+import os
 from typing import Iterator, Optional
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions, \
@@ -23,6 +23,7 @@ from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
+from beam_pipelines.worker_pool import take_prestarted
 
 __all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "is_dask_runner",
            "unknown_beam_flags", "runs_on_this_machine", "short_state_sampling"]
@@ -72,8 +73,10 @@ class _DropMessage(logging.Filter):
 class OfflineDirectRunner(DirectRunner):
     """DirectRunner that runs batch pipelines on the FnApiRunner, never trying Prism.
 
-    In `multi_processing` mode the worker processes run `beam_pipelines.local_worker`, Beam's harness
-    with a quiet stderr.
+    In `multi_processing` mode the worker processes are `beam_pipelines.worker_pool.StandbyWorkers`
+    (started ahead of the job when the launcher could, see `prestart`), offered to the FnApiRunner
+    as an external worker pool; each runs `beam_pipelines.local_worker`, Beam's harness with a quiet
+    stderr.
     """
 
     def run_pipeline(self, pipeline, options):  # noqa: D401 - Beam's signature
@@ -81,6 +84,7 @@ class OfflineDirectRunner(DirectRunner):
         from apache_beam.runners.portability.fn_api_runner import fn_runner
         from apache_beam.runners.portability.portable_runner import JobServiceHandle
         from apache_beam.transforms import environments
+        from google.protobuf import json_format
 
         if options.view_as(StandardOptions).streaming:
             return super().run_pipeline(pipeline, options)
@@ -91,20 +95,31 @@ class OfflineDirectRunner(DirectRunner):
         if direct.direct_running_mode != "multi_processing":
             with short_state_sampling():
                 return fn_runner.FnApiRunner(provision_info=provision_info).run_pipeline(pipeline, options)
-        environment = environments.SubprocessSDKEnvironment.from_command_string(
-            command_string=f"{sys.executable} -m beam_pipelines.local_worker")
-        runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info)
-        # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
-        # sees several workers `in_memory`: hand it the latter, with that warning filtered out.
-        quiet = _DropMessage("direct_running_mode")
-        fn_logger = logging.getLogger(fn_runner.__name__)
-        direct.direct_running_mode = "in_memory"
-        fn_logger.addFilter(quiet)
+        workers = take_prestarted(direct.direct_num_workers or os.cpu_count() or 1)
         try:
-            return runner.run_pipeline(pipeline, options)
+            address = workers.serve(json_format.MessageToJson(encoded))
+            environment = environments.ExternalEnvironment(address, capabilities=environments.python_sdk_capabilities())
+            runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info)
+            # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
+            # sees several workers `in_memory`: hand it the latter, with that warning filtered out.
+            quiet = _DropMessage("direct_running_mode")
+            fn_logger = logging.getLogger(fn_runner.__name__)
+            direct.direct_running_mode = "in_memory"
+            fn_logger.addFilter(quiet)
+            try:
+                return runner.run_pipeline(pipeline, options)
+            except Exception as e:
+                failures = workers.failures()
+                if failures and not isinstance(e, EasyDataError):
+                    raise EasyDataError(f"a local worker process ended during the job ({'; '.join(failures)}; a"
+                                        " SIGKILL is often the kernel's out-of-memory killer): the output was not"
+                                        " committed; run again, with --resume to keep the tokenized input") from e
+                raise
+            finally:
+                direct.direct_running_mode = "multi_processing"
+                fn_logger.removeFilter(quiet)
         finally:
-            direct.direct_running_mode = "multi_processing"
-            fn_logger.removeFilter(quiet)
+            workers.close()
 
 
 def is_local_runner(runner_name: Optional[str]) -> bool:

@@ -169,6 +169,9 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         handler.addFilter(lambda record: "apitools not found" not in record.getMessage())
         logging.basicConfig(handlers=[handler], level=logging.WARNING)
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    from beam_pipelines.worker_pool import prestart
+
+    prestart(beam_args)  # local worker processes, if any, start while this process imports Beam
     from beam_pipelines.batch import run_batch
 
     result = run_batch(config, beam_args, show_progress=not quiet, resume=resume)

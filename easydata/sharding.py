@@ -56,8 +56,10 @@ __all__ = [
 
 HASH_COLUMN = "__hash__"
 KEY_COLUMN = "__key__"
-# Each group should stay well within a worker's memory after sorting (about 2x its size).
-DEFAULT_GROUP_BYTES = 256 * 2**20
+# Estimated bytes of token rows per hash group. A group is packed or sorted in one worker's memory
+# (about 2x its size while packing); 64 MB keeps that small next to a worker's baseline, and gives a
+# 40 MB corpus two groups, packed in parallel by two workers (README "Performance").
+DEFAULT_GROUP_BYTES = 64 * 2**20
 
 
 def row_hashes(seed: int, dataset: str, keys: Iterable[str]) -> np.ndarray:

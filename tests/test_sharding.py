@@ -102,7 +102,7 @@ def test_row_hashes_spread_evenly_over_groups() -> None:
 
 
 @pytest.mark.parametrize("estimated_bytes, expected", [
-    (0, 1), (1, 1), (100, 1), (100 * 2**20, 1), (DEFAULT_GROUP_BYTES, 1), (DEFAULT_GROUP_BYTES + 1, 2),
+    (0, 1), (1, 1), (100, 1), (DEFAULT_GROUP_BYTES // 2, 1), (DEFAULT_GROUP_BYTES, 1), (DEFAULT_GROUP_BYTES + 1, 2),
     (2 * DEFAULT_GROUP_BYTES, 2), (3 * DEFAULT_GROUP_BYTES, 4), (5 * DEFAULT_GROUP_BYTES, 8),
     (1000 * DEFAULT_GROUP_BYTES, 1024),
 ])

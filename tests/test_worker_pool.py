@@ -1,0 +1,122 @@
+"""Standby local workers: who needs them, that they are handed over, end, and report how they died."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import apache_beam as beam
+import grpc
+import pytest
+from apache_beam.options.pipeline_options import DirectOptions
+from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_pipelines import worker_pool
+from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
+from beam_pipelines.worker_pool import StandbyWorkers, discard_prestarted, local_worker_count, prestart, \
+    take_prestarted
+
+
+def _children() -> set[int]:
+    """Pids of this process's live children (every thread's list)."""
+    found: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        text = (task / "children").read_text().split()
+        found.update(int(pid) for pid in text)
+    return {pid for pid in found if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)}
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+@pytest.mark.parametrize("args", [
+    [], ["--direct_num_workers=1"], ["--direct_num_workers=2"], ["--direct_num_workers=3"],
+    ["--direct_num_workers=0"], ["--direct_num_workers=2", "--direct_running_mode=in_memory"],
+    ["--direct_num_workers=2", "--direct_running_mode=multi_threading"],
+    ["--direct_num_workers=1", "--direct_running_mode=multi_processing"],
+    ["--runner=DirectRunner", "--direct_num_workers=2"], ["--runner=DataflowRunner", "--direct_num_workers=2"],
+])
+def test_worker_count_agrees_with_the_runner_choice(args):
+    """The Beam-free reading of the flags must match what `make_runner_and_options` decides."""
+    runner, options = make_runner_and_options(args)
+    direct = options.view_as(DirectOptions)
+    processes = isinstance(runner, OfflineDirectRunner) and direct.direct_running_mode == "multi_processing"
+    expected = (direct.direct_num_workers or os.cpu_count()) if processes else 0
+    assert local_worker_count(args) == expected
+
+
+def test_streaming_and_malformed_flags_start_no_worker():
+    assert local_worker_count(["--direct_num_workers=2", "--streaming"]) == 0
+    assert local_worker_count(["--direct_num_workers=two"]) == 0
+
+
+def test_unused_standby_workers_end_when_closed():
+    before = _children()
+    workers = StandbyWorkers(2)
+    started = _children() - before
+    assert len(started) == 2
+    workers.close()
+    assert not (_children() & started)
+    assert workers.failures() == []
+
+
+def test_prestarted_workers_are_taken_once_and_a_different_count_replaces_them():
+    prestart(["--direct_num_workers=2"])
+    first = worker_pool._prestarted
+    assert first is not None and first.count == 2
+    prestart(["--direct_num_workers=2"])  # started already: the same processes
+    assert worker_pool._prestarted is first
+    taken = take_prestarted(2)
+    assert taken is first and worker_pool._prestarted is None
+    taken.close()
+
+    prestart(["--direct_num_workers=2"])
+    other = take_prestarted(3)  # the job wants another count: new processes, the prestarted ones end
+    assert other.count == 3 and worker_pool._prestarted is None
+    other.close()
+    prestart([])  # in-process: nothing to start
+    assert worker_pool._prestarted is None
+    prestart(["--direct_num_workers=2"])
+    discard_prestarted()
+    assert worker_pool._prestarted is None
+
+
+def test_pipeline_runs_on_prestarted_workers_and_leaves_no_process():
+    before = _children()
+    args = ["--direct_num_workers=2"]
+    prestart(args)
+    prestarted = worker_pool._prestarted
+    runner, options = make_runner_and_options(args)
+    with beam.Pipeline(runner=runner, options=options) as p:
+        pids = (p | beam.Create(range(40)) | beam.Reshuffle()
+                | beam.Map(lambda _: os.getpid()) | beam.Distinct())
+        assert_that(pids | beam.combiners.Count.Globally(), equal_to([2]))
+    assert worker_pool._prestarted is None  # the runner took them
+    assert prestarted.failures() == []
+    assert _children() == before
+
+
+def test_a_killed_worker_is_reported_by_pid_and_signal():
+    workers = StandbyWorkers(1)
+    try:
+        address = workers.serve("{}")
+        # Nothing listens on the control endpoint: the handed-off harness waits for it until killed.
+        url = endpoints_pb2.ApiServiceDescriptor(url="localhost:9")
+        stub = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(address))
+        response = stub.StartWorker(beam_fn_api_pb2.StartWorkerRequest(
+            worker_id="w1", control_endpoint=url, logging_endpoint=url))
+        assert response.error == ""
+        (process,) = workers._running
+        time.sleep(0.5)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert workers.failures() == [f"pid {process.pid} killed by SIGKILL"]
+    finally:
+        workers.close()
