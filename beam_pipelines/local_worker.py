@@ -12,15 +12,22 @@ records still travel to the launching process, whose logging configuration decid
 Logging is set up before Beam is imported. Bundles end without waiting for Beam's state sampler
 (`beam_pipelines.runners.short_state_sampling`).
 
-Once the harness has shut down (every DoFn torn down, the log stream closed), the process ends
+Once the harness has shut down (every DoFn torn down), the process flushes its log stream and ends
 without interpreter teardown: freeing every object of a process holding Beam, pyarrow and a
-tokenizer took about a second, and the job's runner waited for it.
+tokenizer took about a second, and the job's runner waited for it. Beam's log handler can wait for
+ever for the log service to end its stream (seen after a 400 MB job: both workers blocked in
+`FnApiLogRecordHandler.close` after the output was committed), so that flush is given
+`LOG_CLOSE_SECONDS`.
 """
 
 import json
 import logging
 import os
 import sys
+import threading
+
+#: How long a finished worker waits for its log stream to close before it exits anyway.
+LOG_CLOSE_SECONDS = 2.0
 
 
 def main() -> None:
@@ -38,9 +45,14 @@ def main() -> None:
     if not line.strip():
         return
     os.environ.update(json.loads(line))
+    log_handler, harness, _ = sdk_worker_main.create_harness(os.environ)
     with short_state_sampling():
-        sdk_worker_main.main(sys.argv)
-    logging.shutdown()
+        harness.run()
+    if log_handler is not None:  # flush the log stream, but do not wait on it for ever
+        closing = threading.Thread(target=log_handler.close, daemon=True)
+        closing.start()
+        closing.join(LOG_CLOSE_SECONDS)
+    handler.flush()  # not logging.shutdown(): it would close Beam's log handler again, waiting
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
