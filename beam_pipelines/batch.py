@@ -165,21 +165,12 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     report progress there); `announce_resume` says on stderr whether an unfinished run is resumed.
 
     With `start_workers`, the local worker processes a multi-process run needs start first, and
-    import their libraries while this process plans and builds the job (`beam_pipelines.worker_pool`).
+    import their libraries while this process plans and builds the job (`beam_pipelines.worker_pool`);
+    the caller then ends any the runner did not take (`discard_prestarted`), also when this raises.
     """
     beam_args = list(beam_args or [])
     if start_workers:
         prestart(beam_args)
-    try:
-        return _plan_and_build(config, beam_args, resume, plan_options, started, progress_dir, announce_resume)
-    except BaseException:
-        discard_prestarted()
-        raise
-
-
-def _plan_and_build(config: PipelineConfig, beam_args: list[str], resume: bool, plan_options: dict[str, int],
-                    started: Optional[float], progress_dir: Optional[str],
-                    announce_resume: bool) -> tuple[beam.Pipeline, RunPlan, bool]:
     _check_beam_flags(beam_args)
     plan = prepare_run(config, resume=resume, **plan_options)
     if resume and announce_resume:
@@ -202,12 +193,12 @@ def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, 
     exit then); the manifest appears in the output directory when the job commits. Local runners
     run the job to completion inside `run()`, so locally the output is committed on return.
     """
-    pipeline, _, _ = _build_job(config, beam_args, resume, plan_options)
     try:
+        pipeline, _, _ = _build_job(config, beam_args, resume, plan_options)
         with _quiet_user_errors():
             return pipeline.run()
     finally:
-        discard_prestarted()  # the runner took them, unless it failed first
+        discard_prestarted()  # those the runner did not take (a job that failed before it ran)
 
 
 @dataclasses.dataclass
@@ -237,12 +228,12 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
     """
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
-        pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
-                                           progress_dir=progress_dir, announce_resume=show_progress)
         try:
+            pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
+                                               progress_dir=progress_dir, announce_resume=show_progress)
             with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
                 pipeline.run().wait_until_finish()
         finally:
-            discard_prestarted()  # the runner took them, unless it failed first
+            discard_prestarted()  # those the runner did not take (a job that failed before it ran)
     manifest = read_manifest(plan.output_dir)
     return BatchResult(output_dir=plan.output_dir, manifest=manifest, elapsed_seconds=time.time() - started)

@@ -23,13 +23,11 @@ from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
-from beam_pipelines.worker_pool import take_prestarted
+from beam_pipelines.worker_pool import LOCAL_RUNNERS, take_prestarted
 
 __all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "is_dask_runner",
            "unknown_beam_flags", "runs_on_this_machine", "short_state_sampling"]
 
-_LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
-                  "SwitchingDirectRunner"}
 _DASK_RUNNERS = {"DaskRunner", "ManagedDaskRunner"}
 
 
@@ -96,34 +94,32 @@ class OfflineDirectRunner(DirectRunner):
             with short_state_sampling():
                 return fn_runner.FnApiRunner(provision_info=provision_info).run_pipeline(pipeline, options)
         workers = take_prestarted(direct.direct_num_workers or os.cpu_count() or 1)
+        # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
+        # sees several workers `in_memory`: hand it the latter, with that warning filtered out.
+        quiet = _DropMessage("direct_running_mode")
+        fn_logger = logging.getLogger(fn_runner.__name__)
+        direct.direct_running_mode = "in_memory"
+        fn_logger.addFilter(quiet)
         try:
             address = workers.serve(json_format.MessageToJson(encoded))
             environment = environments.ExternalEnvironment(address, capabilities=environments.python_sdk_capabilities())
             runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info)
-            # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
-            # sees several workers `in_memory`: hand it the latter, with that warning filtered out.
-            quiet = _DropMessage("direct_running_mode")
-            fn_logger = logging.getLogger(fn_runner.__name__)
-            direct.direct_running_mode = "in_memory"
-            fn_logger.addFilter(quiet)
-            try:
-                return runner.run_pipeline(pipeline, options)
-            except Exception as e:
-                failures = workers.failures()
-                if failures and not isinstance(e, EasyDataError):
-                    raise EasyDataError(f"a local worker process ended during the job ({'; '.join(failures)}; a"
-                                        " SIGKILL is often the kernel's out-of-memory killer): the output was not"
-                                        " committed; run again, with --resume to keep the tokenized input") from e
-                raise
-            finally:
-                direct.direct_running_mode = "multi_processing"
-                fn_logger.removeFilter(quiet)
+            return runner.run_pipeline(pipeline, options)
+        except Exception as e:
+            failures = workers.failures()
+            if failures and not isinstance(e, EasyDataError):
+                raise EasyDataError(f"a local worker process ended during the job ({'; '.join(failures)}; a"
+                                    " SIGKILL is often the kernel's out-of-memory killer): the output was not"
+                                    " committed; run again, with --resume to keep the tokenized input") from e
+            raise
         finally:
+            direct.direct_running_mode = "multi_processing"
+            fn_logger.removeFilter(quiet)
             workers.close()
 
 
 def is_local_runner(runner_name: Optional[str]) -> bool:
-    return runner_name in _LOCAL_RUNNERS
+    return runner_name in LOCAL_RUNNERS
 
 
 def is_dask_runner(runner_name: Optional[str]) -> bool:

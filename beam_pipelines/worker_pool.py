@@ -30,12 +30,14 @@ import sys
 import threading
 from typing import Any, Optional
 
-__all__ = ["StandbyWorkers", "local_worker_count", "prestart", "take_prestarted", "WORKER_EXIT_SECONDS"]
+__all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "prestart", "take_prestarted", "discard_prestarted",
+           "WORKER_EXIT_SECONDS"]
 
 #: How long `StandbyWorkers.close` waits for a worker that was handed a job to exit before killing it.
 WORKER_EXIT_SECONDS = 30.0
 
-_LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
+#: Runner names that run on this machine's FnApiRunner (None: no `--runner`).
+LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
                   "SwitchingDirectRunner"}
 
 
@@ -55,7 +57,7 @@ def local_worker_count(beam_args: list[str]) -> int:
         known, _ = parser.parse_known_args(beam_args)
     except SystemExit:  # a malformed flag: Beam reports it when the options are parsed
         return 0
-    if known.runner not in _LOCAL_RUNNERS or known.streaming:
+    if known.runner not in LOCAL_RUNNERS or known.streaming:
         return 0
     count = known.direct_num_workers or os.cpu_count() or 1
     mode = known.direct_running_mode or ("in_memory" if known.direct_num_workers == 1 else "multi_processing")
@@ -164,12 +166,6 @@ class StandbyWorkers:
             self._server.stop(0)
             self._server = None
 
-    def __enter__(self) -> "StandbyWorkers":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
 
 _prestarted: Optional[StandbyWorkers] = None
 
@@ -179,8 +175,7 @@ def prestart(beam_args: list[str]) -> None:
     global _prestarted
     count = local_worker_count(beam_args)
     if _prestarted is not None and _prestarted.count != count:
-        _prestarted.close()
-        _prestarted = None
+        discard_prestarted()
     if count and _prestarted is None:
         _prestarted = StandbyWorkers(count)
 
@@ -188,11 +183,10 @@ def prestart(beam_args: list[str]) -> None:
 def take_prestarted(count: int) -> StandbyWorkers:
     """The prestarted workers if there are `count` of them, else `count` new ones; the caller closes them."""
     global _prestarted
-    workers, _prestarted = _prestarted, None
-    if workers is not None and workers.count == count:
+    if _prestarted is not None and _prestarted.count == count:
+        workers, _prestarted = _prestarted, None
         return workers
-    if workers is not None:
-        workers.close()
+    discard_prestarted()
     return StandbyWorkers(count)
 
 
