@@ -1,10 +1,19 @@
-"""Entry point of local Beam worker processes: Beam's SDK harness, started ahead of its job, quiet.
+"""Entry point of local Beam worker processes: one process imports once, then forks a quiet harness per worker.
 
-Started by `beam_pipelines.worker_pool.StandbyWorkers` before the job needs it, the process imports
-Beam's harness and the libraries the job's steps use, then waits for one line on stdin: a JSON
-object of the environment variables Beam's harness reads (control and logging endpoints, worker
-id, pipeline options). It then runs the harness until the runner closes it. End-of-file instead of
-that line (the pool was closed, or its launcher ended) ends the process quietly.
+Started by `beam_pipelines.worker_pool.StandbyWorkers` before the job needs it, this process imports
+Beam's harness and the libraries the job's steps use (about 2.5 CPU seconds), then serves requests on
+stdin: each line is a JSON object of the environment variables Beam's harness reads (control and
+logging endpoints, worker id, pipeline options), and for each one the process forks a child that runs
+the harness until the runner closes it. The children share the imported modules, so N workers cost one
+import instead of N (on 2 cores, two workers importing at once also slowed the launching process's
+own start-up, which is the job's critical path). Nothing that starts threads (gRPC channels, a
+tokenizer, Arrow's thread pools) runs before a fork; the harness creates them in the child.
+
+Status lines go to the launcher on this process's original stdout, written with single `os.write`
+calls: `started <pid>` after each fork and `ended <pid> <code>` when a child is reaped (the exit
+code, negative for a signal, as `subprocess` reports it). This process's own stdout is redirected to
+stderr first, so nothing a worker prints can corrupt them. End-of-file on stdin (the pool was closed,
+or its launcher ended) stops the forking; the process then waits for its children and exits.
 
 The harness logs every gRPC channel at INFO on its own stderr before it has read any option, and
 Beam logs warnings about optional GCP libraries at import; only errors reach stderr here (worker log
@@ -12,7 +21,7 @@ records still travel to the launching process, whose logging configuration decid
 Logging is set up before Beam is imported. Bundles end without waiting for Beam's state sampler
 (`beam_pipelines.runners.short_state_sampling`).
 
-Once the harness has shut down (every DoFn torn down), the process flushes its log stream and ends
+Once the harness has shut down (every DoFn torn down), a child flushes its log stream and ends
 without interpreter teardown: freeing every object of a process holding Beam, pyarrow and a
 tokenizer took about a second, and the job's runner waited for it. Beam's log handler can wait for
 ever for the log service to end its stream (seen after a 400 MB job: both workers blocked in
@@ -23,28 +32,41 @@ ever for the log service to end its stream (seen after a 400 MB job: both worker
 import json
 import logging
 import os
+import random
+import signal
 import sys
 import threading
+import traceback
+from typing import Any
 
 #: How long a finished worker waits for its log stream to close before it exits anyway.
 LOG_CLOSE_SECONDS = 2.0
 
+_CHILD_SIGNALS = {signal.SIGCHLD}
 
-def main() -> None:
-    handler = logging.StreamHandler()
-    handler.setLevel(logging.ERROR)
-    logging.basicConfig(handlers=[handler], format="%(levelname)s:%(name)s:%(message)s")
+
+def _status(fd: int, line: str) -> None:
+    os.write(fd, (line + "\n").encode())
+
+
+def _reap(status_fd: int, block: bool) -> None:
+    """Reports every child that has ended (with `block`, waits until all have)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:  # no child left
+            return
+        if pid == 0:
+            return
+        _status(status_fd, f"ended {pid} {os.waitstatus_to_exitcode(status)}")
+
+
+def _run_harness(env: dict[str, str]) -> None:
+    """The forked child: Beam's SDK harness with `env`, then a bounded log flush; never returns."""
     from apache_beam.runners.worker import sdk_worker_main
-
-    import easydata.tokenizer  # noqa: F401 - the job's steps need these: import them while waiting
-    import pyarrow.parquet  # noqa: F401
-    import transforms  # noqa: F401
     from beam_pipelines.runners import short_state_sampling
 
-    line = sys.stdin.readline()
-    if not line.strip():
-        return
-    os.environ.update(json.loads(line))
+    os.environ.update(env)
     log_handler, harness, _ = sdk_worker_main.create_harness(os.environ)
     with short_state_sampling():
         harness.run()
@@ -52,10 +74,60 @@ def main() -> None:
         closing = threading.Thread(target=log_handler.close, daemon=True)
         closing.start()
         closing.join(LOG_CLOSE_SECONDS)
-    handler.flush()  # not logging.shutdown(): it would close Beam's log handler again, waiting
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+
+
+def _child(env: dict[str, str], status_fd: int, stderr_handler: logging.Handler) -> None:
+    code = 0
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
+        os.close(status_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # the requests are the server's, not this worker's
+        os.close(devnull)
+        random.seed()  # not the server's (hence every sibling's) random state
+        _run_harness(env)
+    except BaseException:  # noqa: BLE001 - a child must never return into the server's loop
+        traceback.print_exc()
+        code = 1
+    finally:
+        stderr_handler.flush()  # not logging.shutdown(): it would close Beam's log handler again, waiting
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(requests: Any, status_fd: int, stderr_handler: logging.Handler) -> None:
+    """Forks one harness per JSON line of `requests` until end-of-file, then waits for the children."""
+    signal.signal(signal.SIGCHLD, lambda *_: _reap(status_fd, block=False))
+    for line in requests:
+        if not line.strip():
+            continue
+        env = json.loads(line)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)  # report `started` before its `ended`
+        pid = os.fork()
+        if pid == 0:
+            _child(env, status_fd, stderr_handler)
+        _status(status_fd, f"started {pid}")
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)
+    _reap(status_fd, block=True)
+
+
+def main() -> None:
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.ERROR)
+    logging.basicConfig(handlers=[handler], format="%(levelname)s:%(name)s:%(message)s")
+    status_fd = os.dup(1)
+    os.dup2(2, 1)  # prints of this process and its children go to stderr, not into the status lines
+    from apache_beam.runners.worker import sdk_worker_main  # noqa: F401 - import once, before any fork
+
+    import easydata.tokenizer  # noqa: F401 - the job's steps need these
+    import pyarrow.parquet  # noqa: F401
+    import transforms  # noqa: F401
+    import beam_pipelines.runners  # noqa: F401
+
+    serve(sys.stdin, status_fd, handler)
 
 
 if __name__ == "__main__":

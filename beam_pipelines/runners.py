@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
-import os
-from typing import Iterator, Optional
+import threading
+from typing import Any, Callable, Iterator, Optional
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions, \
     _BeamArgumentParser
@@ -59,22 +59,97 @@ def short_state_sampling(period_ms: int = STATE_SAMPLING_PERIOD_MS) -> Iterator[
         init.__defaults__ = defaults
 
 
+@contextlib.contextmanager
+def fail_bundles_of_lost_workers() -> Iterator[None]:
+    """Makes a worker's pending bundles fail when its connection breaks, quietly, while the block runs.
+
+    The FnApiRunner reads each worker's instruction responses on a thread that simply dies when the
+    stream breaks (the worker process was killed, e.g. by the out-of-memory killer), leaving the
+    bundles it was running unanswered, and the runner waited for ever (its stream may also just end,
+    as if the worker had finished). Here the end of the stream fails those bundles instead (Beam's
+    `ControlFuture.abort`), and any request sent to the worker after it, so the job fails and its
+    runner can say which worker ended. The runner's reader of that worker's data stream dies the same
+    way, logging a traceback and raising on its thread, and closing that worker logs a traceback:
+    these are dropped here, the job's error says it.
+    A Beam whose control connection no longer looks like this is left alone.
+    """
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    connection = worker_handlers.ControlConnection
+    read, push = connection.__dict__.get("_read"), connection.__dict__.get("push")
+    if read is None or push is None or not hasattr(worker_handlers.ControlFuture, "abort"):
+        yield
+        return
+
+    def read_or_abort(self: Any) -> None:
+        # The stream ends (with an error, or cleanly when the peer vanished) while requests may be
+        # pending: none will be answered. At a normal close nothing is pending.
+        try:
+            read(self)
+            reason = "its stream ended"
+        except Exception as e:  # noqa: BLE001 - any broken stream: fail what waits on it
+            reason = type(e).__name__
+            lost.set()
+        self._easydata_lost = RuntimeError(f"lost the connection to a worker process ({reason})")
+        pending = list(self._futures_by_id.values())
+        if pending:
+            lost.set()
+        for future in pending:
+            future.abort(self._easydata_lost)
+
+    def push_or_fail(self: Any, request: Any) -> Any:
+        future = push(self, request)
+        lost = getattr(self, "_easydata_lost", None)
+        if future is not None and lost is not None:  # sent after the stream ended: never answered
+            future.abort(lost)
+        return future
+
+    def quiet_data_reader(args: threading.ExceptHookArgs) -> None:
+        if not (args.thread is not None and args.thread.name == _DATA_READER_THREAD):
+            hook(args)
+
+    lost = threading.Event()
+    quiet_reads, quiet_closes = _DropMessage(_DATA_READ_FAILED), _DropMessage(_CLOSE_FAILED, only_if=lost.is_set)
+    hook = threading.excepthook
+    connection._read, connection.push = read_or_abort, push_or_fail
+    threading.excepthook = quiet_data_reader
+    logging.getLogger(_DATA_PLANE_LOGGER).addFilter(quiet_reads)
+    logging.getLogger(worker_handlers.__name__).addFilter(quiet_closes)
+    try:
+        yield
+    finally:
+        logging.getLogger(worker_handlers.__name__).removeFilter(quiet_closes)
+        logging.getLogger(_DATA_PLANE_LOGGER).removeFilter(quiet_reads)
+        threading.excepthook = hook
+        connection._read, connection.push = read, push
+
+
+# The runner-side reader of a worker's data stream: its thread's name, logger and message (Beam's).
+_DATA_READER_THREAD = "read_grpc_client_inputs"
+_DATA_PLANE_LOGGER = "apache_beam.runners.worker.data_plane"
+_DATA_READ_FAILED = "Failed to read inputs in the data plane."
+_CLOSE_FAILED = "Error closing worker_handler"
+
+
 class _DropMessage(logging.Filter):
-    def __init__(self, fragment: str):
+    """Drops records whose message holds `fragment` (with `only_if`, only while it returns true)."""
+
+    def __init__(self, fragment: str, only_if: Callable[[], bool] = lambda: True):
         super().__init__()
         self._fragment = fragment
+        self._only_if = only_if
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return self._fragment not in record.getMessage()
+        return not (self._fragment in record.getMessage() and self._only_if())
 
 
 class OfflineDirectRunner(DirectRunner):
     """DirectRunner that runs batch pipelines on the FnApiRunner, never trying Prism.
 
-    In `multi_processing` mode the worker processes are `beam_pipelines.worker_pool.StandbyWorkers`
-    (started ahead of the job when the launcher could, see `prestart`), offered to the FnApiRunner
-    as an external worker pool; each runs `beam_pipelines.local_worker`, Beam's harness with a quiet
-    stderr.
+    In `multi_processing` mode the worker processes are forked by `beam_pipelines.worker_pool.StandbyWorkers`
+    (a server started ahead of the job when the launcher could, see `prestart`), offered to the
+    FnApiRunner as an external worker pool; each runs Beam's harness with a quiet stderr
+    (`beam_pipelines.local_worker`).
     """
 
     def run_pipeline(self, pipeline, options):  # noqa: D401 - Beam's signature
@@ -93,7 +168,7 @@ class OfflineDirectRunner(DirectRunner):
         if direct.direct_running_mode != "multi_processing":
             with short_state_sampling():
                 return fn_runner.FnApiRunner(provision_info=provision_info).run_pipeline(pipeline, options)
-        workers = take_prestarted(direct.direct_num_workers or os.cpu_count() or 1)
+        workers = take_prestarted()
         # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
         # sees several workers `in_memory`: hand it the latter, with that warning filtered out.
         quiet = _DropMessage("direct_running_mode")
@@ -104,10 +179,11 @@ class OfflineDirectRunner(DirectRunner):
             address = workers.serve(json_format.MessageToJson(encoded))
             environment = environments.ExternalEnvironment(address, capabilities=environments.python_sdk_capabilities())
             runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info)
-            return runner.run_pipeline(pipeline, options)
+            with fail_bundles_of_lost_workers():
+                return runner.run_pipeline(pipeline, options)
         except Exception as e:
-            failures = workers.failures()
-            if failures and not isinstance(e, EasyDataError):
+            failures = [] if isinstance(e, EasyDataError) else workers.failures()
+            if failures:
                 raise EasyDataError(f"a local worker process ended during the job ({'; '.join(failures)}; a"
                                     " SIGKILL is often the kernel's out-of-memory killer): the output was not"
                                     " committed; run again, with --resume to keep the tokenized input") from e

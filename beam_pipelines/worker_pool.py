@@ -1,28 +1,33 @@
-"""Local worker processes started before the job needs them, handed to Beam as an external worker pool.
+"""Local worker processes forked from one server started before the job needs them, handed to Beam as an
+external worker pool.
 
 A local multi-process job (`--direct_num_workers=N`) used to start its N SDK worker processes when
 its first stage ran: each then spent about two seconds importing Beam, pyarrow and the tokenizer
 library while the job waited (py-spy and a per-process CPU trace of the 48 MB benchmark job, README
-"Performance"). `StandbyWorkers` starts them as early as the launching process knows it needs them
-(the `easydata` command: right after parsing its arguments, before it imports Beam itself), so
-that import overlaps the launcher's own start-up and planning.
+"Performance"). `StandbyWorkers` starts one fork server (`python -m beam_pipelines.local_worker`) as
+early as the launching process knows it needs workers (the `easydata` command: right after parsing
+its arguments, before it imports Beam itself), so its import overlaps the launcher's own start-up and
+planning, and happens once however many workers the job has: each worker is a fork of it.
 
-The processes (`python -m beam_pipelines.local_worker`) import everything, then wait for their
-endpoints on stdin. `serve` makes the pool a Beam external worker pool (the `BeamFnExternalWorkerPool`
-gRPC service that Beam's `EXTERNAL` environment asks for workers, as Flink and Spark job servers
-do): each `StartWorker` request hands one waiting process its control and logging endpoints, worker
-id and pipeline options, and the process runs Beam's SDK harness until the runner closes it. The
-pool also serves the workers' log stream (Beam's local log service, so worker records are logged
-under `apache_beam` as with Beam's own subprocess workers, and `easydata`'s log levels apply). A
-standby process whose launcher goes away reads end-of-file and exits, so none is left behind.
+`serve` makes the pool a Beam external worker pool (the `BeamFnExternalWorkerPool` gRPC service that
+Beam's `EXTERNAL` environment asks for workers, as Flink and Spark job servers do): each
+`StartWorker` request sends the server one line with the worker's control and logging endpoints,
+worker id and pipeline options, and the forked child runs Beam's SDK harness until the runner closes
+it. The server reports each child's pid when it starts and its exit code when it ends, so a worker
+killed during the job is named in the error. The pool also serves the workers' log stream (Beam's
+local log service, so worker records are logged under `apache_beam` as with Beam's own subprocess
+workers, and `easydata`'s log levels apply). A server whose launcher goes away reads end-of-file,
+waits for its children (they end when the runner's connection drops) and exits: none is left behind.
 
-This module imports no Beam at module level: the `easydata` command starts the processes first.
+This module imports no Beam at module level: the `easydata` command starts the server first.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -31,10 +36,13 @@ import threading
 from typing import Any, Optional
 
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "prestart", "take_prestarted", "discard_prestarted",
-           "WORKER_EXIT_SECONDS"]
+           "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS"]
 
-#: How long `StandbyWorkers.close` waits for a worker that was handed a job to exit before killing it.
+#: How long `StandbyWorkers.close` waits for the workers that were handed a job to exit before killing them.
 WORKER_EXIT_SECONDS = 30.0
+
+#: How long `StandbyWorkers.failures` waits for a worker's abnormal end to be reported.
+FAILURE_REPORT_SECONDS = 2.0
 
 #: Runner names that run on this machine's FnApiRunner (None: no `--runner`).
 LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
@@ -65,20 +73,35 @@ def local_worker_count(beam_args: list[str]) -> int:
 
 
 class StandbyWorkers:
-    """Worker processes waiting for a job; `serve` offers them to Beam as an external worker pool."""
+    """A worker fork server waiting for a job; `serve` offers its workers to Beam as an external worker pool."""
 
-    def __init__(self, count: int):
-        self.count = count
-        self._waiting = [self._spawn() for _ in range(count)]
-        self._running: list[subprocess.Popen] = []
+    def __init__(self) -> None:
+        self._server_process = subprocess.Popen([sys.executable, "-m", "beam_pipelines.local_worker"],
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._started: list[int] = []
+        self._ended: dict[int, int] = {}
+        self._changed = threading.Condition()
+        self._status_reader = threading.Thread(target=self._read_status, name="easydata-worker-status", daemon=True)
+        self._status_reader.start()
         self._pipeline_options: Optional[str] = None
         self._server: Any = None
         self._address = ""
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _spawn() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "beam_pipelines.local_worker"], stdin=subprocess.PIPE)
+    def _read_status(self) -> None:
+        for line in self._server_process.stdout:
+            kind, pid, *code = line.split()
+            with self._changed:
+                if kind == b"started":
+                    self._started.append(int(pid))
+                elif kind == b"ended":
+                    self._ended[int(pid)] = int(code[0])
+                self._changed.notify_all()
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the workers started so far (forked by the server), in start order."""
+        with self._changed:
+            return list(self._started)
 
     def serve(self, pipeline_options_json: str) -> str:
         """Starts the worker pool service on localhost; returns its address for an `ExternalEnvironment`.
@@ -88,7 +111,7 @@ class StandbyWorkers:
         """
         import grpc
         from apache_beam.portability.api import beam_fn_api_pb2_grpc
-        from apache_beam.runners.portability.local_job_service import BeamFnLoggingServicer
+        from apache_beam.runners.portability import local_job_service
         from apache_beam.utils import thread_pool_executor
 
         self._pipeline_options = pipeline_options_json
@@ -103,10 +126,11 @@ class StandbyWorkers:
 
                 return beam_fn_api_pb2.StopWorkerResponse()  # a worker ends when the runner closes it
 
+        logging.getLogger(local_job_service.__name__).addFilter(self._after_a_death)
         self._server = grpc.server(thread_pool_executor.shared_unbounded_instance())
         port = self._server.add_insecure_port("localhost:0")
         beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(_Servicer(), self._server)
-        beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(BeamFnLoggingServicer(), self._server)
+        beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(local_job_service.BeamFnLoggingServicer(), self._server)
         self._server.start()
         self._address = f"localhost:{port}"
         return self._address
@@ -121,77 +145,95 @@ class StandbyWorkers:
         env = {"CONTROL_API_SERVICE_DESCRIPTOR": descriptor(request.control_endpoint.url),
                "LOGGING_API_SERVICE_DESCRIPTOR": descriptor(self._address),
                "PIPELINE_OPTIONS": self._pipeline_options, "WORKER_ID": request.worker_id}
-        with self._lock:
-            process = self._waiting.pop(0) if self._waiting else self._spawn()
-            self._running.append(process)
         try:
-            process.stdin.write((json.dumps(env) + "\n").encode())
-            process.stdin.close()
-        except OSError as e:  # the process died while waiting
-            return beam_fn_api_pb2.StartWorkerResponse(error=f"local worker process {process.pid} is gone: {e}")
+            with self._lock:
+                self._server_process.stdin.write((json.dumps(env) + "\n").encode())
+                self._server_process.stdin.flush()
+        except (OSError, ValueError) as e:  # the fork server died, or the pool is closed
+            return beam_fn_api_pb2.StartWorkerResponse(
+                error=f"local worker server process {self._server_process.pid} is gone: {e}")
         return beam_fn_api_pb2.StartWorkerResponse()
 
+    def _after_a_death(self, record: logging.LogRecord) -> bool:
+        """A log filter for the workers' records: none once a worker ended abnormally (the survivors'
+        errors are consequences; the job's error names the worker that ended)."""
+        with self._changed:
+            return not any(self._ended.values())
+
     def failures(self) -> list[str]:
-        """How each handed-off process that ended abnormally ended, e.g. `pid 123 killed by SIGKILL`."""
-        with self._lock:
-            ended = [(p.pid, p.poll()) for p in self._running]
-        found = []
-        for pid, code in ended:
-            if code is not None and code < 0:
-                try:
-                    name = signal.Signals(-code).name
-                except ValueError:
-                    name = f"signal {-code}"
-                found.append(f"pid {pid} killed by {name}")
-            elif code:
-                found.append(f"pid {pid} exited with status {code}")
-        return found
+        """How each worker (or the fork server) that ended abnormally ended, e.g. `pid 123 killed by SIGKILL`.
+
+        Called after a job failed: a worker's end reaches the server a moment after the runner saw
+        its connection drop, so this waits up to `FAILURE_REPORT_SECONDS` for one to be reported.
+        """
+        def abnormal() -> list[tuple[int, int]]:
+            ended = [(pid, self._ended[pid]) for pid in self._started if self._ended.get(pid)]
+            server = self._server_process.poll()
+            return ended + ([(self._server_process.pid, server)] if server else [])
+
+        with self._changed:
+            self._changed.wait_for(lambda: abnormal(), timeout=FAILURE_REPORT_SECONDS)
+            found = abnormal()
+        return [f"pid {pid} killed by {_signal_name(-code)}" if code < 0 else f"pid {pid} exited with status {code}"
+                for pid, code in found]
 
     def close(self) -> None:
-        """Ends the processes no job used, waits for the others to exit, then stops the service (their
-        log streams end last)."""
+        """Ends the fork server (unused, it exits at once), waits for the workers it started to exit,
+        then stops the service (their log streams end last)."""
         with self._lock:
-            waiting, self._waiting = self._waiting, []
-            running, self._running = self._running, []
-        for process in waiting:  # end-of-file: the process exits without starting a harness
-            if process.stdin is not None and not process.stdin.closed:
-                process.stdin.close()
-        for process in [*waiting, *running]:
-            try:
-                process.wait(timeout=WORKER_EXIT_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            if not self._server_process.stdin.closed:
+                try:
+                    self._server_process.stdin.close()  # end-of-file: no more workers
+                except OSError:  # the server died
+                    pass
+        try:
+            self._server_process.wait(timeout=WORKER_EXIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            with self._changed:
+                stuck = [pid for pid in self._started if pid not in self._ended]
+            for pid in stuck:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self._server_process.kill()
+            self._server_process.wait()
+        self._status_reader.join(timeout=WORKER_EXIT_SECONDS)
         if self._server is not None:
             self._server.stop(0)
             self._server = None
+            from apache_beam.runners.portability import local_job_service
+
+            logging.getLogger(local_job_service.__name__).removeFilter(self._after_a_death)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 _prestarted: Optional[StandbyWorkers] = None
 
 
 def prestart(beam_args: list[str]) -> None:
-    """Starts the worker processes `beam_args` will need, unless started already (see module docstring)."""
+    """Starts the worker fork server if `beam_args` ask for local worker processes (see module docstring);
+    ends a prestarted one they do not need."""
     global _prestarted
-    count = local_worker_count(beam_args)
-    if _prestarted is not None and _prestarted.count != count:
+    if not local_worker_count(beam_args):
         discard_prestarted()
-    if count and _prestarted is None:
-        _prestarted = StandbyWorkers(count)
+    elif _prestarted is None:
+        _prestarted = StandbyWorkers()
 
 
-def take_prestarted(count: int) -> StandbyWorkers:
-    """The prestarted workers if there are `count` of them, else `count` new ones; the caller closes them."""
+def take_prestarted() -> StandbyWorkers:
+    """The prestarted fork server, else a new one; the caller closes it."""
     global _prestarted
-    if _prestarted is not None and _prestarted.count == count:
-        workers, _prestarted = _prestarted, None
-        return workers
-    discard_prestarted()
-    return StandbyWorkers(count)
+    workers, _prestarted = _prestarted, None
+    return workers if workers is not None else StandbyWorkers()
 
 
 def discard_prestarted() -> None:
-    """Ends prestarted workers no job took (a job that failed before it ran)."""
+    """Ends a prestarted fork server no job took (a job that failed before it ran)."""
     global _prestarted
     workers, _prestarted = _prestarted, None
     if workers is not None:

@@ -1,4 +1,4 @@
-"""Standby local workers: who needs them, that they are handed over, end, and report how they died."""
+"""Local worker fork server: who needs it, that it is handed over once, forks the workers, ends, and reports how they died."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, e
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines import worker_pool
+from easydata.errors import EasyDataError
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
 from beam_pipelines.worker_pool import StandbyWorkers, discard_prestarted, local_worker_count, prestart, \
     take_prestarted
@@ -57,38 +58,42 @@ def test_streaming_and_malformed_flags_start_no_worker():
     assert local_worker_count(["--direct_num_workers=two"]) == 0
 
 
-def test_unused_standby_workers_end_when_closed():
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and _state(pid) != "Z"
+
+
+def test_an_unused_fork_server_ends_when_closed():
     before = _children()
-    workers = StandbyWorkers(2)
+    workers = StandbyWorkers()
     started = _children() - before
-    assert len(started) == 2
+    assert len(started) == 1  # one server, whatever the worker count
     workers.close()
     assert not (_children() & started)
-    assert workers.failures() == []
+    assert workers.worker_pids() == [] and workers.failures() == []
 
 
-def test_prestarted_workers_are_taken_once_and_a_different_count_replaces_them():
+def test_prestarting_starts_one_server_that_is_taken_once():
     prestart(["--direct_num_workers=2"])
     first = worker_pool._prestarted
-    assert first is not None and first.count == 2
-    prestart(["--direct_num_workers=2"])  # started already: the same processes
+    assert first is not None
+    prestart(["--direct_num_workers=3"])  # started already: any worker count forks from the same server
     assert worker_pool._prestarted is first
-    taken = take_prestarted(2)
+    taken = take_prestarted()
     assert taken is first and worker_pool._prestarted is None
     taken.close()
 
-    prestart(["--direct_num_workers=2"])
-    other = take_prestarted(3)  # the job wants another count: new processes, the prestarted ones end
-    assert other.count == 3 and worker_pool._prestarted is None
+    other = take_prestarted()  # none prestarted: a new server
+    assert other is not first and worker_pool._prestarted is None
     other.close()
-    prestart([])  # in-process: nothing to start
+    prestart(["--direct_num_workers=2"])
+    prestart([])  # in-process: a prestarted server is not needed, and ends
     assert worker_pool._prestarted is None
     prestart(["--direct_num_workers=2"])
     discard_prestarted()
     assert worker_pool._prestarted is None
 
 
-def test_pipeline_runs_on_prestarted_workers_and_leaves_no_process():
+def test_pipeline_runs_on_forked_workers_and_leaves_no_process():
     before = _children()
     args = ["--direct_num_workers=2"]
     prestart(args)
@@ -98,25 +103,60 @@ def test_pipeline_runs_on_prestarted_workers_and_leaves_no_process():
         pids = (p | beam.Create(range(40)) | beam.Reshuffle()
                 | beam.Map(lambda _: os.getpid()) | beam.Distinct())
         assert_that(pids | beam.combiners.Count.Globally(), equal_to([2]))
-    assert worker_pool._prestarted is None  # the runner took them
+    assert worker_pool._prestarted is None  # the runner took the server
+    forked = prestarted.worker_pids()
+    assert len(forked) == 2 and not any(map(_alive, forked))
     assert prestarted.failures() == []
     assert _children() == before
 
 
 def test_a_killed_worker_is_reported_by_pid_and_signal():
-    workers = StandbyWorkers(1)
+    workers = StandbyWorkers()
     try:
         address = workers.serve("{}")
-        # Nothing listens on the control endpoint: the handed-off harness waits for it until killed.
+        # Nothing listens on the control endpoint: the forked harness waits for it until killed.
         url = endpoints_pb2.ApiServiceDescriptor(url="localhost:9")
         stub = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(address))
         response = stub.StartWorker(beam_fn_api_pb2.StartWorkerRequest(
             worker_id="w1", control_endpoint=url, logging_endpoint=url))
         assert response.error == ""
-        (process,) = workers._running
+        deadline = time.time() + 30
+        while not workers.worker_pids() and time.time() < deadline:
+            time.sleep(0.05)
+        (pid,) = workers.worker_pids()
         time.sleep(0.5)
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-        assert workers.failures() == [f"pid {process.pid} killed by SIGKILL"]
+        os.kill(pid, signal.SIGKILL)
+        assert workers.failures() == [f"pid {pid} killed by SIGKILL"]
     finally:
         workers.close()
+
+
+def test_a_fork_server_gone_before_the_job_is_an_error_response():
+    workers = StandbyWorkers()
+    try:
+        address = workers.serve("{}")
+        workers._server_process.kill()
+        workers._server_process.wait()
+        url = endpoints_pb2.ApiServiceDescriptor(url="localhost:9")
+        stub = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(address))
+        response = stub.StartWorker(beam_fn_api_pb2.StartWorkerRequest(
+            worker_id="w1", control_endpoint=url, logging_endpoint=url))
+        assert "is gone" in response.error
+        assert workers.failures() == [f"pid {workers._server_process.pid} killed by SIGKILL"]
+    finally:
+        workers.close()
+
+
+def _die_on_seven(x: int) -> int:
+    if x == 7:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def test_a_worker_killed_during_a_job_ends_it_with_one_line_naming_it():
+    runner, options = make_runner_and_options(["--direct_num_workers=2"])
+    with pytest.raises(EasyDataError, match=r"a local worker process ended during the job \(pid \d+ killed by"
+                                            r" SIGKILL; .*run again, with --resume") as caught:
+        with beam.Pipeline(runner=runner, options=options) as p:
+            _ = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(_die_on_seven)
+    assert "\n" not in str(caught.value)
