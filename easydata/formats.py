@@ -156,6 +156,20 @@ def documents_to_batch(flat: np.ndarray, offsets: np.ndarray, fields: dict[str, 
     return pa.RecordBatch.from_pydict(columns)
 
 
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet columns worth dictionary-encoding: all but lists of integers (token arrays).
+
+    A token column's dictionary outgrows its page limit in every row group and falls back to plain
+    encoding after the hashing was paid for: on the 48 MB benchmark's packed shard, dictionaries
+    cost 1.21 s vs 0.82 s of writing without them on token columns, and made the file 19.2 MB
+    instead of 16.3 MB (zstd). Additional fields (sources, languages) keep their dictionaries.
+    """
+    def token_like(t: pa.DataType) -> bool:
+        return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
+
+    return [f.name for f in schema if not token_like(f.type)]
+
+
 class ShardWriter:
     """Streams record batches into one shard file in fixed-size row groups.
 
@@ -191,7 +205,7 @@ class ShardWriter:
                 import pyarrow.parquet as pq
 
                 self._writer = pq.ParquetWriter(self._file, schema, compression=codec or "none",
-                                                write_statistics=False)
+                                                write_statistics=False, use_dictionary=dictionary_columns(schema))
             elif fmt == "arrow":
                 options = pa.ipc.IpcWriteOptions(compression=codec)
                 self._writer = pa.ipc.new_file(self._file, schema, options=options)

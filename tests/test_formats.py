@@ -127,6 +127,19 @@ def test_parquet_uses_the_requested_codec_and_int32_lists(tmp_path: Path, compre
     assert pq.read_schema(path).field("input_ids").type == TOKENS
 
 
+def test_parquet_token_columns_skip_dictionaries_and_fields_keep_them(tmp_path: Path) -> None:
+    """Token ids overflow a dictionary page anyway (hashing for nothing); repeated strings do not."""
+    path = tmp_path / "s.parquet"
+    write_shard(path, "parquet", "zstd", as_batches(make_rows(200), []))
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {group.column(i).path_in_schema.split(".")[0]: set(group.column(i).encodings)
+                 for i in range(group.num_columns)}
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    assert not encodings["input_ids"] & dictionary and not encodings["attention_mask"] & dictionary
+    assert encodings["path"] & dictionary and encodings["n"] & dictionary
+    assert read_shard_table(str(path), "parquet").to_pylist() == make_rows(200)
+
+
 @pytest.mark.parametrize("compression", ["none", "zstd", "lz4"])
 def test_arrow_files_are_memory_mappable(tmp_path: Path, compression: str) -> None:
     path = tmp_path / "s.arrow"
