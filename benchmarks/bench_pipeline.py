@@ -23,6 +23,9 @@ What one run does (nothing is downloaded):
      one-thread   `RAYON_NUM_THREADS=1`: one in-process worker, single-threaded tokenizer: one core;
      procs-only   `--direct_num_workers=2` and `RAYON_NUM_THREADS=1`: parallel processes only,
                   single-threaded tokenizer: two cores. With one-thread, the 1 -> 2 worker scaling.
+     one-core     one-thread under `taskset -c 0`: one core. one-thread is not quite one core's worth
+                  (its Python thread converts a batch while the Rust thread encodes the next, on the
+                  other core); with procs-only, the 1 -> 2 core scaling. Skipped without `taskset`.
    Each mode is also run on a 10-document corpus: that time is the fixed cost of starting a job.
    The token count of the manifest is checked against the baseline: baseline tokens (special tokens
    of the tokenizer's post-processor included, as the pipeline keeps them by default) plus one EOS
@@ -81,7 +84,11 @@ MODES = [  # (name, extra CLI flags, environment changes: None removes the varia
     ("processes", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": None}),
     ("one-thread", [], {"RAYON_NUM_THREADS": "1"}),
     ("procs-only", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": "1"}),
+    ("one-core", [], {"RAYON_NUM_THREADS": "1"}),
 ]
+
+#: Modes whose command runs under a prefix: `one-core` is `one-thread` held to one core (`taskset`).
+PREFIXES = {"one-core": ["taskset", "-c", "0"]}
 
 
 # ---- corpus --------------------------------------------------------------------------------------
@@ -389,13 +396,13 @@ def env_prefix(changes: dict[str, Optional[str]]) -> str:
 
 
 def run_pipeline(label: str, config: Path, flags: list[str], env_changes: dict[str, Optional[str]],
-                 workdir: Path, output_dir: Path) -> dict[str, Any]:
-    """One `easydata run`; adds the manifest's counts when it succeeded."""
-    cmd = [*easydata_command(), "run", str(config), "--quiet", *flags]
+                 workdir: Path, output_dir: Path, prefix: Optional[list[str]] = None) -> dict[str, Any]:
+    """One `easydata run` (under `prefix`, e.g. `taskset -c 0`); adds the manifest's counts when it succeeded."""
+    cmd = [*(prefix or []), *easydata_command(), "run", str(config), "--quiet", *flags]
     log = workdir / f"log-{label}.txt"
     result = run_measured(cmd, mode_env(env_changes), log)
-    prefix = env_prefix(env_changes)
-    result["command"] = (prefix + " " if prefix else "") + shlex.join(cmd)
+    env_part = env_prefix(env_changes)
+    result["command"] = (env_part + " " if env_part else "") + shlex.join(cmd)
     result["log"] = log
     manifest_path = output_dir / "manifest.json"
     if result["returncode"] == 0 and manifest_path.is_file():
@@ -486,12 +493,16 @@ def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float
 
 
 def print_scaling(results: list[tuple[str, dict, dict]]) -> None:
-    """1 -> 2 workers with one tokenizer thread each: `one-thread` time over `procs-only` time, also
-    without each mode's fixed cost (its 10-document run)."""
+    """1 -> 2 workers with one tokenizer thread each: `one-thread` (and `one-core`, the same held to one
+    core) time over `procs-only` time, also without each mode's fixed cost (its 10-document run)."""
     by_name = {name: (full, tiny) for name, full, tiny in results}
-    (one, one_tiny), (two, two_tiny) = by_name.get("one-thread", (None, None)), by_name.get("procs-only", (None, None))
-    if one and two and ok(one) and ok(two):
-        print(f"\nScaling, 1 -> 2 workers (one tokenizer thread each): {one['seconds']:.1f} s -> {two['seconds']:.1f} s,"
+    two, two_tiny = by_name.get("procs-only", (None, None))
+    for one_name, what in (("one-thread", "1 -> 2 workers (one tokenizer thread each)"),
+                           ("one-core", "1 core -> 2 cores (one-thread held to one core vs procs-only)")):
+        one, one_tiny = by_name.get(one_name, (None, None))
+        if not (one and two and ok(one) and ok(two)):
+            continue
+        print(f"\nScaling, {what}: {one['seconds']:.1f} s -> {two['seconds']:.1f} s,"
               f" {one['seconds'] / two['seconds']:.2f}x (2.00x would be linear)")
         if ok(one_tiny) and ok(two_tiny):
             one_net, two_net = one["seconds"] - one_tiny["seconds"], two["seconds"] - two_tiny["seconds"]
@@ -644,9 +655,13 @@ def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int,
     for name, flags, env_changes in MODES:
         if modes is not None and name not in modes:
             continue
+        prefix = PREFIXES.get(name)
+        if prefix and not shutil.which(prefix[0]):
+            print(f"  skipped {name}: needs {prefix[0]}", flush=True)
+            continue
         tiny = median_run([run_pipeline(f"{name}-tiny", tiny_config, flags, env_changes, workdir,
-                                        workdir / "out-tiny") for _ in range(repeat)])
-        full = median_run([run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full")
+                                        workdir / "out-tiny", prefix) for _ in range(repeat)])
+        full = median_run([run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full", prefix)
                            for _ in range(repeat)])
         results.append((name, full, tiny))
         print(f"  ran {name}: {full['seconds']:.1f}s (10-doc: {tiny['seconds']:.1f}s)", flush=True)
@@ -674,7 +689,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     text_bytes = sum(len(t.encode("utf-8")) for t in texts)
     eos = eos_token_id(tokenizer_dir)
     baselines = measure_baselines(tokenizer_dir, corpus, texts, eos, repeat,
-                                  single_thread=bool({"one-thread", "procs-only"} & set(modes)))
+                                  single_thread=bool({"one-thread", "procs-only", "one-core"} & set(modes)))
     print_baselines(baselines, text_bytes)
     raw = baselines[0][1]
     appended = len(texts) - raw["ending_with_eos"]
