@@ -7,7 +7,10 @@ logging endpoints, worker id, pipeline options), and for each one the process fo
 the harness until the runner closes it. The children share the imported modules, so N workers cost one
 import instead of N (on 2 cores, two workers importing at once also slowed the launching process's
 own start-up, which is the job's critical path). Nothing that starts threads (gRPC channels, a
-tokenizer, Arrow's thread pools) runs before a fork; the harness creates them in the child.
+tokenizer, Arrow's thread pools) runs before a fork; the harness creates them in the child. Where
+forking such a process is unsafe (macOS: system frameworks), or with `EASYDATA_WORKER_START=spawn`,
+each worker is a fresh interpreter instead (`python -m beam_pipelines.local_worker --worker`, its
+endpoints in its environment), still a child of this process.
 
 Status lines go to the launcher on this process's original stdout, written with single `os.write`
 calls: `started <pid>` after each fork and `ended <pid> <code>` when a child is reaped (the exit
@@ -41,6 +44,11 @@ from typing import Any
 
 #: How long a finished worker waits for its log stream to close before it exits anyway.
 LOG_CLOSE_SECONDS = 2.0
+
+#: How the server starts each worker: `fork` (Linux) or `spawn` (a fresh interpreter that imports
+#: everything again; the default elsewhere, where forking a process that loaded system frameworks
+#: is unsafe). The environment variable `EASYDATA_WORKER_START` chooses.
+START_METHOD_VARIABLE = "EASYDATA_WORKER_START"
 
 _CHILD_SIGNALS = {signal.SIGCHLD}
 
@@ -76,18 +84,20 @@ def _run_harness(env: dict[str, str]) -> None:
         closing.join(LOG_CLOSE_SECONDS)
 
 
-def _child(env: dict[str, str], status_fd: int, stderr_handler: logging.Handler) -> None:
+def start_method() -> str:
+    """`fork` or `spawn` (see `START_METHOD_VARIABLE`)."""
+    chosen = os.environ.get(START_METHOD_VARIABLE) or ("fork" if sys.platform.startswith("linux") else "spawn")
+    if chosen not in ("fork", "spawn"):
+        raise ValueError(f"{START_METHOD_VARIABLE} must be fork or spawn, got {chosen!r}")
+    return chosen
+
+
+def _worker(env: dict[str, str], stderr_handler: logging.Handler) -> None:
+    """A worker process's whole life: the harness, then an exit without teardown; never returns."""
     code = 0
     try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
-        os.close(status_fd)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)  # the requests are the server's, not this worker's
-        os.close(devnull)
-        random.seed()  # not the server's (hence every sibling's) random state
         _run_harness(env)
-    except BaseException:  # noqa: BLE001 - a child must never return into the server's loop
+    except BaseException:  # noqa: BLE001 - a forked child must never return into the server's loop
         traceback.print_exc()
         code = 1
     finally:
@@ -97,17 +107,42 @@ def _child(env: dict[str, str], status_fd: int, stderr_handler: logging.Handler)
         os._exit(code)
 
 
-def serve(requests: Any, status_fd: int, stderr_handler: logging.Handler) -> None:
-    """Forks one harness per JSON line of `requests` until end-of-file, then waits for the children."""
+def _forked_worker(env: dict[str, str], status_fd: int, stderr_handler: logging.Handler) -> None:
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
+        os.close(status_fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # the requests are the server's, not this worker's
+        os.close(devnull)
+        random.seed()  # not the server's (hence every sibling's) random state
+    except BaseException:  # noqa: BLE001 - never return into the server's loop
+        traceback.print_exc()
+        os._exit(1)
+    _worker(env, stderr_handler)
+
+
+def _start_worker(env: dict[str, str], method: str, status_fd: int, stderr_handler: logging.Handler) -> int:
+    """Starts one worker for `env`; returns its pid (a child of this process either way)."""
+    if method == "spawn":  # the harness reads its endpoints from the environment
+        return os.posix_spawn(sys.executable, [sys.executable, "-m", __spec__.name, "--worker"],
+                              {**os.environ, **env},
+                              file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
+    pid = os.fork()
+    if pid == 0:
+        _forked_worker(env, status_fd, stderr_handler)
+    return pid
+
+
+def serve(requests: Any, status_fd: int, stderr_handler: logging.Handler, method: str = "fork") -> None:
+    """Starts one worker per JSON line of `requests` until end-of-file, then waits for the children."""
     signal.signal(signal.SIGCHLD, lambda *_: _reap(status_fd, block=False))
     for line in requests:
         if not line.strip():
             continue
         env = json.loads(line)
         signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)  # report `started` before its `ended`
-        pid = os.fork()
-        if pid == 0:
-            _child(env, status_fd, stderr_handler)
+        pid = _start_worker(env, method, status_fd, stderr_handler)
         _status(status_fd, f"started {pid}")
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
     signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)
@@ -118,16 +153,19 @@ def main() -> None:
     handler = logging.StreamHandler()
     handler.setLevel(logging.ERROR)
     logging.basicConfig(handlers=[handler], format="%(levelname)s:%(name)s:%(message)s")
-    status_fd = os.dup(1)
+    if sys.argv[1:] == ["--worker"]:  # a spawned worker: its endpoints are in the environment
+        _worker({}, handler)
+    method = start_method()
+    status_fd = os.dup(1)  # not inherited by spawned workers
     os.dup2(2, 1)  # prints of this process and its children go to stderr, not into the status lines
-    from apache_beam.runners.worker import sdk_worker_main  # noqa: F401 - import once, before any fork
+    if method == "fork":  # import once, before any fork
+        from apache_beam.runners.worker import sdk_worker_main  # noqa: F401
 
-    import easydata.tokenizer  # noqa: F401 - the job's steps need these
-    import pyarrow.parquet  # noqa: F401
-    import transforms  # noqa: F401
-    import beam_pipelines.runners  # noqa: F401
-
-    serve(sys.stdin, status_fd, handler)
+        import easydata.tokenizer  # noqa: F401 - the job's steps need these
+        import pyarrow.parquet  # noqa: F401
+        import transforms  # noqa: F401
+        import beam_pipelines.runners  # noqa: F401
+    serve(sys.stdin, status_fd, handler, method)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,13 @@ class StandbyWorkers:
     """A worker fork server waiting for a job; `serve` offers its workers to Beam as an external worker pool."""
 
     def __init__(self) -> None:
+        from beam_pipelines.local_worker import start_method
+        from easydata.errors import EasyDataError
+
+        try:
+            start_method()  # the server's choice, checked here to fail in one line
+        except ValueError as e:
+            raise EasyDataError(str(e)) from None
         self._server_process = subprocess.Popen([sys.executable, "-m", "beam_pipelines.local_worker"],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._started: list[int] = []

@@ -15,6 +15,7 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, e
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines import worker_pool
+from beam_pipelines.local_worker import START_METHOD_VARIABLE
 from easydata.errors import EasyDataError
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
 from beam_pipelines.worker_pool import StandbyWorkers, discard_prestarted, local_worker_count, prestart, \
@@ -93,7 +94,9 @@ def test_prestarting_starts_one_server_that_is_taken_once():
     assert worker_pool._prestarted is None
 
 
-def test_pipeline_runs_on_forked_workers_and_leaves_no_process():
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pipeline_runs_on_the_servers_workers_and_leaves_no_process(method, monkeypatch):
+    monkeypatch.setenv(START_METHOD_VARIABLE, method)
     before = _children()
     args = ["--direct_num_workers=2"]
     prestart(args)
@@ -160,3 +163,9 @@ def test_a_worker_killed_during_a_job_ends_it_with_one_line_naming_it():
         with beam.Pipeline(runner=runner, options=options) as p:
             _ = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(_die_on_seven)
     assert "\n" not in str(caught.value)
+
+
+def test_an_unknown_worker_start_method_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv(START_METHOD_VARIABLE, "vfork")
+    with pytest.raises(EasyDataError, match="EASYDATA_WORKER_START must be fork or spawn, got 'vfork'"):
+        StandbyWorkers()
