@@ -126,7 +126,7 @@ def _start_worker(env: dict[str, str], method: str, status_fd: int, stderr_handl
     """Starts one worker for `env`; returns its pid (a child of this process either way)."""
     if method == "spawn":  # the harness reads its endpoints from the environment
         return os.posix_spawn(sys.executable, [sys.executable, "-m", __spec__.name, "--worker"],
-                              {**os.environ, **env},
+                              {**os.environ, **env}, setsigmask=(),  # not the server's mask: SIGCHLD blocked
                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
     pid = os.fork()
     if pid == 0:
