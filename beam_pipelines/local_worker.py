@@ -40,7 +40,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 #: How long a finished worker waits for its log stream to close before it exits anyway.
 LOG_CLOSE_SECONDS = 2.0
@@ -70,7 +70,7 @@ def _reap(status_fd: int, block: bool) -> None:
 
 
 def _run_harness(env: dict[str, str]) -> None:
-    """The forked child: Beam's SDK harness with `env`, then a bounded log flush; never returns."""
+    """Beam's SDK harness with `env` until the runner closes it, then a bounded log flush."""
     from apache_beam.runners.worker import sdk_worker_main
     from beam_pipelines.runners import short_state_sampling
 
@@ -92,12 +92,25 @@ def start_method() -> str:
     return chosen
 
 
-def _worker(env: dict[str, str], stderr_handler: logging.Handler) -> None:
-    """A worker process's whole life: the harness, then an exit without teardown; never returns."""
+def _worker(env: dict[str, str], stderr_handler: logging.Handler, status_fd: Optional[int] = None) -> None:
+    """A worker process's whole life: the harness, then an exit without teardown; never returns.
+
+    With `status_fd`, the process is a fork of the server: it first leaves the server's state
+    behind (signal handling, the status and request streams, the random state it shares with its
+    siblings).
+    """
     code = 0
     try:
+        if status_fd is not None:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
+            os.close(status_fd)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)  # the requests are the server's, not this worker's
+            os.close(devnull)
+            random.seed()
         _run_harness(env)
-    except BaseException:  # noqa: BLE001 - a forked child must never return into the server's loop
+    except BaseException:  # noqa: BLE001 - a forked worker must never return into the server's loop
         traceback.print_exc()
         code = 1
     finally:
@@ -105,21 +118,6 @@ def _worker(env: dict[str, str], stderr_handler: logging.Handler) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def _forked_worker(env: dict[str, str], status_fd: int, stderr_handler: logging.Handler) -> None:
-    try:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
-        os.close(status_fd)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)  # the requests are the server's, not this worker's
-        os.close(devnull)
-        random.seed()  # not the server's (hence every sibling's) random state
-    except BaseException:  # noqa: BLE001 - never return into the server's loop
-        traceback.print_exc()
-        os._exit(1)
-    _worker(env, stderr_handler)
 
 
 def _start_worker(env: dict[str, str], method: str, status_fd: int, stderr_handler: logging.Handler) -> int:
@@ -130,7 +128,7 @@ def _start_worker(env: dict[str, str], method: str, status_fd: int, stderr_handl
                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
     pid = os.fork()
     if pid == 0:
-        _forked_worker(env, status_fd, stderr_handler)
+        _worker(env, stderr_handler, status_fd)
     return pid
 
 

@@ -84,15 +84,14 @@ def fail_bundles_of_lost_workers() -> Iterator[None]:
     def read_or_abort(self: Any) -> None:
         # The stream ends (with an error, or cleanly when the peer vanished) while requests may be
         # pending: none will be answered. At a normal close nothing is pending.
+        broken = None
         try:
             read(self)
-            reason = "its stream ended"
         except Exception as e:  # noqa: BLE001 - any broken stream: fail what waits on it
-            reason = type(e).__name__
-            lost.set()
-        self._easydata_lost = RuntimeError(f"lost the connection to a worker process ({reason})")
+            broken = type(e).__name__
+        self._easydata_lost = RuntimeError(f"lost the connection to a worker process ({broken or 'its stream ended'})")
         pending = list(self._futures_by_id.values())
-        if pending:
+        if broken or pending:
             lost.set()
         for future in pending:
             future.abort(self._easydata_lost)

@@ -161,11 +161,17 @@ class StandbyWorkers:
                 error=f"local worker server process {self._server_process.pid} is gone: {e}")
         return beam_fn_api_pb2.StartWorkerResponse()
 
+    def _abnormal_ends(self) -> list[tuple[int, int]]:
+        """`(pid, exit code)` of the workers, and the server, that ended abnormally; call holding `_changed`."""
+        ended = [(pid, self._ended[pid]) for pid in self._started if self._ended.get(pid)]
+        server = self._server_process.poll()
+        return ended + ([(self._server_process.pid, server)] if server else [])
+
     def _after_a_death(self, record: logging.LogRecord) -> bool:
         """A log filter for the workers' records: none once a worker ended abnormally (the survivors'
         errors are consequences; the job's error names the worker that ended)."""
         with self._changed:
-            return not any(self._ended.values())
+            return not self._abnormal_ends()
 
     def failures(self) -> list[str]:
         """How each worker (or the fork server) that ended abnormally ended, e.g. `pid 123 killed by SIGKILL`.
@@ -173,14 +179,9 @@ class StandbyWorkers:
         Called after a job failed: a worker's end reaches the server a moment after the runner saw
         its connection drop, so this waits up to `FAILURE_REPORT_SECONDS` for one to be reported.
         """
-        def abnormal() -> list[tuple[int, int]]:
-            ended = [(pid, self._ended[pid]) for pid in self._started if self._ended.get(pid)]
-            server = self._server_process.poll()
-            return ended + ([(self._server_process.pid, server)] if server else [])
-
         with self._changed:
-            self._changed.wait_for(lambda: abnormal(), timeout=FAILURE_REPORT_SECONDS)
-            found = abnormal()
+            self._changed.wait_for(self._abnormal_ends, timeout=FAILURE_REPORT_SECONDS)
+            found = self._abnormal_ends()
         return [f"pid {pid} killed by {_signal_name(-code)}" if code < 0 else f"pid {pid} exited with status {code}"
                 for pid, code in found]
 
