@@ -166,8 +166,7 @@ def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> l
         if whole or size <= target_bytes:
             ranges = [(0, None, size)]
         elif kind in ("jsonl", "txt"):
-            ranges = [(s, min(s + target_bytes, size), min(target_bytes, size - s))
-                      for s in range(0, size, target_bytes)]
+            ranges = _equal_byte_ranges(size, target_bytes)
         else:
             try:
                 ranges = _parquet_ranges(path, target_bytes) if kind == "parquet" else \
@@ -197,6 +196,15 @@ def key_names(files: list[str]) -> dict[str, str]:
 def _open_table_file(path: str):
     """Parquet / Arrow inputs: native pyarrow files when uncompressed, decompressing streams otherwise."""
     return open_file(path) if compression_of(path) else open_arrow_file(path)
+
+
+def _equal_byte_ranges(size: int, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
+    """`ceil(size / target_bytes)` contiguous ranges of equal size (within a byte), not full ranges
+    and a remainder: local runners hand each worker a fixed share of the splits, so a small last
+    split would leave one worker idle while the others finish theirs."""
+    count = -(-size // target_bytes)
+    bounds = [size * i // count for i in range(count + 1)]
+    return [(start, end, end - start) for start, end in zip(bounds, bounds[1:])]
 
 
 def _parquet_ranges(path: str, target_bytes: int) -> list[tuple[int, Optional[int], int]]:

@@ -716,6 +716,21 @@ def test_byte_range_splitting_really_splits(tmp_path: Path) -> None:
         assert _check_split_equivalence(path, "jsonl", target, texts) == -(-len(data) // target)
 
 
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(1, 10_000), target_bytes=st.integers(1, 3_000))
+def test_byte_range_splits_are_equal_sized(size: int, target_bytes: int) -> None:
+    """Local runners give each worker a fixed share of the splits: a small remainder split would
+    leave a worker idle, so the ranges differ by at most a byte (and none exceeds the target)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "in.txt"
+        path.write_bytes(b"x" * size)
+        splits = plan_splits(DatasetConfig(name="d", data_files=str(path), sample_by="line"),
+                             target_bytes=target_bytes)
+    sizes = [s.size for s in splits]
+    assert len(splits) == -(-size // target_bytes) and sum(sizes) == size
+    assert max(sizes) - min(sizes) <= 1 and max(sizes) <= target_bytes
+
+
 def test_parquet_splits_by_row_groups(tmp_path: Path) -> None:
     table = pa.table({"text": [f"row {i}" for i in range(100)], "n": list(range(100))})
     path = tmp_path / "in.parquet"
