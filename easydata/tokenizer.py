@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 from pathlib import Path
@@ -228,12 +229,9 @@ class TokenizerHandle:
 
 
 def _flatten(id_lists: list[list[int]], total: int) -> np.ndarray:
-    """Concatenates per-document id lists into one int32 array via pyarrow's C conversion."""
-    import pyarrow as pa
-
-    if total == 0:
-        return np.zeros(0, dtype=np.int32)
-    return pa.array(id_lists, type=pa.list_(pa.int32())).flatten().to_numpy()
+    """Concatenates per-document id lists into one int32 array, in C (`np.fromiter` over a chain:
+    ~1.5x faster than converting the lists to an Arrow list array and flattening it)."""
+    return np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=total)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,17 +239,37 @@ class _Layout:
     """Where ids go when BOS/EOS are added and documents truncated (see `_special_layout`)."""
 
     offsets: np.ndarray  # new document boundaries
-    src: np.ndarray      # kept positions in the input...
-    dst: np.ndarray      # ...and where they land
-    bos_at: np.ndarray   # positions receiving BOS
-    eos_at: np.ndarray   # positions receiving EOS
+    starts: np.ndarray   # each document's first position in the input
+    lengths: np.ndarray  # each document's input length
+    front: np.ndarray    # 1 where a BOS is prepended
+    body: np.ndarray     # input ids kept per document (fewer than `lengths` when truncated)
+    back: np.ndarray     # 1 where an EOS is appended
 
     def apply(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
+        """`values` (aligned with the input ids) laid out like the output ids, specials filled in."""
+        values = values.astype(np.int32, copy=False)
+        if np.array_equal(self.body, self.lengths):  # nothing cut: insert the specials
+            return self._insert(values, bos_value, eos_value)
+        n = len(self.lengths)
+        doc = np.repeat(np.arange(n), self.body)
+        rank = np.arange(len(doc)) - np.repeat(np.cumsum(self.body) - self.body, self.body)
         out = np.empty(int(self.offsets[-1]), dtype=np.int32)
-        out[self.dst] = values[self.src]
-        out[self.bos_at] = bos_value
-        out[self.eos_at] = eos_value
+        out[self.offsets[:-1][doc] + self.front[doc] + rank] = values[self.starts[doc] + rank]
+        out[self.offsets[:-1][self.front > 0]] = bos_value
+        out[self.offsets[1:][self.back > 0] - 1] = eos_value
         return out
+
+    def _insert(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
+        """One `np.insert` (a boolean mask inside) instead of per-token index arrays: ~20x faster.
+
+        Insertions are listed document by document, BOS before EOS; `np.insert` keeps that order
+        among equal positions, so an empty document gets BOS then EOS, and one document's EOS comes
+        before the next one's BOS at their shared boundary.
+        """
+        where = np.column_stack([self.starts, self.starts + self.lengths]).ravel()
+        what = np.tile(np.array([bos_value, eos_value], dtype=np.int32), len(self.lengths))
+        wanted = np.column_stack([self.front > 0, self.back > 0]).ravel()
+        return np.insert(values, where[wanted], what[wanted])
 
 
 def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
@@ -282,10 +300,7 @@ def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int]
         body = np.minimum(body, max_length - front - back)
     sizes = front + body + back
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    doc = np.repeat(np.arange(n), body)
-    rank = np.arange(len(doc)) - np.repeat(np.cumsum(body) - body, body)
-    return _Layout(offsets=offsets, src=starts[doc] + rank, dst=offsets[:-1][doc] + front[doc] + rank,
-                   bos_at=offsets[:-1][front > 0], eos_at=offsets[1:][back > 0] - 1)
+    return _Layout(offsets=offsets, starts=starts, lengths=lengths, front=front, body=body, back=back)
 
 
 def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],

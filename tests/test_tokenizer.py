@@ -9,11 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
-from easydata.tokenizer import TokenizerHandle, load_tokenizer, resolve_tokenizer_files
+from easydata.tokenizer import TokenizerHandle, _special_layout, load_tokenizer, resolve_tokenizer_files
 from easydata.tokenizer_training import DEFAULT_SPECIAL_TOKENS, train_bpe_tokenizer
 
 from tests.conftest import make_texts
@@ -181,6 +183,49 @@ def test_truncation_invariants(any_tokenizer_dir: Path, add_bos: bool | None, ma
         body_end = len(ids) - (1 if ids[-1] == eos and len(ids) > keep_front else 0)
         assert ids[keep_front:body_end] == whole[keep_front:body_end], "body must be a prefix"
     assert truncated > 0, "the test must exercise truncation"
+
+
+# ---- special-token layout (vectorised over a batch) -----------------------------------------------
+
+BOS, EOS = 1, 2
+
+
+def _layout_reference(docs: list[list[int]], bos: bool, eos: bool, max_length: int | None
+                      ) -> tuple[list[list[int]], list[list[int]]]:
+    """Document by document: BOS unless present, body, EOS unless present; a cut body keeps both.
+    Also an aligned mark per position: 0 for an added special, 9 for a kept input id."""
+    ids, marks = [], []
+    for doc in docs:
+        front = [BOS] if bos and not doc[:1] == [BOS] else []
+        back = [EOS] if eos and not doc[-1:] == [EOS] else []
+        if max_length is not None:
+            front = front[:max_length]
+            if eos and len(front) + len(doc) + len(back) > max_length:
+                back = [EOS]  # a cut document loses the EOS it may end with
+            back = back[:max_length - len(front)]
+            doc = doc[:max_length - len(front) - len(back)]
+        ids.append(front + doc + back)
+        marks.append([0] * len(front) + [9] * len(doc) + [0] * len(back))
+    return ids, marks
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs=st.lists(st.lists(st.sampled_from([BOS, EOS, 5, 6, 7]), max_size=12), max_size=8),
+       bos=st.booleans(), eos=st.booleans(), max_length=st.one_of(st.none(), st.integers(0, 14)))
+def test_special_layout_matches_per_document_reference(docs: list[list[int]], bos: bool, eos: bool,
+                                                       max_length: int | None) -> None:
+    """Both ways of laying out a batch (inserting specials when nothing is cut, index arrays when
+    something is) give the per-document result, for the ids and for an aligned mask alike."""
+    lengths = np.array([len(d) for d in docs], dtype=np.int64)
+    flat = np.array([t for d in docs for t in d], dtype=np.int32)
+    layout = _special_layout(flat, lengths, bos=BOS if bos else None, eos=EOS if eos else None,
+                             max_length=max_length)
+    expected_ids, expected_marks = _layout_reference(docs, bos, eos, max_length)
+    ids = layout.apply(flat, BOS, EOS)
+    marks = layout.apply(np.full(len(flat), 9, dtype=np.int32), 0, 0)  # like a loss mask
+    assert ids.dtype == marks.dtype == np.int32
+    assert [ids[a:b].tolist() for a, b in zip(layout.offsets, layout.offsets[1:])] == expected_ids
+    assert [marks[a:b].tolist() for a, b in zip(layout.offsets, layout.offsets[1:])] == expected_marks
 
 
 # ---- edge cases ----------------------------------------------------------------------------------
