@@ -566,6 +566,10 @@ def _read_arrow(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
                 raise InputError(f"'{split.path}' is not an Arrow IPC file or stream: {e}") from None
         for batch in batches:
             batch = batch.select(_columns_needed(dataset, batch.schema.names))
+            # IPC buffers are used as they are in the file: a corrupt offset would make pyarrow read
+            # out of bounds (a crash, found by tests/test_hostile_input.py). Checking is cheap next to
+            # tokenizing; ArrowInvalid dead-letters the rest of the split (see `read_split`).
+            batch.validate(full=True)
             _emit_table_batch(batch, row, out, dataset)
             row += batch.num_rows
             yield batch.nbytes

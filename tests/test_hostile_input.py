@@ -138,3 +138,32 @@ def test_an_unreadable_file_is_one_dead_letter(tmp_path: Path):
     documents, rejects = _read_everything(path)
     assert documents == 0 and len(rejects) == 1
     assert "is not an Arrow IPC file or stream" in rejects[0].reason
+
+
+def test_an_arrow_batch_with_corrupt_offsets_is_dead_lettered_not_a_crash(tmp_path: Path):
+    """A string column's offsets pointing past its data made pyarrow read out of bounds (SIGBUS; found
+    by `test_corrupted_and_truncated_files_never_crash`). Run in a child process, so a crash fails
+    this test instead of ending the test run."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, pa.schema([("text", pa.string())])) as writer:
+        writer.write_table(pa.table({"text": ["doc one", "doc two", "doc three"]}))
+        writer.write_table(pa.table({"text": ["doc four", "doc five"]}))
+    offsets = np.array([0, 7, 14, 23], dtype=np.int32).tobytes()  # the first batch's, stored verbatim
+    assert sink.getvalue().count(offsets) == 1
+    path = tmp_path / "in.arrow"
+    path.write_bytes(sink.getvalue().replace(offsets, np.array([0, 7, 1 << 30, 23], dtype=np.int32).tobytes()))
+    child = subprocess.run(
+        [sys.executable, "-c", "import json, sys; from pathlib import Path;"
+         " from tests.test_hostile_input import _read_everything;"
+         " n, rejects = _read_everything(Path(sys.argv[1]));"
+         " print(json.dumps([n, [r.reason for r in rejects]]))", str(path)],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert child.returncode == 0, f"reader crashed (exit {child.returncode}): {child.stderr[-300:]}"
+    documents, reasons = json.loads(child.stdout.strip().splitlines()[-1])
+    assert documents == 2, "the second batch is still read"
+    assert len(reasons) == 1 and "ArrowInvalid" in reasons[0] and "offset" in reasons[0].lower()
