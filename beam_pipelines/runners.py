@@ -23,7 +23,8 @@ from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
-from beam_pipelines.worker_pool import LOCAL_RUNNERS, take_prestarted
+from beam_pipelines.worker_pool import LOCAL_RUNNERS, default_worker_count, take_prestarted, \
+    tokenizer_threads_per_worker, usable_cores
 
 __all__ = ["OfflineDirectRunner", "make_runner_and_options", "is_local_runner", "is_dask_runner",
            "unknown_beam_flags", "runs_on_this_machine", "short_state_sampling"]
@@ -175,7 +176,8 @@ class OfflineDirectRunner(DirectRunner):
         direct.direct_running_mode = "in_memory"
         fn_logger.addFilter(quiet)
         try:
-            address = workers.serve(json_format.MessageToJson(encoded))
+            address = workers.serve(json_format.MessageToJson(encoded),
+                                    tokenizer_threads=tokenizer_threads_per_worker(direct.direct_num_workers))
             environment = environments.ExternalEnvironment(address, capabilities=environments.python_sdk_capabilities())
             runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info)
             with fail_bundles_of_lost_workers():
@@ -257,11 +259,13 @@ def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str,
 
     Local runners and `DaskRunner` come back as runner instances, others as Beam runner names.
 
-    Local runs default to one in-process worker: the tokenizer's own Rust threads already use every
-    core, and this measured faster than one worker process per core, which pays for moving every
-    token row between processes (benchmarks/bench_pipeline.py, README "Performance").
-    `--direct_num_workers=N` with N > 1 selects N worker processes unless `--direct_running_mode`
-    says otherwise.
+    Local runs default to one worker process per usable core (`worker_pool.default_worker_count`),
+    each tokenizing with one thread: everything a worker does besides tokenizing (reading, turning
+    ids into rows, packing, writing) then runs on every core too, where one in-process worker runs
+    it on one Python thread while the tokenizer's threads use the other cores. On 2 cores the two
+    measured about equal (README "Performance"); with more cores that one Python thread becomes the
+    limit. On a single usable core the job runs in-process. `--direct_num_workers=N` chooses N
+    (1: in-process; N > 1: processes unless `--direct_running_mode` says otherwise).
     """
     options = PipelineOptions(beam_args)
     runner_name = options.view_as(StandardOptions).runner
@@ -274,7 +278,9 @@ def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str,
     direct = options.view_as(DirectOptions)
     explicit = {a.split("=", 1)[0] for a in beam_args if a.startswith("--")}
     if "--direct_num_workers" not in explicit:
-        direct.direct_num_workers = 1
+        direct.direct_num_workers = default_worker_count()
+    elif direct.direct_num_workers == 0:  # Beam's "one per core"
+        direct.direct_num_workers = usable_cores()
     if "--direct_running_mode" not in explicit:
         direct.direct_running_mode = "in_memory" if direct.direct_num_workers == 1 else "multi_processing"
     if "--default_sdk_harness_log_level" not in explicit:

@@ -35,8 +35,9 @@ import sys
 import threading
 from typing import Any, Optional
 
-__all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "prestart", "take_prestarted", "discard_prestarted",
-           "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS"]
+__all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count", "usable_cores",
+           "tokenizer_threads_per_worker", "prestart", "take_prestarted", "discard_prestarted",
+           "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
 
 #: How long `StandbyWorkers.close` waits for the workers that were handed a job to exit before killing them.
 WORKER_EXIT_SECONDS = 30.0
@@ -44,21 +45,53 @@ WORKER_EXIT_SECONDS = 30.0
 #: How long `StandbyWorkers.failures` waits for a worker's abnormal end to be reported.
 FAILURE_REPORT_SECONDS = 2.0
 
+#: Memory to allow per default worker process: its tokenizer, Beam, a few batches and one hash group
+#: being packed (~0.35 GB at rest plus about twice a 64 MB group, README "Performance").
+WORKER_MEMORY_BYTES = 2**30
+
+#: The tokenizer library's thread-pool size variable; left alone when the user sets it.
+TOKENIZER_THREADS_VARIABLE = "RAYON_NUM_THREADS"
+
 #: Runner names that run on this machine's FnApiRunner (None: no `--runner`).
 LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "BundleBasedDirectRunner",
                   "SwitchingDirectRunner"}
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. under `taskset`, else the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_worker_count() -> int:
+    """Local worker processes when no `--direct_num_workers` is given: one per usable core, at most one
+    per `WORKER_MEMORY_BYTES` of physical memory (1: the job runs in-process)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not reported: cores decide
+        memory = None
+    by_memory = usable_cores() if memory is None else max(1, memory // WORKER_MEMORY_BYTES)
+    return max(1, min(usable_cores(), by_memory))
+
+
+def tokenizer_threads_per_worker(workers: int) -> int:
+    """Tokenizer threads for each of `workers` worker processes: the usable cores shared out, at least one."""
+    return max(1, usable_cores() // max(1, workers))
 
 
 def local_worker_count(beam_args: list[str]) -> int:
     """How many local worker processes `beam_args` ask for (0: the job runs in-process or elsewhere).
 
     The same decision as `beam_pipelines.runners.make_runner_and_options`, read without Beam: a
-    local runner with `--direct_num_workers=N` (N > 1; 0 means one per core) and no
-    `--direct_running_mode` other than `multi_processing`, in batch mode.
+    local runner in batch mode, with `--direct_num_workers=N` (N > 1; 0 means one per core), or
+    without it `default_worker_count()` (when more than 1), and no `--direct_running_mode` other
+    than `multi_processing`.
     """
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--runner", default=None)
-    parser.add_argument("--direct_num_workers", type=int, default=1)
+    parser.add_argument("--direct_num_workers", type=int, default=None)
     parser.add_argument("--direct_running_mode", default=None)
     parser.add_argument("--streaming", action="store_true")
     try:
@@ -67,8 +100,9 @@ def local_worker_count(beam_args: list[str]) -> int:
         return 0
     if known.runner not in LOCAL_RUNNERS or known.streaming:
         return 0
-    count = known.direct_num_workers or os.cpu_count() or 1
-    mode = known.direct_running_mode or ("in_memory" if known.direct_num_workers == 1 else "multi_processing")
+    count = default_worker_count() if known.direct_num_workers is None else \
+        known.direct_num_workers or usable_cores()
+    mode = known.direct_running_mode or ("in_memory" if count == 1 else "multi_processing")
     return count if mode == "multi_processing" else 0
 
 
@@ -91,6 +125,7 @@ class StandbyWorkers:
         self._status_reader = threading.Thread(target=self._read_status, name="easydata-worker-status", daemon=True)
         self._status_reader.start()
         self._pipeline_options: Optional[str] = None
+        self._worker_env: dict[str, str] = {}
         self._server: Any = None
         self._address = ""
         self._lock = threading.Lock()
@@ -110,12 +145,16 @@ class StandbyWorkers:
         with self._changed:
             return list(self._started)
 
-    def serve(self, pipeline_options_json: str) -> str:
+    def serve(self, pipeline_options_json: str, tokenizer_threads: Optional[int] = None) -> str:
         """Starts the worker pool service on localhost; returns its address for an `ExternalEnvironment`.
 
         Args:
           pipeline_options_json: the job's options as Beam's workers read them (`PIPELINE_OPTIONS`).
+          tokenizer_threads: each worker's tokenizer thread-pool size (`RAYON_NUM_THREADS`), unless
+            the user set that variable; None: the tokenizer library's default (one per core).
         """
+        self._worker_env = {} if tokenizer_threads is None or TOKENIZER_THREADS_VARIABLE in os.environ else \
+            {TOKENIZER_THREADS_VARIABLE: str(tokenizer_threads)}
         import grpc
         from apache_beam.portability.api import beam_fn_api_pb2_grpc
         from apache_beam.runners.portability import local_job_service
@@ -151,7 +190,7 @@ class StandbyWorkers:
 
         env = {"CONTROL_API_SERVICE_DESCRIPTOR": descriptor(request.control_endpoint.url),
                "LOGGING_API_SERVICE_DESCRIPTOR": descriptor(self._address),
-               "PIPELINE_OPTIONS": self._pipeline_options, "WORKER_ID": request.worker_id}
+               "PIPELINE_OPTIONS": self._pipeline_options, "WORKER_ID": request.worker_id, **self._worker_env}
         try:
             with self._lock:
                 self._server_process.stdin.write((json.dumps(env) + "\n").encode())

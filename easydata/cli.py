@@ -255,9 +255,10 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _user_error_in(exc: BaseException) -> Optional[str]:
-    """The message of an easydata error raised inside a Beam worker (Beam wraps it in its own)."""
-    match = _USER_ERROR.search(str(exc))
-    return match.group(1).strip() if match else None
+    """The message of an easydata error raised inside a Beam worker (Beam wraps it in its own): the
+    last one in the text, which names the step (`... [while running 'Mix/Plan']`)."""
+    found = _USER_ERROR.findall(str(exc))
+    return found[-1].strip() if found else None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

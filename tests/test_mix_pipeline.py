@@ -196,7 +196,9 @@ def test_chat_and_text_datasets_mix_with_a_loss_mask(chat_tokenizer_dir, tmp_pat
     assert validate_output(str(tmp_path / "out")).ok
 
 
-def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tmp_path, workers):
+    """In-process or in worker processes (whose harness logs and prints the error's traceback)."""
     good = write_jsonl(tmp_path / "good.jsonl", [{"text": f"document {i}"} for i in range(20)])
     empty = write_jsonl(tmp_path / "empty.jsonl", [{"body": "no text field"}] * 5)  # all rejected
     config = tmp_path / "job.yaml"
@@ -206,8 +208,8 @@ def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tm
         "mix": {"weights": {"good": 1, "empty": 1}},
         "save": {"output_dir": str(tmp_path / "out")},
     }))
-    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(config), "--quiet"], capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(config), "--quiet",
+                          f"--direct_num_workers={workers}"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         "easydata: error: mix: dataset(s) empty have a positive weight but no tokens to mix (no documents, or all"

@@ -2,19 +2,79 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import DirectOptions, WorkerOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
+from beam_pipelines.worker_pool import default_worker_count, local_worker_count, tokenizer_threads_per_worker, \
+    usable_cores
 
 
-def test_default_is_one_in_process_worker():
+def test_default_is_one_worker_process_per_usable_core():
     runner, options = make_runner_and_options([])
     direct = options.view_as(DirectOptions)
+    workers = default_worker_count()
     assert isinstance(runner, OfflineDirectRunner)
-    assert (direct.direct_num_workers, direct.direct_running_mode) == (1, "in_memory")
+    assert 1 <= workers <= usable_cores()
+    assert (direct.direct_num_workers, direct.direct_running_mode) == \
+        (workers, "multi_processing" if workers > 1 else "in_memory")
+    assert local_worker_count([]) == (workers if workers > 1 else 0), "the launcher prestarts the same workers"
     assert options.view_as(WorkerOptions).default_sdk_harness_log_level == "WARNING"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_one_usable_core_runs_in_process():
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # as under `taskset -c N`
+    try:
+        assert usable_cores() == default_worker_count() == 1
+        _, options = make_runner_and_options([])
+        direct = options.view_as(DirectOptions)
+        assert (direct.direct_num_workers, direct.direct_running_mode) == (1, "in_memory")
+        assert local_worker_count([]) == 0
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def test_explicit_worker_counts():
+    for flags, expected in ((["--direct_num_workers=1"], (1, "in_memory")),
+                            (["--direct_num_workers=3"], (3, "multi_processing")),
+                            (["--direct_num_workers=0"], (usable_cores(),
+                                                         "multi_processing" if usable_cores() > 1 else "in_memory"))):
+        _, options = make_runner_and_options(flags)
+        direct = options.view_as(DirectOptions)
+        assert (direct.direct_num_workers, direct.direct_running_mode) == expected, flags
+        assert local_worker_count(flags) == (expected[0] if expected[1] == "multi_processing" else 0), flags
+
+
+def test_tokenizer_threads_share_the_usable_cores():
+    cores = usable_cores()
+    assert tokenizer_threads_per_worker(1) == cores
+    assert tokenizer_threads_per_worker(cores) == 1
+    assert tokenizer_threads_per_worker(4 * cores) == 1
+
+
+@pytest.mark.skipif(default_worker_count() < 2 or "RAYON_NUM_THREADS" in os.environ,
+                    reason="needs 2 usable cores and no user setting of RAYON_NUM_THREADS")
+def test_default_run_uses_worker_processes_with_one_tokenizer_thread_each(tmp_path):
+    """The default local job runs in several processes other than this one, each tokenizer sized to
+    its share of the cores (the variable is read by the tokenizer library's thread pool)."""
+    def record(x: int, out: str = str(tmp_path)) -> None:  # workers share this machine's files
+        with open(os.path.join(out, f"{x}.json"), "w") as f:
+            json.dump([os.getpid(), os.environ.get("RAYON_NUM_THREADS")], f)
+
+    runner, options = make_runner_and_options([])
+    with beam.Pipeline(runner=runner, options=options) as p:
+        _ = p | beam.Create(range(8)) | beam.Reshuffle() | beam.Map(record)
+    seen = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("*.json"))]
+    assert len(seen) == 8
+    assert {threads for _, threads in seen} == {str(tokenizer_threads_per_worker(default_worker_count()))}
+    assert os.getpid() not in {pid for pid, _ in seen}
 
 
 def test_several_workers_are_processes_unless_told_otherwise():

@@ -18,8 +18,8 @@ from beam_pipelines import worker_pool
 from beam_pipelines.local_worker import START_METHOD_VARIABLE
 from easydata.errors import EasyDataError
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
-from beam_pipelines.worker_pool import StandbyWorkers, discard_prestarted, local_worker_count, prestart, \
-    take_prestarted
+from beam_pipelines.worker_pool import StandbyWorkers, default_worker_count, discard_prestarted, local_worker_count, \
+    prestart, take_prestarted
 
 
 def _children() -> set[int]:
@@ -87,7 +87,10 @@ def test_prestarting_starts_one_server_that_is_taken_once():
     assert other is not first and worker_pool._prestarted is None
     other.close()
     prestart(["--direct_num_workers=2"])
-    prestart([])  # in-process: a prestarted server is not needed, and ends
+    prestart([])  # the default: worker processes when there are two usable cores
+    assert (worker_pool._prestarted is not None) == (default_worker_count() > 1)
+    prestart(["--direct_num_workers=2"])
+    prestart(["--direct_num_workers=1"])  # in-process: a prestarted server is not needed, and ends
     assert worker_pool._prestarted is None
     prestart(["--direct_num_workers=2"])
     discard_prestarted()
@@ -169,3 +172,31 @@ def test_an_unknown_worker_start_method_is_one_clear_error(monkeypatch):
     monkeypatch.setenv(START_METHOD_VARIABLE, "vfork")
     with pytest.raises(EasyDataError, match="EASYDATA_WORKER_START must be fork or spawn, got 'vfork'"):
         StandbyWorkers()
+
+
+def test_a_workers_user_error_is_not_logged_or_printed_but_other_errors_are():
+    """A step's `easydata.errors` exception is reported by the launcher in one line, so the worker
+    drops Beam's records and printed traceback of it; any other failure keeps its traceback."""
+    import io
+    import logging
+
+    from beam_pipelines.local_worker import _QuietUserErrors, _StderrWithoutUserErrorTracebacks
+    from easydata.errors import InputError
+
+    user = "Traceback (most recent call last):\n  File \"x.py\", line 1\neasydata.errors.InputError: bad input\n"
+    other = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'text'\n"
+    stream = io.StringIO()
+    stderr = _StderrWithoutUserErrorTracebacks(stream)
+    for text in (user, "\n", other, "\n", "plain line\n"):  # as `print(traceback, file=sys.stderr)` writes
+        assert stderr.write(text) == len(text)
+    assert stream.getvalue() == other + "\n" + "plain line\n"
+
+    def record(name: str, message: str, exc: BaseException | None = None) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, message, None,
+                                 (type(exc), exc, None) if exc else None)
+
+    quiet = _QuietUserErrors()
+    assert not quiet.filter(record("apache_beam.runners.common", "bad input", InputError("bad input")))
+    assert not quiet.filter(record("apache_beam.runners.worker.sdk_worker", "Error processing instruction 1.\n" + user))
+    assert quiet.filter(record("apache_beam.runners.common", "boom", KeyError("text")))
+    assert quiet.filter(record("apache_beam.runners.worker.sdk_worker", "Error processing instruction 1.\n" + other))
