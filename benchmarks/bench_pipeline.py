@@ -13,16 +13,21 @@ What one run does (nothing is downloaded):
    else the embedded sample tokenizer (`easydata.sample.ensure_sample() / "tokenizer"`).
 3. Baseline. The same texts, read into memory, encoded with `tokenizers.Tokenizer.encode_batch` in
    batches of 1,000 documents using the tokenizer's own thread pool on every core; only the encode
-   calls are timed. Also shown, for reference: `encode_batch_fast` (what the pipeline calls), and
-   `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process).
+   calls are timed. Also shown, for reference: `encode_batch_fast` (what the pipeline calls),
+   `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process), and the same in two
+   child processes at once, each encoding half of the documents (every other one) once both have
+   loaded them: one thread -> two processes is the machine's own 1 -> 2 core scaling for this work,
+   the ceiling for the pipeline's (a shared host often gives less than 2.0).
 4. Pipeline. `easydata run CONFIG --quiet` as a subprocess, wall-clock of the whole command
    (interpreter start, Beam import, planning, reading, tokenizing, first_fit packing at 2048 unless
    `--no-pack`, shuffling, Parquet/zstd writing, commit), in four local modes (`--modes` picks some):
-     default      no runner flags: one in-process worker, tokenizer threads on all cores;
-     processes    `--direct_num_workers=2`: two worker processes, each with tokenizer threads;
-     one-thread   `RAYON_NUM_THREADS=1`: one in-process worker, single-threaded tokenizer: one core;
-     procs-only   `--direct_num_workers=2` and `RAYON_NUM_THREADS=1`: parallel processes only,
-                  single-threaded tokenizer: two cores. With one-thread, the 1 -> 2 worker scaling.
+     default      no runner flags: one worker process per core, one tokenizer thread each;
+     in-process   `--direct_num_workers=1`: one in-process worker, tokenizer threads on all cores
+                  (the default before worker processes were);
+     one-thread   `--direct_num_workers=1`, `RAYON_NUM_THREADS=1`: one in-process worker,
+                  single-threaded tokenizer;
+     procs-only   `--direct_num_workers=2` and `RAYON_NUM_THREADS=1`: two single-threaded worker
+                  processes (the default on two cores). With one-thread, the 1 -> 2 worker scaling.
      one-core     one-thread under `taskset -c 0`: one core. one-thread is not quite one core's worth
                   (its Python thread converts a batch while the Rust thread encodes the next, on the
                   other core); with procs-only, the 1 -> 2 core scaling. Skipped without `taskset`.
@@ -81,10 +86,10 @@ SKIP_DIRS = {"__pycache__", ".git"}
 DOC_SUFFIXES = (".txt", ".rst", ".md", ".html", ".htm")
 MODES = [  # (name, extra CLI flags, environment changes: None removes the variable)
     ("default", [], {"RAYON_NUM_THREADS": None}),
-    ("processes", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": None}),
-    ("one-thread", [], {"RAYON_NUM_THREADS": "1"}),
+    ("in-process", ["--direct_num_workers=1"], {"RAYON_NUM_THREADS": None}),
+    ("one-thread", ["--direct_num_workers=1"], {"RAYON_NUM_THREADS": "1"}),
     ("procs-only", ["--direct_num_workers=2"], {"RAYON_NUM_THREADS": "1"}),
-    ("one-core", [], {"RAYON_NUM_THREADS": "1"}),
+    ("one-core", ["--direct_num_workers=1"], {"RAYON_NUM_THREADS": "1"}),
 ]
 
 #: Modes whose command runs under a prefix: `one-core` is `one-thread` held to one core (`taskset`).
@@ -279,16 +284,33 @@ def has_encode_batch_fast() -> bool:
     return hasattr(Tokenizer, "encode_batch_fast")
 
 
-def encode_single_thread(tokenizer_dir: Path, corpus: Path) -> Optional[dict[str, Any]]:
-    """`encode_batch` with RAYON_NUM_THREADS=1, in a child process (the pool size is fixed at start)."""
+def encode_single_thread(tokenizer_dir: Path, corpus: Path, processes: int = 1) -> Optional[dict[str, Any]]:
+    """`encode_batch` with RAYON_NUM_THREADS=1 in `processes` child processes at once (the pool size is
+    fixed at start), each encoding every `processes`-th document once all have loaded the corpus.
+
+    Returns the slowest child's encode seconds and the tokens of all.
+    """
     cmd = [sys.executable, str(Path(__file__).resolve()), "--raw-json", "--tokenizer", str(tokenizer_dir),
-           "--corpus", str(corpus)]
+           "--corpus", str(corpus), "--parts", str(processes)]
     env = {**os.environ, "RAYON_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO_ROOT)
-    if done.returncode != 0:
-        print(f"  (single-thread baseline failed: {done.stderr.strip()[-300:]})")
+    children = [subprocess.Popen([*cmd, "--part", str(part)], env=env, cwd=REPO_ROOT, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for part in range(processes)]
+    try:
+        if all(child.stdout.readline().strip() == "ready" for child in children):
+            for child in children:  # start encoding together
+                child.stdin.write("go\n")
+                child.stdin.flush()
+        outputs = [child.communicate() for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    if any(child.returncode != 0 for child in children):
+        print(f"  (single-thread baseline failed: {' '.join(err for _, err in outputs).strip()[-300:]})")
         return None
-    return json.loads(done.stdout)
+    results = [json.loads(out) for out, _ in outputs]
+    return {"seconds": max(r["seconds"] for r in results), "tokens": sum(r["tokens"] for r in results)}
 
 
 # ---- running and measuring a command -------------------------------------------------------------
@@ -492,23 +514,34 @@ def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float
           "\n  over encode_batch_fast tokens/s, the call the pipeline makes (no offsets: faster than encode_batch).")
 
 
-def print_scaling(results: list[tuple[str, dict, dict]]) -> None:
+def print_scaling(results: list[tuple[str, dict, dict]],
+                  baselines: list[tuple[str, Optional[dict[str, Any]]]]) -> None:
     """1 -> 2 workers with one tokenizer thread each: `one-thread` (and `one-core`, the same held to one
-    core) time over `procs-only` time, also without each mode's fixed cost (its 10-document run)."""
+    core) time over `procs-only` time, also without each mode's fixed cost (its 10-document run); and
+    the raw tokenizer's own 1 -> 2 process scaling in this run, the machine's ceiling for it."""
     by_name = {name: (full, tiny) for name, full, tiny in results}
+    raw = dict(baselines)
+    one_raw, two_raw = raw.get("encode_batch, 1 thread"), raw.get("encode_batch, 1 thread x 2 processes")
+    ceiling = one_raw["seconds"] / two_raw["seconds"] if one_raw and two_raw else None
+    if ceiling:
+        print(f"\nScaling ceiling, raw encode_batch with one thread -> the same in two processes at once:"
+              f" {one_raw['seconds']:.1f} s -> {two_raw['seconds']:.1f} s, {ceiling:.2f}x")
     two, two_tiny = by_name.get("procs-only", (None, None))
     for one_name, what in (("one-thread", "1 -> 2 workers (one tokenizer thread each)"),
                            ("one-core", "1 core -> 2 cores (one-thread held to one core vs procs-only)")):
         one, one_tiny = by_name.get(one_name, (None, None))
         if not (one and two and ok(one) and ok(two)):
             continue
+        scaling = one["seconds"] / two["seconds"]
         print(f"\nScaling, {what}: {one['seconds']:.1f} s -> {two['seconds']:.1f} s,"
-              f" {one['seconds'] / two['seconds']:.2f}x (2.00x would be linear)")
+              f" {scaling:.2f}x (2.00x would be linear" + (f"; {scaling / ceiling:.2f} of the raw ceiling)"
+                                                           if ceiling else ")"))
         if ok(one_tiny) and ok(two_tiny):
             one_net, two_net = one["seconds"] - one_tiny["seconds"], two["seconds"] - two_tiny["seconds"]
             if one_net > 0 and two_net > 0:
                 print(f"  without start-up (each mode's 10-document run subtracted): {one_net:.1f} s -> {two_net:.1f} s,"
-                      f" {one_net / two_net:.2f}x")
+                      f" {one_net / two_net:.2f}x" + (f" ({one_net / two_net / ceiling:.2f} of the ceiling)"
+                                                      if ceiling else ""))
 
 
 def print_resources(results: list[tuple[str, dict, dict]]) -> None:
@@ -559,11 +592,16 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="pipeline modes to run, comma-separated (default: all)")
     parser.add_argument("--raw-json", action="store_true", help=argparse.SUPPRESS)  # child: baseline only
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--parts", type=int, default=1, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
 def raw_json_child(args: argparse.Namespace) -> int:
-    texts = load_texts(Path(args.corpus))
+    """A baseline child: loads its share of the corpus, says `ready`, waits for `go`, prints the result."""
+    texts = load_texts(Path(args.corpus))[args.part::args.parts]
+    print("ready", flush=True)
+    sys.stdin.readline()
     print(json.dumps(encode_all(Path(args.tokenizer), texts)))
     return 0
 
@@ -606,10 +644,14 @@ def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: 
     raw = median_run([encode_all(tokenizer_dir, texts, "encode_batch", eos) for _ in range(repeat)])
     fast = median_run([encode_all(tokenizer_dir, texts, "encode_batch_fast") for _ in range(repeat)]) \
         if has_encode_batch_fast() else None
-    singles = [r for r in (encode_single_thread(tokenizer_dir, corpus) for _ in range(repeat)) if r] \
-        if single_thread else []
+    singles, pairs = [], []
+    for _ in range(repeat if single_thread else 0):  # alternated: the host's speed drifts
+        singles.append(encode_single_thread(tokenizer_dir, corpus))
+        pairs.append(encode_single_thread(tokenizer_dir, corpus, processes=2))
+    singles, pairs = [r for r in singles if r], [r for r in pairs if r]
     return [(f"encode_batch, {cores} threads", raw), (f"encode_batch_fast, {cores} threads", fast),
-            ("encode_batch, 1 thread", median_run(singles) if singles else None)]
+            ("encode_batch, 1 thread", median_run(singles) if singles else None),
+            ("encode_batch, 1 thread x 2 processes", median_run(pairs) if pairs else None)]
 
 
 def measure_datasets_path(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int) -> dict[str, Any]:
@@ -704,7 +746,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print_pipeline_results(results, raw["tokens"] / raw["seconds"],
                            fast["tokens"] / fast["seconds"] if fast else None, text_bytes)
     print_resources(results)
-    print_scaling(results)
+    print_scaling(results, baselines)
     print_token_check(results, expected)
     if hf is not None:
         print_datasets_comparison(results, hf, expected)
