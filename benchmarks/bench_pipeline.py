@@ -41,7 +41,7 @@ What one run does (nothing is downloaded):
    the tokens its packing drops and each mode's speed relative to it.
 5. Resources. CPU seconds (user+sys of the command and the workers it reaped, from `wait4`), the
    largest sum of RSS over the command's process tree (sampled from /proc every 0.2 s) and the
-   largest single process's maximum RSS (`wait4`); shown as n/a where unavailable.
+   largest single process's peak RSS (its `VmHWM` in /proc, sampled too); shown as n/a where unavailable.
 6. CPU capacity, at start and end: N pure-Python loops in parallel against one alone. On a shared
    host this is often well below the core count and changes from minute to minute; when it does,
    the absolute numbers (and multi-core modes most) are unreliable: use `--repeat 3` (median run).
@@ -317,12 +317,18 @@ def encode_single_thread(tokenizer_dir: Path, corpus: Path, processes: int = 1) 
 
 
 class TreeRssSampler(threading.Thread):
-    """Polls /proc for the summed RSS of a process and all its descendants; keeps the peak."""
+    """Polls /proc for the summed RSS of a process and all its descendants, and for each one's own
+    peak (`VmHWM`, the kernel's high-water mark); keeps the largest of each.
+
+    Not `wait4`'s `ru_maxrss`: on Linux a child's starts from this process's RSS at the fork and
+    survives its exec, so it reported the benchmark's own memory (its copy of the corpus).
+    """
 
     def __init__(self, pid: int, interval: float = 0.2):
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
         self.peak = 0
+        self.peak_single = 0
         self.available = Path("/proc/self/statm").is_file()
         self._stop_event = threading.Event()
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -353,6 +359,10 @@ class TreeRssSampler(threading.Thread):
             try:
                 with open(f"/proc/{pid}/statm", "rb") as f:
                     total += int(f.read().split()[1]) * self._page
+                with open(f"/proc/{pid}/status", "rb") as f:
+                    hwm = [line for line in f if line.startswith(b"VmHWM:")]
+                if hwm:
+                    self.peak_single = max(self.peak_single, int(hwm[0].split()[1]) * 1024)
             except (OSError, IndexError, ValueError):
                 pass
         return total
@@ -365,19 +375,18 @@ def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> dict[str, An
         proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
         sampler = TreeRssSampler(proc.pid)
         sampler.start()
-        max_single: Optional[int] = None
         cpu: Optional[float] = None
         if hasattr(os, "wait4"):
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
-            max_single = usage.ru_maxrss * 1024  # KiB on Linux
             cpu = usage.ru_utime + usage.ru_stime
         else:
             proc.wait()
         seconds = time.perf_counter() - began
         sampler.stop()
     return {"seconds": seconds, "returncode": proc.returncode, "cpu_seconds": cpu,
-            "peak_tree_rss": sampler.peak if sampler.available else None, "max_single_rss": max_single}
+            "peak_tree_rss": sampler.peak if sampler.available else None,
+            "max_single_rss": sampler.peak_single if sampler.available else None}
 
 
 def easydata_command() -> list[str]:
