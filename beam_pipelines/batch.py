@@ -24,7 +24,7 @@ import apache_beam as beam
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
-from easydata.errors import EasyDataError
+from easydata.errors import DropUserErrors, EasyDataError
 from easydata.filesystems import join
 from easydata.manifest import read_manifest
 from easydata.progress import ProgressMonitor
@@ -115,16 +115,9 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     return commit_inputs | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at)
 
 
-class _DropUserErrors(logging.Filter):
-    """Drops Beam's traceback log of a DoFn that raised a user error: the caller reports it in one line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], EasyDataError))
-
-
 @contextlib.contextmanager
 def _quiet_user_errors() -> Iterator[None]:
-    logger, quiet = logging.getLogger("apache_beam.runners.common"), _DropUserErrors()
+    logger, quiet = logging.getLogger("apache_beam.runners.common"), DropUserErrors()
     logger.addFilter(quiet)
     try:
         yield

@@ -18,7 +18,7 @@ def _names(cls: type) -> set[str]:
     return {cls.__name__}.union(*(_names(sub) for sub in cls.__subclasses__()))
 
 
-class _DropUserErrors(logging.Filter):
+class _DropUserErrors(errors.DropUserErrors):
     """Drops the reports of an `EasyDataError` raised by a task: Beam's log of the failed DoFn and
     dask's "Compute Failed" (which holds only the exception's repr)."""
 
@@ -27,7 +27,7 @@ class _DropUserErrors(logging.Filter):
         self._prefixes = tuple(f"{name}(" for name in _names(errors.EasyDataError))
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], errors.EasyDataError):
+        if not super().filter(record):
             return False
         if str(record.msg).startswith("Compute Failed") and isinstance(record.args, tuple) and len(record.args) > 3:
             return not str(record.args[3]).startswith(self._prefixes)

@@ -42,6 +42,8 @@ import threading
 import traceback
 from typing import Any, Optional
 
+from easydata.errors import DropUserErrors
+
 #: How long a finished worker waits for its log stream to close before it exits anyway.
 LOG_CLOSE_SECONDS = 2.0
 
@@ -75,19 +77,16 @@ def _ends_in_user_error(text: str) -> bool:
     return bool(lines) and lines[-1].startswith("easydata.errors.")
 
 
-class _QuietUserErrors(logging.Filter):
+class _QuietUserErrors(DropUserErrors):
     """Drops a worker's log records of a user error (an `easydata.errors` exception raised by a step):
     the launcher reports it in one line, as for an in-process job. Beam logs such an error twice in
     the worker, from the step (with the exception) and when the bundle fails (the traceback as
     text), and forwards both to the launcher's log."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from easydata.errors import EasyDataError
-
-        if record.exc_info and isinstance(record.exc_info[1], EasyDataError):
-            return False
-        return not (record.name.startswith("apache_beam.runners.worker") and record.levelno >= logging.ERROR
-                    and _ends_in_user_error(record.getMessage()))
+        return super().filter(record) and not (
+            record.name.startswith("apache_beam.runners.worker") and record.levelno >= logging.ERROR
+            and _ends_in_user_error(record.getMessage()))
 
 
 class _StderrWithoutUserErrorTracebacks:

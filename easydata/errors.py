@@ -7,6 +7,8 @@ else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import logging
+
 __all__ = [
     "EasyDataError",
     "ConfigError",
@@ -14,6 +16,7 @@ __all__ = [
     "TokenizerError",
     "OutputError",
     "ValidationFailed",
+    "DropUserErrors",
 ]
 
 
@@ -47,3 +50,12 @@ class OutputError(EasyDataError):
 
 class ValidationFailed(EasyDataError):
     """An output directory does not satisfy the format contract."""
+
+
+class DropUserErrors(logging.Filter):
+    """Drops log records that carry a user error (an `EasyDataError` as their exception), e.g. Beam's
+    traceback log of a step that raised one: whoever runs the job reports it in one line. Workers
+    extend it for the other forms their runtime reports the same error in."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], EasyDataError))
