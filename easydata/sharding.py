@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from easydata.formats import common_schema, conform
+from easydata.formats import common_schema, conform, take_rows
 
 __all__ = [
     "DEFAULT_GROUP_BYTES",
@@ -40,7 +40,6 @@ __all__ = [
     "group_of",
     "hashes_in_group",
     "split_by_group",
-    "take_rows",
     "ShardPlan",
     "plan_shards",
     "group_order",
@@ -108,25 +107,6 @@ def split_by_group(batch: pa.RecordBatch, num_groups: int) -> list[tuple[int, pa
     ends = np.concatenate([cuts, [len(order)]])
     taken = take_rows(batch, order)
     return [(int(sorted_groups[s]), taken.slice(s, e - s)) for s, e in zip(starts, ends)]
-
-
-#: Rows at least this long (values of the longest list column per row, on average) are reordered
-#: by concatenating one-row slices: a copy of each row's values, no per-value work.
-SLICE_MIN_VALUES_PER_ROW = 64
-
-
-def take_rows(batch: pa.RecordBatch, order: np.ndarray) -> pa.RecordBatch:
-    """`batch.take(order)`, faster for long rows.
-
-    Arrow's take on a list column builds an index of every value it moves; for token rows (a 48 MB
-    benchmark batch: 1,000 documents, ~5 M tokens) concatenating the rows' one-row slices gives the
-    same batch 4-20x faster. Short rows (where a slice per row would cost more) use take.
-    """
-    lists = [c for c in batch.columns if pa.types.is_list(c.type) or pa.types.is_large_list(c.type)]
-    values = max((len(c.flatten()) for c in lists), default=0)
-    if batch.num_rows == 0 or values < SLICE_MIN_VALUES_PER_ROW * batch.num_rows:
-        return batch.take(pa.array(order, type=pa.int64()))
-    return pa.concat_batches([batch.slice(int(i), 1) for i in order])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from easydata.formats import take_rows
 from easydata.sharding import KEY_COLUMN, row_hashes
 
 __all__ = ["document_keys", "assign_splits", "partition_rows", "split_output_name"]
@@ -62,5 +63,5 @@ def partition_rows(batch: pa.RecordBatch, *, dataset: str, names: Sequence[str],
         if len(rows) == batch.num_rows:
             parts.append((name, batch))
         elif len(rows):
-            parts.append((name, batch.take(pa.array(rows))))
+            parts.append((name, take_rows(batch, rows)))
     return parts

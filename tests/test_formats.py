@@ -25,6 +25,7 @@ from easydata.formats import (
     iter_shard_batches,
     read_shard_table,
     shard_file_name,
+    take_rows,
     iter_staged_rows,
     token_list_array,
     write_piece,
@@ -388,3 +389,23 @@ def test_assemble_shard_takes_row_ranges_of_staged_files(tmp_path: Path) -> None
                                  row_group_size=100)
     assert written == 11
     assert pq.read_table(tmp_path / "s.parquet").column("n").to_pylist() == [r["n"] for r in rows[3:9] + rows[15:20]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 300), max_size=40), seed=st.integers(0, 2**32 - 1),
+       sliced=st.booleans(), indices=st.sampled_from(["permutation", "subset", "repeats"]))
+def test_take_rows_equals_arrow_take(lengths: list[int], seed: int, sliced: bool, indices: str) -> None:
+    """Both ways of taking rows (one-row slices for long rows, Arrow's take for short ones) give
+    the batch `take` gives, also for a batch that is itself a slice of a larger one, and for the
+    index arrays of its callers: a shuffle (hash groups), a subset (splits), repeats (mix copies)."""
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 1000, offsets[-1]), pa.int32()))
+    batch = pa.record_batch({"input_ids": ids, KEY_COLUMN: pa.array([f"k{i}" for i in range(len(lengths))]),
+                             HASH_COLUMN: pa.array(rng.integers(0, 2**63, len(lengths)), pa.uint64())})
+    if sliced and len(lengths) > 2:
+        batch = batch.slice(1, len(lengths) - 2)
+    order = {"permutation": rng.permutation(batch.num_rows),
+             "subset": np.flatnonzero(rng.random(batch.num_rows) < 0.5),
+             "repeats": np.repeat(np.arange(batch.num_rows), rng.integers(0, 3, batch.num_rows))}[indices]
+    assert take_rows(batch, order).equals(batch.take(pa.array(order, pa.int64())))

@@ -26,7 +26,6 @@ from easydata.sharding import (
     serialize_schema,
     sort_group,
     split_by_group,
-    take_rows,
     unify_schemas,
 )
 
@@ -145,23 +144,6 @@ def test_split_by_group_preserves_every_row(num_groups: int) -> None:
         assert all(by_key[r[KEY_COLUMN]] == r for r in rows)
         positions = [batch.column(KEY_COLUMN).to_pylist().index(r[KEY_COLUMN]) for r in rows]
         assert positions == sorted(positions)
-
-
-@settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(0, 300), max_size=40), seed=st.integers(0, 2**32 - 1),
-       sliced=st.booleans())
-def test_take_rows_equals_arrow_take(lengths: list[int], seed: int, sliced: bool) -> None:
-    """Both ways of reordering rows (one-row slices for long rows, Arrow's take for short ones) give
-    the batch `take` gives, also for a batch that is itself a slice of a larger one."""
-    rng = np.random.default_rng(seed)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    ids = pa.ListArray.from_arrays(pa.array(offsets), pa.array(rng.integers(0, 1000, offsets[-1]), pa.int32()))
-    batch = pa.record_batch({"input_ids": ids, KEY_COLUMN: pa.array([f"k{i}" for i in range(len(lengths))]),
-                             HASH_COLUMN: pa.array(rng.integers(0, 2**63, len(lengths)), pa.uint64())})
-    if sliced and len(lengths) > 2:
-        batch = batch.slice(1, len(lengths) - 2)
-    order = rng.permutation(batch.num_rows)
-    assert take_rows(batch, order).equals(batch.take(pa.array(order, pa.int64())))
 
 
 def test_split_by_group_edge_sizes() -> None:

@@ -24,6 +24,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
+from easydata.formats import take_rows
 from easydata.mixing import MIXED_NAME, MixPlan, mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
 from easydata.splits import document_keys
@@ -99,7 +100,7 @@ class _SelectFn(beam.DoFn):
             "mix_tokens_out": int((lengths * copies).sum())}))
         if not copies.any():
             return
-        rows = batch.take(pa.array(np.repeat(np.arange(batch.num_rows), copies)))
+        rows = take_rows(batch, np.repeat(np.arange(batch.num_rows), copies))
         new_keys = mixed_keys(self._dataset, keys, copies)
         rows = rows.set_column(rows.schema.get_field_index(KEY_COLUMN), KEY_COLUMN, pa.array(new_keys, pa.string()))
         rows = rows.set_column(rows.schema.get_field_index(HASH_COLUMN), HASH_COLUMN,
