@@ -13,6 +13,7 @@ Arrow buffers instead of Python lists.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -250,14 +251,20 @@ class _Layout:
         values = values.astype(np.int32, copy=False)
         if np.array_equal(self.body, self.lengths):  # nothing cut: insert the specials
             return self._insert(values, bos_value, eos_value)
-        n = len(self.lengths)
-        doc = np.repeat(np.arange(n), self.body)
-        rank = np.arange(len(doc)) - np.repeat(np.cumsum(self.body) - self.body, self.body)
+        src, dst = self._kept_positions
         out = np.empty(int(self.offsets[-1]), dtype=np.int32)
-        out[self.offsets[:-1][doc] + self.front[doc] + rank] = values[self.starts[doc] + rank]
+        out[dst] = values[src]
         out[self.offsets[:-1][self.front > 0]] = bos_value
         out[self.offsets[1:][self.back > 0] - 1] = eos_value
         return out
+
+    @functools.cached_property
+    def _kept_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Input positions of the kept ids and where they land (per-token index arrays, built once
+        however many aligned arrays are laid out: ids, then a loss mask)."""
+        doc = np.repeat(np.arange(len(self.lengths)), self.body)
+        rank = np.arange(len(doc)) - np.repeat(np.cumsum(self.body) - self.body, self.body)
+        return self.starts[doc] + rank, self.offsets[:-1][doc] + self.front[doc] + rank
 
     def _insert(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
         """One `np.insert` (a boolean mask inside) instead of per-token index arrays: ~20x faster.
