@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 
 import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import DirectOptions, WorkerOptions
+from apache_beam.options.pipeline_options import DebugOptions, DirectOptions, PipelineOptions, WorkerOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
+from beam_pipelines.runners import LocalRunOptions, OfflineDirectRunner, make_runner_and_options
 from beam_pipelines.worker_pool import default_worker_count, local_worker_count, tokenizer_threads_per_worker, \
     usable_cores
 
@@ -90,6 +91,26 @@ def test_direct_runner_name_maps_to_offline_runner_and_others_pass_through():
     runner, options = make_runner_and_options(["--runner=DataflowRunner", "--project=p", "--region=r"])
     assert runner == "DataflowRunner"
     assert options.get_all_options()["project"] == "p"
+
+
+def test_local_options_make_each_view_once_and_behave_like_beams():
+    beam_args = ["--direct_num_workers=2", "--experiments=a", "--runner=DirectRunner"]
+    _, options = make_runner_and_options(beam_args)
+    assert isinstance(options, LocalRunOptions)
+    assert options.view_as(DirectOptions) is options.view_as(DirectOptions)
+    # a value set through one view is seen through the options, other views and Beam's own views
+    options.view_as(DebugOptions).add_experiment("b")
+    options.view_as(WorkerOptions).default_sdk_harness_log_level = "ERROR"
+    plain = PipelineOptions.view_as(options, DebugOptions)  # Beam's view_as: a new view each call
+    assert plain.experiments == ["a", "b"]
+    assert PipelineOptions.view_as(options, WorkerOptions).default_sdk_harness_log_level == "ERROR"
+    assert options.get_all_options() == PipelineOptions.get_all_options(options)
+    copy = pickle.loads(pickle.dumps(options))  # the views stay behind; the values travel
+    assert "_views" not in copy.__dict__
+    assert copy.view_as(DebugOptions).experiments == ["a", "b"]
+    assert copy.get_all_options() == options.get_all_options()
+    _, remote = make_runner_and_options(["--runner=DataflowRunner", "--project=p", "--region=r"])
+    assert type(remote) is PipelineOptions
 
 
 def test_offline_runner_runs_a_pipeline_in_two_processes():
