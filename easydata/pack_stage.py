@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from easydata.config import PackStageConfig
 from easydata.formats import list_column_values, token_list_array
-from easydata.packing import pack_documents
+from easydata.packing import PackedRows, fill_rows, plan_packing
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, hashes_in_group, row_hashes
 from easydata.windows import piece_counts
 
@@ -69,32 +69,41 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
     """
     tokens, offsets = list_column_values(table.column("input_ids"))
     loss_mask = list_column_values(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
-    rows = pack_documents(tokens, offsets, config.seq_length, strategy=config.strategy, pad_id=pad_id,
-                          loss_mask=loss_mask, max_segments=config.max_segments_per_row,
-                          pool_size=config.pool_size, order=order)
+    lengths = np.diff(offsets) if order is None else np.diff(offsets)[np.asarray(order, dtype=np.int64)]
+    plan = plan_packing(lengths, config.seq_length, config.strategy, max_segments=config.max_segments_per_row,
+                        pool_size=config.pool_size)
+    keys, hashes, by_hash = _row_keys(plan.num_rows, seed=seed, dataset=dataset, group=group, num_groups=num_groups)
+    slots = np.empty(plan.num_rows, dtype=np.int64)
+    slots[by_hash] = np.arange(plan.num_rows)  # planned row by_hash[i] is written as row i
+    rows = fill_rows(plan, tokens, offsets, config.seq_length, pad_id, loss_mask, order, row_slots=slots)
     pieces = piece_counts(table)  # windows of one document are packed as pieces but counted once
     stats = PackStats(documents=pieces.documents, cut_documents=pieces.cut_documents, pieces=table.num_rows,
                       rows=rows.num_rows, segments=rows.num_segments,
                       tokens=int(len(tokens)), padding_tokens=rows.padding_tokens)
-    return _batches(rows, seed=seed, dataset=dataset, group=group, num_groups=num_groups,
-                    seq_length=config.seq_length), stats
+    return _batches(rows, keys[by_hash], hashes[by_hash], seq_length=config.seq_length), stats
 
 
-def _batches(rows, *, seed: int, dataset: str, group: int, num_groups: int, seq_length: int
-             ) -> Iterator[pa.RecordBatch]:
-    keys = np.array([f"{group:06d}:{i:09d}" for i in range(rows.num_rows)], dtype=object)
+def _row_keys(num_rows: int, *, seed: int, dataset: str, group: int, num_groups: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The packed rows' keys `<group>:<row>` and hashes (in the group's range), by planned row, and the
+    planned rows sorted by (hash, key)."""
+    keys = np.array([f"{group:06d}:{i:09d}" for i in range(num_rows)], dtype=object)
     hashes = hashes_in_group(row_hashes(seed, f"{dataset}#packed", keys), group, num_groups)
-    order = np.argsort(hashes, kind="stable")  # keys ascend with the row index: ties fall in key order
+    return keys, hashes, np.argsort(hashes, kind="stable")  # keys ascend with the row: ties fall in key order
+
+
+def _batches(rows: PackedRows, keys: np.ndarray, hashes: np.ndarray, *, seq_length: int) -> Iterator[pa.RecordBatch]:
+    """Record batches of rows already in their final order: slices of the filled arrays, not copies."""
     for first in range(0, rows.num_rows, _ROWS_PER_BATCH):
-        take = order[first:first + _ROWS_PER_BATCH]
-        offsets = np.arange(len(take) + 1, dtype=np.int64) * seq_length
+        last = min(first + _ROWS_PER_BATCH, rows.num_rows)
+        offsets = np.arange(last - first + 1, dtype=np.int64) * seq_length
         columns = {
-            "input_ids": token_list_array(rows.input_ids[take].ravel(), offsets),
-            "segment_ids": token_list_array(rows.segment_ids[take].ravel(), offsets),
-            "positions": token_list_array(rows.positions[take].ravel(), offsets),
+            "input_ids": token_list_array(rows.input_ids[first:last].ravel(), offsets),
+            "segment_ids": token_list_array(rows.segment_ids[first:last].ravel(), offsets),
+            "positions": token_list_array(rows.positions[first:last].ravel(), offsets),
         }
         if rows.loss_mask is not None:
-            columns["loss_mask"] = token_list_array(rows.loss_mask[take].ravel(), offsets)
-        columns[KEY_COLUMN] = pa.array(keys[take], type=pa.string())
-        columns[HASH_COLUMN] = pa.array(hashes[take], type=pa.uint64())
+            columns["loss_mask"] = token_list_array(rows.loss_mask[first:last].ravel(), offsets)
+        columns[KEY_COLUMN] = pa.array(keys[first:last], type=pa.string())
+        columns[HASH_COLUMN] = pa.array(hashes[first:last], type=pa.uint64())
         yield pa.RecordBatch.from_pydict(columns)

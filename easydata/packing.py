@@ -293,7 +293,8 @@ _MIN_MEAN_PIECE_FOR_SLICES = 32  # tokens per piece from which one slice copy pe
 
 
 def fill_rows(plan: PackPlan, tokens: np.ndarray, offsets: np.ndarray, seq_length: int, pad_id: int,
-              loss_mask: Optional[np.ndarray] = None, order: Optional[np.ndarray] = None) -> PackedRows:
+              loss_mask: Optional[np.ndarray] = None, order: Optional[np.ndarray] = None,
+              row_slots: Optional[np.ndarray] = None) -> PackedRows:
     """Writes the planned rows.
 
     Args:
@@ -305,8 +306,14 @@ def fill_rows(plan: PackPlan, tokens: np.ndarray, offsets: np.ndarray, seq_lengt
       loss_mask: per-token mask aligned with `tokens`, or None.
       order: the documents in the order the plan numbers them (`plan.doc == j` is document
         `order[j]`); None: storage order. Packs a sorted group without first copying it sorted.
+      row_slots: where each planned row goes (planned row `r` is written as output row
+        `row_slots[r]`; a permutation of the plan's rows); None: plan order. Writes the rows in
+        their final (e.g. shuffled) order without copying them into it afterwards.
     """
     rows = plan.num_rows
+    if row_slots is not None and (len(row_slots) != rows or
+                                  not np.array_equal(np.sort(row_slots), np.arange(rows))):
+        raise ValueError(f"`row_slots` must be a permutation of the plan's {rows} rows.")
     ids = np.full(rows * seq_length, pad_id, dtype=np.int32)
     segments = np.zeros(rows * seq_length, dtype=np.int32)
     positions = np.zeros(rows * seq_length, dtype=np.int32)
@@ -315,7 +322,8 @@ def fill_rows(plan: PackPlan, tokens: np.ndarray, offsets: np.ndarray, seq_lengt
     if order is not None:
         starts = starts[np.asarray(order, dtype=np.int64)]
     source = starts[plan.doc] + plan.start
-    target = plan.row.astype(np.int64) * seq_length + plan.col
+    row = plan.row if row_slots is None else np.asarray(row_slots)[plan.row]
+    target = row.astype(np.int64) * seq_length + plan.col
     total = int(plan.length.sum())
     if len(plan.length) * _MIN_MEAN_PIECE_FOR_SLICES <= total:
         count = np.arange(seq_length, dtype=np.int32)  # a piece is at most one row long

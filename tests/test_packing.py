@@ -7,13 +7,16 @@ exactly L tokens in which each document's tokens appear exactly once and in orde
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator, Optional
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from easydata import packing
-from easydata.packing import STRATEGIES, fill_rows, pack_documents, plan_packing
+from easydata.packing import STRATEGIES, PackedRows, fill_rows, pack_documents, plan_packing
 
 L = 16
 PAD = -1
@@ -69,35 +72,72 @@ def test_invariants_hold_for_every_strategy(strategy, lengths, cap, pool):
     assert_packed_invariants(rows, lengths, L, cap)
 
 
-def _fill_paths(threshold: int):
+@contextlib.contextmanager
+def _fill_path(threshold: int) -> Iterator[None]:
     """Forces `fill_rows` onto its slice-per-piece path (0) or its per-token index path (huge)."""
     saved = packing._MIN_MEAN_PIECE_FOR_SLICES
     packing._MIN_MEAN_PIECE_FOR_SLICES = threshold
-    return saved
+    try:
+        yield
+    finally:
+        packing._MIN_MEAN_PIECE_FOR_SLICES = saved
+
+
+FILL_PATHS = (0, 10**9)
+
+
+def _masked_documents(lengths: list[int], masked: bool) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """`_documents`, with a loss mask on every third token id when `masked`."""
+    tokens, offsets = _documents(lengths)
+    return tokens, offsets, (tokens % 3 == 0).astype(np.int32) if masked else None
+
+
+def _assert_same_rows(got, want, context: object) -> None:
+    for name in ("input_ids", "segment_ids", "positions", "loss_mask"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert (a is None and b is None) or np.array_equal(a, b), (context, name)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @settings(max_examples=100, deadline=None)
 @given(lengths=LENGTHS, seed=st.integers(0, 2**32 - 1), masked=st.booleans())
 def test_both_fill_paths_pack_documents_in_the_given_order_in_place(strategy, lengths, seed, masked):
-    tokens, offsets = _documents(lengths)
-    mask = (tokens % 3 == 0).astype(np.int32) if masked else None
+    tokens, offsets, mask = _masked_documents(lengths, masked)
     order = np.random.default_rng(seed).permutation(len(lengths))
     # Reference: the documents first copied into `order`, then packed in storage order.
     moved = [np.arange(offsets[d], offsets[d + 1]) for d in order]
     at = np.concatenate(moved) if moved else np.zeros(0, np.int64)
     reference = pack_documents(tokens[at], np.concatenate([[0], np.cumsum([len(m) for m in moved])]), L,
                                strategy=strategy, pad_id=PAD, loss_mask=None if mask is None else mask[at])
-    for threshold in (0, 10**9):
-        saved = _fill_paths(threshold)
-        try:
+    for threshold in FILL_PATHS:
+        with _fill_path(threshold):
             rows = pack_documents(tokens, offsets, L, strategy=strategy, pad_id=PAD, loss_mask=mask, order=order)
-        finally:
-            packing._MIN_MEAN_PIECE_FOR_SLICES = saved
-        for name in ("input_ids", "segment_ids", "positions", "loss_mask"):
-            got, want = getattr(rows, name), getattr(reference, name)
-            assert (got is None and want is None) or np.array_equal(got, want), (threshold, name)
+        _assert_same_rows(rows, reference, threshold)
         assert_packed_invariants(rows, lengths, L)  # tokens name their original document
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=100, deadline=None)
+@given(lengths=LENGTHS, seed=st.integers(0, 2**32 - 1), masked=st.booleans())
+def test_both_fill_paths_write_rows_straight_into_their_slots(strategy, lengths, seed, masked):
+    tokens, offsets, mask = _masked_documents(lengths, masked)
+    plan = plan_packing(np.diff(offsets), L, strategy)
+    reference = fill_rows(plan, tokens, offsets, L, PAD, mask)
+    slots = np.random.default_rng(seed).permutation(plan.num_rows)
+    for threshold in FILL_PATHS:
+        with _fill_path(threshold):
+            rows = fill_rows(plan, tokens, offsets, L, PAD, mask, row_slots=slots)
+        unshuffled = PackedRows(*(None if a is None else a[slots] for a in
+                                  (rows.input_ids, rows.segment_ids, rows.positions, rows.loss_mask)))
+        _assert_same_rows(unshuffled, reference, threshold)  # planned row r sits in slot slots[r]
+
+
+@pytest.mark.parametrize("slots", [[0, 0, 1], [0, 1], [1, 2, 3]])
+def test_row_slots_must_be_a_permutation_of_the_rows(slots):
+    tokens, offsets = _documents([L, L, L])
+    plan = plan_packing(np.diff(offsets), L, "first_fit")
+    with pytest.raises(ValueError, match="permutation of the plan's 3 rows"):
+        fill_rows(plan, tokens, offsets, L, PAD, row_slots=np.array(slots))
 
 
 @pytest.mark.parametrize("strategy", ["first_fit", "best_fit", "pool"])
