@@ -35,6 +35,8 @@ import sys
 import threading
 from typing import Any, Optional
 
+from easydata.machine import physical_memory_bytes, usable_cores
+
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count", "usable_cores",
            "tokenizer_threads_per_worker", "prestart", "take_prestarted", "discard_prestarted",
            "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
@@ -57,21 +59,10 @@ LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "OfflineDirectRunner", "Bu
                   "SwitchingDirectRunner"}
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, e.g. under `taskset`, else the machine's)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def default_worker_count() -> int:
     """Local worker processes when no `--direct_num_workers` is given: one per usable core, at most one
     per `WORKER_MEMORY_BYTES` of physical memory (1: the job runs in-process)."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # not reported: cores decide
-        memory = None
+    memory = physical_memory_bytes()  # None: not reported, cores decide
     by_memory = usable_cores() if memory is None else max(1, memory // WORKER_MEMORY_BYTES)
     return max(1, min(usable_cores(), by_memory))
 

@@ -3,7 +3,7 @@
 Tokenizing is the expensive part of a run, so its results are kept per *work unit* (an input split,
 or a whole dataset read with `num_rows`) inside the run's staging directory:
 
-    OUT/.easydata-tmp-<run>/run.json                          # the run's signature (config + input splits)
+    OUT/.easydata-tmp-<run>/run.json                          # the run's signature (config + input splits), split sizes
     OUT/.easydata-tmp-<run>/checkpoints/<dataset>/u00003/b00000.arrow   # tokenized batch 0 of unit 3
     OUT/.easydata-tmp-<run>/checkpoints/<dataset>/u00003/unit.json      # written when unit 3 is read
 
@@ -16,7 +16,8 @@ and tokenizes the rest, and redoes the later stages: its output equals an uninte
 
 `run.json` holds a signature of the config and of the planned input splits (paths, byte ranges and
 file sizes): `--resume` reuses a staging directory only when the job is the same job on the same
-inputs. All functions here are pure filesystem code (fsspec), tested without Beam.
+inputs. It also records the split size each dataset was planned with: the default size depends on
+the machine's cores, so a run resumed on another machine re-plans with the recorded size. All functions here are pure filesystem code (fsspec), tested without Beam.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ import pyarrow as pa
 from easydata.filesystems import get_fs, join, open_arrow_file, open_file
 from easydata.output import TEMP_PREFIX
 
-__all__ = ["run_signature", "write_run_info", "find_resumable_run", "batch_path", "write_batch", "read_batch",
-           "write_unit", "UnitCheckpoint", "completed_units"]
+__all__ = ["run_signature", "write_run_info", "unfinished_runs", "find_resumable_run", "batch_path", "write_batch",
+           "read_batch", "write_unit", "UnitCheckpoint", "completed_units"]
 
 RUN_INFO = "run.json"
 _META_KEY = b"easydata.checkpoint"
@@ -56,15 +57,19 @@ def _write_atomic(path: str, data: bytes) -> None:
     fs.mv(temp, target)
 
 
-def write_run_info(staging: str, signature: str, run_id: str) -> None:
-    _write_atomic(join(staging, RUN_INFO), json.dumps({"signature": signature, "run_id": run_id}).encode())
+def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optional[dict[str, int]] = None) -> None:
+    """Records the run's signature and, per dataset, the split size its splits were planned with."""
+    info: dict[str, Any] = {"signature": signature, "run_id": run_id}
+    if split_bytes is not None:
+        info["split_bytes"] = split_bytes
+    _write_atomic(join(staging, RUN_INFO), json.dumps(info).encode())
 
 
-def find_resumable_run(output_dir: str, signature: str) -> Optional[str]:
-    """The run id of an unfinished run of the same job in `output_dir`, if any (the newest one)."""
+def unfinished_runs(output_dir: str) -> list[dict[str, Any]]:
+    """The `run.json` records of the unfinished runs in `output_dir`, newest first."""
     fs, root = get_fs(output_dir)
     if not fs.exists(root):
-        return None
+        return []
     found = []
     for path in fs.ls(root, detail=True):
         name = posixpath.basename(path["name"].rstrip("/"))
@@ -75,10 +80,14 @@ def find_resumable_run(output_dir: str, signature: str) -> Optional[str]:
                 info = json.load(f)
         except (OSError, ValueError):
             continue
-        if info.get("signature") == signature:
-            found.append((fs.modified(join(path["name"], RUN_INFO)) if hasattr(fs, "modified") else 0,
-                          info["run_id"]))
-    return max(found)[1] if found else None
+        if isinstance(info, dict) and "signature" in info and "run_id" in info:
+            found.append((fs.modified(join(path["name"], RUN_INFO)) if hasattr(fs, "modified") else 0, info))
+    return [info for _, info in sorted(found, key=lambda f: f[0], reverse=True)]
+
+
+def find_resumable_run(output_dir: str, signature: str) -> Optional[str]:
+    """The run id of an unfinished run of the same job in `output_dir`, if any (the newest one)."""
+    return next((info["run_id"] for info in unfinished_runs(output_dir) if info["signature"] == signature), None)
 
 
 def _unit_dir(staging: str, dataset: str, unit: int) -> str:

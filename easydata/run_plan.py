@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from easydata.checkpoint import UnitCheckpoint, completed_units, find_resumable_run, run_signature, write_run_info
+from easydata.checkpoint import UnitCheckpoint, completed_units, run_signature, unfinished_runs, write_run_info
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.chat import ChatRenderer
 from easydata.errors import ConfigError, InputError
@@ -19,7 +19,7 @@ from easydata.mixing import mix_budget, normalise_weights
 from easydata.pack_stage import resolve_pad_id
 from easydata.output import new_run_id, prepare_output, staging_dir
 from easydata.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
-from easydata.sources import InputSplit, plan_splits, total_input_bytes
+from easydata.sources import InputSplit, plan_input, plan_splits, total_input_bytes
 from easydata.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
 __all__ = ["DatasetPlan", "RunPlan", "prepare_run", "work_units"]
@@ -42,6 +42,7 @@ class DatasetPlan:
     pad_id: int
     chat_template: Optional[str] = None
     resumed_units: tuple[UnitCheckpoint, ...] = ()  # work units a resumed run loads instead of reading
+    split_bytes: int = 0  # the size the splits were cut to (`easydata.sources.split_size`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +140,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                   " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
             loaded[tok] = handle.info
             handles[tok] = handle
-        splits = plan_splits(ds, target_bytes=split_bytes)
+        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes)
         input_bytes = total_input_bytes(splits)
         info = loaded[tok]
         template = configured_template if configured_template is not None else info.chat_template
@@ -152,7 +153,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes,
                                     pad_id=resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id),
-                                    chat_template=template,
+                                    chat_template=template, split_bytes=planned_split_bytes,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
     mix_num_groups = None
@@ -160,18 +161,50 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         _check_shared_vocabulary(config, handles)
         mix_num_groups = _mix_num_groups(config, datasets, group_bytes)
     prepare_output(config.save.output_dir, config.save.overwrite)
-    signature = run_signature(config.fingerprint(), {d.name: d.splits for d in datasets})
-    previous = find_resumable_run(config.save.output_dir, signature) if resume else None
+    signature = _signature(config, datasets)
+    previous = None
+    if resume:
+        previous, datasets = _resumable_run(config, datasets, signature)
     run_id = previous or new_run_id()
     staging = staging_dir(config.save.output_dir, run_id)
     if previous:
         datasets = [dataclasses.replace(d, resumed_units=tuple(completed_units(
             staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
     else:
-        write_run_info(staging, signature, run_id)
+        write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets})
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
                    mix_num_groups=mix_num_groups, resumed=previous is not None,
                    unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
+
+
+def _signature(config: PipelineConfig, datasets: list[DatasetPlan]) -> str:
+    return run_signature(config.fingerprint(), {d.name: d.splits for d in datasets})
+
+
+def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signature: str
+                   ) -> tuple[Optional[str], list[DatasetPlan]]:
+    """The newest unfinished run of this job in the output directory, and the dataset plans to run.
+
+    A run planned here with other split sizes than it was (the default size follows the machine's
+    cores: resumed on another machine, or with another `split_bytes`) is re-planned with the
+    interrupted run's recorded sizes, and resumed when that gives its signature (same config, same
+    input files); its work units are then the interrupted run's.
+    """
+    by_name = {ds.name: ds for ds in config.datasets}
+    for info in unfinished_runs(config.save.output_dir):
+        if info["signature"] == signature:
+            return info["run_id"], datasets
+        recorded = info.get("split_bytes")
+        if not isinstance(recorded, dict) or set(recorded) != {d.name for d in datasets} or \
+                all(recorded[d.name] == d.split_bytes for d in datasets):
+            continue
+        replanned = [d if recorded[d.name] == d.split_bytes else
+                     dataclasses.replace(d, splits=plan_splits(by_name[d.name], target_bytes=int(recorded[d.name])),
+                                         split_bytes=int(recorded[d.name]))
+                     for d in datasets]
+        if _signature(config, replanned) == info["signature"]:
+            return info["run_id"], replanned
+    return None, datasets
 
 
 def _check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:

@@ -22,16 +22,17 @@ import dataclasses
 import json
 import os
 import posixpath
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
 from easydata.chat import ChatError, conversation_from_record
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.filesystems import compression_of, expand_data_files, file_size, open_arrow_file, open_file, \
     strip_compression
+from easydata.machine import usable_cores
 
-__all__ = ["InputSplit", "DocumentBatch", "Reject", "plan_splits", "read_split", "infer_type", "total_input_bytes",
-           "key_names", "split_size", "MAX_BATCH_CHARS", "collect_records"]
+__all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split", "infer_type",
+           "total_input_bytes", "key_names", "split_size", "default_split_count", "MAX_BATCH_CHARS", "collect_records"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
@@ -126,19 +127,36 @@ def infer_type(path: str) -> str:
     return _EXTENSION_TYPES[ext]
 
 
+def default_split_count() -> int:
+    """Splits to aim for per dataset: 16, or 4 per usable core on machines with more than 4 (a local
+    run has one worker process per core, and 4 splits each even out their shares)."""
+    return max(16, 4 * usable_cores())
+
+
 def split_size(total_bytes: int, *, minimum: int = 4 * 2**20, maximum: int = 64 * 2**20,
-               splits_wanted: int = 16) -> int:
-    """A split size giving about `splits_wanted` splits, within `[minimum, maximum]` bytes.
+               splits_wanted: Optional[int] = None) -> int:
+    """A split size giving about `splits_wanted` splits (default: `default_split_count()`), within
+    `[minimum, maximum]` bytes.
 
     Small inputs still get several splits, so several workers share them; large inputs get splits
-    of at most `maximum`, a few seconds of tokenization each.
+    of at most `maximum`, a few seconds of tokenization each. The default depends on this machine's
+    cores, so a run resumed elsewhere may plan other splits: `--resume` then re-plans with the
+    interrupted run's split size (`easydata.run_plan`).
     """
-    return int(min(maximum, max(minimum, total_bytes // splits_wanted)))
+    wanted = default_split_count() if splits_wanted is None else splits_wanted
+    return int(min(maximum, max(minimum, total_bytes // wanted)))
+
+
+class SplitPlan(NamedTuple):
+    """A dataset's splits and the split size they were cut to (recorded so a resumed run can re-plan them)."""
+
+    splits: list[InputSplit]
+    split_bytes: int
 
 
 def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> list[InputSplit]:
     """Lists a dataset's files and cuts them into splits of about `target_bytes` (default: from the
-    dataset's total size, see `split_size`).
+    dataset's total size, see `split_size`); `plan_input` also says which size that was.
 
     With `num_rows` set, each file is one split so the first `num_rows` documents in input order can
     be taken; the limit itself is applied by the caller.
@@ -146,6 +164,11 @@ def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> l
     Raises:
       InputError: for missing files, globs matching nothing, or unknown types.
     """
+    return plan_input(dataset, target_bytes).splits
+
+
+def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> SplitPlan:
+    """`plan_splits`, with the split size used."""
     files = expand_data_files(dataset.data_file_list)
     names = key_names(files)
     seen: dict[str, str] = {}
@@ -178,7 +201,7 @@ def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> l
         for start, end, part_size in ranges:
             splits.append(InputSplit(dataset=dataset.name, path=path, type=kind, start=start, end=end,
                                      index=len(splits), size=part_size, key_name=names[path]))
-    return splits
+    return SplitPlan(splits, target_bytes)
 
 
 def key_names(files: list[str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ import pytest
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError
 from easydata.run_plan import load_chat_template, prepare_run
+from easydata.sources import plan_splits
 from tests.conftest import write_jsonl
 
 CHATML = (Path(__file__).parent / "chat_templates" / "chatml.jinja").read_text()
@@ -58,3 +59,29 @@ def test_pad_id_configured_else_tokenizer(tmp_path, tokenizer_dir, pack, expecte
     plan = prepare_run(_config(tmp_path, tokenizer_dir, pack=pack))
     assert plan.datasets[0].pad_id == expected  # the trained tokenizer declares <pad> = 2
     assert plan.datasets[0].num_groups == 1 and len(plan.datasets[0].splits) == 1
+
+
+def test_resume_replans_with_the_interrupted_runs_split_size(tmp_path, tokenizer_dir, monkeypatch):
+    """The default split size follows the machine's cores; a run resumed with other cores (or another
+    `split_bytes`) takes the interrupted run's splits, as long as the job and its files are the same."""
+    data = tmp_path / "big.jsonl"
+    with open(data, "wb") as f:  # sparse: planning reads sizes only
+        f.truncate(256 * 2**20)
+    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
+                                       "datasets": [{"name": "d", "data_files": str(data)}],
+                                       "save": {"output_dir": str(tmp_path / "out")}})
+    monkeypatch.setattr("easydata.sources.usable_cores", lambda: 8)
+    interrupted = prepare_run(config)
+    assert len(interrupted.datasets[0].splits) == 32
+    monkeypatch.setattr("easydata.sources.usable_cores", lambda: 2)
+    assert len(plan_splits(config.datasets[0])) == 16  # a new run would plan for this machine
+    resumed = prepare_run(config, resume=True)
+    assert resumed.resumed and resumed.run_id == interrupted.run_id
+    assert resumed.datasets[0].splits == interrupted.datasets[0].splits
+    assert resumed.unit_count == 32
+    tuned = prepare_run(config, resume=True, split_bytes=2 * 2**20)  # an explicit size: re-planned the same way
+    assert tuned.run_id == interrupted.run_id and len(tuned.datasets[0].splits) == 32
+    with open(data, "ab") as f:  # the input changed: nothing to resume
+        f.write(b"\n")
+    fresh = prepare_run(config, resume=True)
+    assert not fresh.resumed and fresh.run_id != interrupted.run_id

@@ -27,7 +27,8 @@ from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.filesystems import (compression_of, expand_data_files, join, open_arrow_file, open_file,
                                   strip_compression)
-from easydata.sources import InputSplit, Reject, infer_type, key_names, plan_splits, read_split, total_input_bytes
+from easydata.sources import InputSplit, Reject, default_split_count, infer_type, key_names, plan_input, plan_splits, \
+    read_split, split_size, total_input_bytes
 
 from tests.conftest import make_texts, write_jsonl
 
@@ -784,3 +785,31 @@ def test_split_indices_run_across_files(tmp_path: Path) -> None:
     assert {(s.path, s.key_name) for s in splits} == {(str(tmp_path / "a.jsonl"), "a.jsonl"),
                                                        (str(tmp_path / "b.jsonl"), "b.jsonl")}
     assert all(isinstance(s, InputSplit) and s.dataset == "d" and s.type == "jsonl" for s in splits)
+
+
+@pytest.mark.parametrize("cores, total_mb, expected_mb", [
+    (2, 48, 4),      # 16 splits wanted, 4 MB at least
+    (2, 256, 16),    # 16 splits
+    (8, 256, 8),     # 4 per core: 32 splits
+    (64, 256, 4),    # 256 wanted, 4 MB at least: 64 splits
+    (64, 64 * 1024, 64),  # 64 MB at most
+])
+def test_split_size_gives_every_core_splits(monkeypatch, cores: int, total_mb: int, expected_mb: int) -> None:
+    monkeypatch.setattr("easydata.sources.usable_cores", lambda: cores)
+    assert default_split_count() == max(16, 4 * cores)
+    assert split_size(total_mb * 2**20) == expected_mb * 2**20
+    assert split_size(total_mb * 2**20, splits_wanted=1) == min(64, total_mb) * 2**20
+
+
+def test_plan_input_reports_the_split_size_it_used(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "big.jsonl"
+    with open(path, "wb") as f:  # sparse: planning reads sizes, not content
+        f.truncate(256 * 2**20)
+    ds = DatasetConfig(name="d", data_files=str(path))
+    for cores, count in ((2, 16), (8, 32)):
+        monkeypatch.setattr("easydata.sources.usable_cores", lambda: cores)
+        plan = plan_input(ds)
+        assert (len(plan.splits), plan.split_bytes) == (count, 256 * 2**20 // count)
+        assert plan.splits == plan_splits(ds)
+        assert sum(s.size for s in plan.splits) == 256 * 2**20
+    assert plan_input(ds, target_bytes=100 * 2**20).split_bytes == 100 * 2**20

@@ -1,0 +1,28 @@
+"""What this machine offers a local run: the cores this process may use and its physical memory.
+
+Read by the local worker pool (how many worker processes, how many tokenizer threads each) and by
+input planning (how many splits keep every worker busy). Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+__all__ = ["usable_cores", "physical_memory_bytes"]
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. under `taskset`, else the machine's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def physical_memory_bytes() -> Optional[int]:
+    """The machine's physical memory, or None where the system does not report it."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
