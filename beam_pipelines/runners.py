@@ -25,8 +25,9 @@ from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
+from easydata.machine import usable_cores
 from beam_pipelines.worker_pool import LOCAL_RUNNERS, default_worker_count, take_prestarted, \
-    tokenizer_threads_per_worker, usable_cores
+    tokenizer_threads_per_worker
 
 __all__ = ["OfflineDirectRunner", "LocalRunOptions", "make_runner_and_options", "is_local_runner", "is_dask_runner",
            "unknown_beam_flags", "runs_on_this_machine", "short_state_sampling"]

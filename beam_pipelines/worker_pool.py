@@ -37,7 +37,7 @@ from typing import Any, Optional
 
 from easydata.machine import physical_memory_bytes, usable_cores
 
-__all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count", "usable_cores",
+__all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count",
            "tokenizer_threads_per_worker", "prestart", "take_prestarted", "discard_prestarted",
            "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
 

@@ -3,7 +3,7 @@
 Tokenizing is the expensive part of a run, so its results are kept per *work unit* (an input split,
 or a whole dataset read with `num_rows`) inside the run's staging directory:
 
-    OUT/.easydata-tmp-<run>/run.json                          # the run's signature (config + input splits), split sizes
+    OUT/.easydata-tmp-<run>/run.json                          # signature (config + input splits), split sizes
     OUT/.easydata-tmp-<run>/checkpoints/<dataset>/u00003/b00000.arrow   # tokenized batch 0 of unit 3
     OUT/.easydata-tmp-<run>/checkpoints/<dataset>/u00003/unit.json      # written when unit 3 is read
 
@@ -17,7 +17,8 @@ and tokenizes the rest, and redoes the later stages: its output equals an uninte
 `run.json` holds a signature of the config and of the planned input splits (paths, byte ranges and
 file sizes): `--resume` reuses a staging directory only when the job is the same job on the same
 inputs. It also records the split size each dataset was planned with: the default size depends on
-the machine's cores, so a run resumed on another machine re-plans with the recorded size. All functions here are pure filesystem code (fsspec), tested without Beam.
+the machine's cores, so a run resumed on another machine re-plans with the recorded size. All
+functions here are pure filesystem code (fsspec), tested without Beam.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from easydata.config import PackStageConfig
 from easydata.formats import list_column_values, token_list_array
-from easydata.packing import PackedRows, fill_rows, plan_packing
+from easydata.packing import PackedRows, document_lengths, fill_rows, plan_packing
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, hashes_in_group, row_hashes
 from easydata.windows import piece_counts
 
@@ -69,8 +69,7 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
     """
     tokens, offsets = list_column_values(table.column("input_ids"))
     loss_mask = list_column_values(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
-    lengths = np.diff(offsets) if order is None else np.diff(offsets)[np.asarray(order, dtype=np.int64)]
-    plan = plan_packing(lengths, config.seq_length, config.strategy, max_segments=config.max_segments_per_row,
+    plan = plan_packing(document_lengths(offsets, order), config.seq_length, config.strategy, max_segments=config.max_segments_per_row,
                         pool_size=config.pool_size)
     keys, hashes, by_hash = _row_keys(plan.num_rows, seed=seed, dataset=dataset, group=group, num_groups=num_groups)
     slots = np.empty(plan.num_rows, dtype=np.int64)
