@@ -164,7 +164,7 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     """
     beam_args = list(beam_args or [])
     if start_workers:
-        prestart(beam_args)
+        prestart(beam_args, config)
     _check_beam_flags(beam_args)
     plan = prepare_run(config, resume=resume, **plan_options)
     if resume and announce_resume:

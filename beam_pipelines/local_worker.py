@@ -6,8 +6,10 @@ stdin: each line is a JSON object of the environment variables Beam's harness re
 logging endpoints, worker id, pipeline options), and for each one the process forks a child that runs
 the harness until the runner closes it. The children share the imported modules, so N workers cost one
 import instead of N (on 2 cores, two workers importing at once also slowed the launching process's
-own start-up, which is the job's critical path). Nothing that starts threads (gRPC channels, a
-tokenizer, Arrow's thread pools) runs before a fork; the harness creates them in the child. Where
+own start-up, which is the job's critical path). The job's tokenizers are loaded once too, before the
+forks (named in `PRELOAD_TOKENIZERS_VARIABLE`; each worker's steps then find them loaded, see
+`easydata.tokenizer.shared_tokenizer`). Nothing that starts threads (gRPC channels, a tokenizer's
+encoding threads, Arrow's thread pools) runs before a fork; the harness creates them in the child. Where
 forking such a process is unsafe (macOS: system frameworks), or with `EASYDATA_WORKER_START=spawn`,
 each worker is a fresh interpreter instead (`python -m beam_pipelines.local_worker --worker`, its
 endpoints in its environment), still a child of this process.
@@ -52,7 +54,18 @@ LOG_CLOSE_SECONDS = 2.0
 #: is unsafe). The environment variable `EASYDATA_WORKER_START` chooses.
 START_METHOD_VARIABLE = "EASYDATA_WORKER_START"
 
+#: The job's tokenizers (a JSON list of `TokenizerConfig` fields), loaded by a fork server before it
+#: forks, so that every worker starts with them (`easydata.tokenizer.preload_tokenizers`).
+PRELOAD_TOKENIZERS_VARIABLE = "EASYDATA_PRELOAD_TOKENIZERS"
+
 _CHILD_SIGNALS = {signal.SIGCHLD}
+
+
+def _tokenizers_to_preload() -> list[Any]:
+    """The `TokenizerConfig`s named by `PRELOAD_TOKENIZERS_VARIABLE` (none when unset)."""
+    from easydata.config import TokenizerConfig
+
+    return [TokenizerConfig(**fields) for fields in json.loads(os.environ.pop(PRELOAD_TOKENIZERS_VARIABLE, "[]"))]
 
 
 def _status(fd: int, line: str) -> None:
@@ -207,6 +220,8 @@ def main() -> None:
         import pyarrow.parquet  # noqa: F401
         import transforms  # noqa: F401
         import beam_pipelines.runners  # noqa: F401
+
+        easydata.tokenizer.preload_tokenizers(_tokenizers_to_preload())
     serve(sys.stdin, status_fd, handler, method)
     # Every worker has ended and been reported: leave without the interpreter's teardown (freeing
     # Beam's, Arrow's and the tokenizer's modules takes ~0.7 s, and the launcher waits for this exit).

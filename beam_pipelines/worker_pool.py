@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -33,12 +34,14 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+from easydata.config import PipelineConfig, TokenizerConfig
+from easydata.errors import EasyDataError
 from easydata.machine import physical_memory_bytes, usable_cores
 
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count",
-           "tokenizer_threads_per_worker", "prestart", "take_prestarted", "discard_prestarted",
+           "tokenizer_threads_per_worker", "prestart", "job_tokenizers", "take_prestarted", "discard_prestarted",
            "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
 
 #: How long `StandbyWorkers.close` waits for the workers that were handed a job to exit before killing them.
@@ -100,16 +103,18 @@ def local_worker_count(beam_args: list[str]) -> int:
 class StandbyWorkers:
     """A worker fork server waiting for a job; `serve` offers its workers to Beam as an external worker pool."""
 
-    def __init__(self) -> None:
-        from beam_pipelines.local_worker import start_method
-        from easydata.errors import EasyDataError
+    def __init__(self, tokenizers: Sequence[TokenizerConfig] = ()) -> None:
+        """Starts the fork server; it loads `tokenizers` (the job's) before forking any worker."""
+        from beam_pipelines.local_worker import PRELOAD_TOKENIZERS_VARIABLE, start_method
 
         try:
             start_method()  # the server's choice, checked here to fail in one line
         except ValueError as e:
             raise EasyDataError(str(e)) from None
+        preload = json.dumps([dataclasses.asdict(config) for config in dict.fromkeys(tokenizers)])
         self._server_process = subprocess.Popen([sys.executable, "-m", "beam_pipelines.local_worker"],
-                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                env={**os.environ, PRELOAD_TOKENIZERS_VARIABLE: preload})
         self._started: list[int] = []
         self._ended: dict[int, int] = {}
         self._changed = threading.Condition()
@@ -253,14 +258,28 @@ def _signal_name(number: int) -> str:
 _prestarted: Optional[StandbyWorkers] = None
 
 
-def prestart(beam_args: list[str]) -> None:
+def prestart(beam_args: list[str], config: Optional[PipelineConfig] = None) -> None:
     """Starts the worker fork server if `beam_args` ask for local worker processes (see module docstring);
-    ends a prestarted one they do not need."""
+    ends a prestarted one they do not need. The server loads `config`'s tokenizers before its forks."""
     global _prestarted
     if not local_worker_count(beam_args):
         discard_prestarted()
     elif _prestarted is None:
-        _prestarted = StandbyWorkers()
+        _prestarted = StandbyWorkers(job_tokenizers(config) if config is not None else ())
+
+
+def job_tokenizers(config: PipelineConfig) -> list[TokenizerConfig]:
+    """The tokenizers `config`'s datasets name, each once (a dataset without one is skipped: planning
+    reports it)."""
+    found: list[TokenizerConfig] = []
+    for dataset in config.datasets:
+        try:
+            tokenizer = config.tokenizer_for(dataset)
+        except EasyDataError:
+            continue
+        if tokenizer not in found:
+            found.append(tokenizer)
+    return found
 
 
 def take_prestarted() -> StandbyWorkers:

@@ -171,7 +171,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
     from beam_pipelines.worker_pool import prestart
 
-    prestart(beam_args)  # local worker processes, if any, start while this process imports Beam
+    prestart(beam_args, config)  # local worker processes, if any, start while this process imports Beam
     from beam_pipelines.batch import run_batch
 
     result = run_batch(config, beam_args, show_progress=not quiet, resume=resume)

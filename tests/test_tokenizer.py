@@ -4,6 +4,7 @@ special tokens come from the tokenizer files, truncation keeps BOS/EOS, offline 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,9 @@ from tokenizers import Tokenizer
 
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
-from easydata.tokenizer import TokenizerHandle, _special_layout, load_tokenizer, resolve_tokenizer_files
+from easydata import tokenizer as tokenizer_module
+from easydata.tokenizer import TokenizerHandle, _special_layout, load_tokenizer, preload_tokenizers, \
+    resolve_tokenizer_files, shared_tokenizer
 from easydata.tokenizer_training import DEFAULT_SPECIAL_TOKENS, train_bpe_tokenizer
 
 from tests.conftest import make_texts
@@ -444,3 +447,55 @@ def test_train_bpe_tokenizer_rejects_tiny_vocab(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="`vocab_size` must be at least 259 for a byte-level tokenizer .* got 100"):
         train_bpe_tokenizer(["abc"], tmp_path / "tok", vocab_size=100)
     assert not (tmp_path / "tok").exists()
+
+
+def test_preloaded_tokenizers_are_shared_and_unloadable_ones_left_to_the_step(tokenizer_dir, monkeypatch):
+    monkeypatch.setattr(tokenizer_module, "_PRELOADED", {})
+    config = TokenizerConfig(name_or_path=str(tokenizer_dir))
+    missing = TokenizerConfig(name_or_path=str(tokenizer_dir / "nowhere"))
+    assert shared_tokenizer(config) is not shared_tokenizer(config)  # nothing preloaded: a load per call
+
+    preload_tokenizers([config, missing, config])
+    assert list(tokenizer_module._PRELOADED) == [config]  # once each; the missing one is not kept
+    handle = shared_tokenizer(config)
+    assert handle is shared_tokenizer(config)
+    assert handle.encode_batch(["shared ids"], add_bos=False, add_eos=True)[0].tolist() == \
+        load_tokenizer(config).encode_batch(["shared ids"], add_bos=False, add_eos=True)[0].tolist()
+    with pytest.raises(TokenizerError, match="not found"):  # the step loading it reports the error
+        shared_tokenizer(missing)
+    other = TokenizerConfig(name_or_path=str(tokenizer_dir), eos_token="<pad>")  # other overrides: another handle
+    assert shared_tokenizer(other) is not handle
+
+
+_FORK_AFTER_PRELOAD = """
+import os, sys
+from easydata.config import TokenizerConfig
+from easydata.tokenizer import preload_tokenizers, shared_tokenizer
+config = TokenizerConfig(name_or_path=sys.argv[1])
+preload_tokenizers([config])
+texts = [line for line in sys.stdin.read().split("\\n") if line]
+pid = os.fork()
+if pid == 0:  # the child encodes with the parent's handle, on two tokenizer threads
+    ids, offsets = shared_tokenizer(config).encode_batch(texts, add_bos=False, add_eos=True)
+    print(len(texts), int(offsets[-1]), int(ids.sum()), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_fork_after_preloading_encodes_in_parallel_like_a_fresh_load(tokenizer_dir):
+    """A worker forked after the preload encodes on its own tokenizer threads, silently, with the ids of
+    a fresh load (tokenizers releases that saw their threads run before a fork turn parallel encoding
+    off in the child and print a warning: preloading runs none)."""
+    import subprocess
+    import sys
+
+    texts = make_texts(400, seed=5)
+    child = subprocess.run([sys.executable, "-c", _FORK_AFTER_PRELOAD, str(tokenizer_dir)], input="\n".join(texts),
+                           capture_output=True, text=True, timeout=120,
+                           env={**{k: v for k, v in os.environ.items() if k != "TOKENIZERS_PARALLELISM"},
+                                "RAYON_NUM_THREADS": "2"})
+    assert child.returncode == 0, child.stderr
+    assert child.stderr == ""
+    ids, offsets = load_tokenizer(str(tokenizer_dir)).encode_batch(texts, add_bos=False, add_eos=True)
+    assert child.stdout.split() == [str(len(texts)), str(int(offsets[-1])), str(int(ids.sum()))]

@@ -18,8 +18,10 @@ from beam_pipelines import worker_pool
 from beam_pipelines.local_worker import START_METHOD_VARIABLE
 from easydata.errors import EasyDataError
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
-from beam_pipelines.worker_pool import StandbyWorkers, default_worker_count, discard_prestarted, local_worker_count, \
-    prestart, take_prestarted
+from beam_pipelines.worker_pool import StandbyWorkers, default_worker_count, discard_prestarted, job_tokenizers, \
+    local_worker_count, prestart, take_prestarted
+from easydata.config import PipelineConfig, TokenizerConfig
+from easydata.tokenizer import load_tokenizer
 
 
 def _children() -> set[int]:
@@ -114,6 +116,41 @@ def test_pipeline_runs_on_the_servers_workers_and_leaves_no_process(method, monk
     assert len(forked) == 2 and not any(map(_alive, forked))
     assert prestarted.failures() == []
     assert _children() == before
+
+
+def test_the_servers_workers_start_with_the_jobs_tokenizers_loaded(tokenizer_dir, tmp_path):
+    """The server loads each tokenizer the job names once, before forking; a worker's steps get that
+    handle from `shared_tokenizer` (one it cannot load is left to the step, which reports it)."""
+    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir), "datasets": [
+        {"name": "a", "data_files": str(tmp_path / "a.jsonl")},
+        {"name": "b", "data_files": str(tmp_path / "b.jsonl"), "tokenizer": {"name_or_path": str(tokenizer_dir),
+                                                                            "eos_token": "<pad>"}},
+        {"name": "c", "data_files": str(tmp_path / "c.jsonl")},
+        {"name": "d", "data_files": str(tmp_path / "d.jsonl"), "tokenizer": str(tmp_path / "nowhere")}],
+        "save": {"output_dir": str(tmp_path / "out")}})
+    expected = [TokenizerConfig(name_or_path=str(tokenizer_dir)),
+                TokenizerConfig(name_or_path=str(tokenizer_dir), eos_token="<pad>"),
+                TokenizerConfig(name_or_path=str(tmp_path / "nowhere"))]
+    assert job_tokenizers(config) == expected
+    texts = ["ids from the preloaded handle", "and a second document"]
+    want = load_tokenizer(expected[0]).encode_batch(texts, add_bos=False, add_eos=True)[0].tolist()
+
+    launcher = os.getpid()
+
+    def in_the_worker(_):
+        from easydata import tokenizer
+
+        handle = tokenizer.shared_tokenizer(expected[0])
+        return (os.getpid() != launcher, list(tokenizer._PRELOADED) == expected[:2],
+                handle is tokenizer._PRELOADED.get(expected[0]),
+                tuple(handle.encode_batch(texts, add_bos=False, add_eos=True)[0].tolist()))
+
+    args = ["--direct_num_workers=2"]
+    prestart(args, config)
+    runner, options = make_runner_and_options(args)
+    with beam.Pipeline(runner=runner, options=options) as p:
+        seen = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(in_the_worker) | beam.Distinct()
+        assert_that(seen, equal_to([(True, True, True, tuple(want))]))
 
 
 def test_a_killed_worker_is_reported_by_pid_and_signal():

@@ -26,7 +26,7 @@ from easydata.chat_stage import render_batch
 from easydata.config import TokenizerConfig
 from easydata.filesystems import join, open_file
 from easydata.sources import DocumentBatch
-from easydata.tokenizer import TokenizerHandle
+from easydata.tokenizer import shared_tokenizer
 from transforms.read import REJECTED_TAG, STATS_TAG
 
 __all__ = ["ChatTemplate"]
@@ -41,7 +41,7 @@ class _RenderFn(beam.DoFn):
 
     def setup(self) -> None:
         if self._template is not None:
-            self._renderer = ChatRenderer.for_tokenizer(TokenizerHandle(self._tokenizer), self._template)
+            self._renderer = ChatRenderer.for_tokenizer(shared_tokenizer(self._tokenizer), self._template)
 
     def process(self, batch: DocumentBatch) -> Iterator[Any]:
         if batch.conversations is None:

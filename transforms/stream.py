@@ -35,7 +35,7 @@ from easydata.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
 from easydata.sources import collect_records
 from easydata.streaming import commit_window, parse_message, window_id
 from easydata.tokenization import tokenize_documents
-from easydata.tokenizer import TokenizerHandle
+from easydata.tokenizer import shared_tokenizer
 
 __all__ = ["WindowMessages", "ProcessWindow", "CommitWindows"]
 
@@ -146,7 +146,7 @@ class _ProcessWindowFn(beam.DoFn):
         self._late = beam.metrics.Metrics.counter("easydata", "stream_late_panes")
 
     def setup(self) -> None:
-        self._tokenizer = TokenizerHandle(self._tokenizer_config)
+        self._tokenizer = shared_tokenizer(self._tokenizer_config)
         self._renderer = ChatRenderer.for_tokenizer(self._tokenizer, self._template) if self._template else None
 
     def _documents_of(self, wid: str, messages: list[Any]):

@@ -28,7 +28,7 @@ from easydata.config import TokenizeStageConfig, TokenizerConfig
 from easydata.progress import ProgressSink
 from easydata.sources import DocumentBatch
 from easydata.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
-from easydata.tokenizer import TokenizerHandle
+from easydata.tokenizer import TokenizerHandle, shared_tokenizer
 
 __all__ = ["Tokenize"]
 
@@ -49,7 +49,7 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = beam.metrics.Metrics.counter("easydata", "tokens")
 
     def setup(self) -> None:
-        self._tokenizer = TokenizerHandle(self._tokenizer_config)
+        self._tokenizer = shared_tokenizer(self._tokenizer_config)
         self._progress = ProgressSink(self._progress_dir)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-tokenize")
 
