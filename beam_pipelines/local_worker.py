@@ -23,8 +23,9 @@ or its launcher ended) stops the forking; the process then waits for its childre
 The harness logs every gRPC channel at INFO on its own stderr before it has read any option, and
 Beam logs warnings about optional GCP libraries at import; only errors reach stderr here (worker log
 records still travel to the launching process, whose logging configuration decides what is shown).
-Logging is set up before Beam is imported. Bundles end without waiting for Beam's state sampler
-(`beam_pipelines.runners.short_state_sampling`).
+Logging is set up before Beam is imported; this process and its workers run without the optional
+libraries a local batch job never uses (`beam_pipelines.lean_import`). Bundles end without waiting
+for Beam's state sampler (`beam_pipelines.runners.short_state_sampling`).
 
 Once the harness has shut down (every DoFn torn down), a child flushes its log stream and ends
 without interpreter teardown: freeing every object of a process holding Beam, pyarrow and a
@@ -44,6 +45,7 @@ import threading
 import traceback
 from typing import Any, Optional
 
+from beam_pipelines.lean_import import without_unused_libraries
 from easydata.errors import DropUserErrors
 
 #: How long a finished worker waits for its log stream to close before it exits anyway.
@@ -205,6 +207,11 @@ def serve(requests: Any, status_fd: int, stderr_handler: logging.Handler, method
 
 
 def main() -> None:
+    with without_unused_libraries():  # this process and its workers run one local batch job
+        _serve_or_work()
+
+
+def _serve_or_work() -> None:
     handler = logging.StreamHandler()
     handler.setLevel(logging.ERROR)
     logging.basicConfig(handlers=[handler], format="%(levelname)s:%(name)s:%(message)s")

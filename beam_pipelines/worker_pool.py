@@ -41,7 +41,7 @@ from easydata.errors import EasyDataError
 from easydata.machine import physical_memory_bytes, usable_cores
 
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count",
-           "tokenizer_threads_per_worker", "prestart", "job_tokenizers", "take_prestarted", "discard_prestarted",
+           "tokenizer_threads_per_worker", "runs_locally", "prestart", "job_tokenizers", "take_prestarted", "discard_prestarted",
            "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
 
 #: How long `StandbyWorkers.close` waits for the workers that were handed a job to exit before killing them.
@@ -83,21 +83,36 @@ def local_worker_count(beam_args: list[str]) -> int:
     without it `default_worker_count()` (when more than 1), and no `--direct_running_mode` other
     than `multi_processing`.
     """
+    known = _local_flags(beam_args)
+    if not _is_local_batch(known):
+        return 0
+    count = default_worker_count() if known.direct_num_workers is None else \
+        known.direct_num_workers or usable_cores()
+    mode = known.direct_running_mode or ("in_memory" if count == 1 else "multi_processing")
+    return count if mode == "multi_processing" else 0
+
+
+def runs_locally(beam_args: list[str]) -> bool:
+    """Whether `beam_args` run a batch job on this machine's FnApiRunner (in-process or on worker processes)."""
+    return _is_local_batch(_local_flags(beam_args))
+
+
+def _local_flags(beam_args: list[str]) -> Optional[argparse.Namespace]:
+    """The flags that choose a local run, read without Beam (None: a malformed flag, which Beam reports
+    when it parses the options)."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--runner", default=None)
     parser.add_argument("--direct_num_workers", type=int, default=None)
     parser.add_argument("--direct_running_mode", default=None)
     parser.add_argument("--streaming", action="store_true")
     try:
-        known, _ = parser.parse_known_args(beam_args)
-    except SystemExit:  # a malformed flag: Beam reports it when the options are parsed
-        return 0
-    if known.runner not in LOCAL_RUNNERS or known.streaming:
-        return 0
-    count = default_worker_count() if known.direct_num_workers is None else \
-        known.direct_num_workers or usable_cores()
-    mode = known.direct_running_mode or ("in_memory" if count == 1 else "multi_processing")
-    return count if mode == "multi_processing" else 0
+        return parser.parse_known_args(beam_args)[0]
+    except SystemExit:
+        return None
+
+
+def _is_local_batch(known: Optional[argparse.Namespace]) -> bool:
+    return known is not None and known.runner in LOCAL_RUNNERS and not known.streaming
 
 
 class StandbyWorkers:

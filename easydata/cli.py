@@ -8,6 +8,7 @@ Beam is imported only by the commands that run a pipeline.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -158,7 +159,10 @@ def _run_streaming(config: Any, beam_args: list[str], verbose: bool) -> int:
     return 0
 
 
-def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool, resume: bool = False) -> int:
+def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool, resume: bool = False,
+                  whole_process: bool = False) -> int:
+    """Runs a batch job. `whole_process`: this process is the `easydata` command and ends with it, so a
+    local job may run without the optional libraries it never uses (`beam_pipelines.lean_import`)."""
     import logging
 
     if not verbose:
@@ -169,12 +173,15 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         handler.addFilter(lambda record: "apitools not found" not in record.getMessage())
         logging.basicConfig(handlers=[handler], level=logging.WARNING)
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    from beam_pipelines.worker_pool import prestart
+    from beam_pipelines.lean_import import without_unused_libraries
+    from beam_pipelines.worker_pool import prestart, runs_locally
 
     prestart(beam_args, config)  # local worker processes, if any, start while this process imports Beam
-    from beam_pipelines.batch import run_batch
+    lean = whole_process and runs_locally(beam_args)
+    with without_unused_libraries() if lean else contextlib.nullcontext():
+        from beam_pipelines.batch import run_batch
 
-    result = run_batch(config, beam_args, show_progress=not quiet, resume=resume)
+        result = run_batch(config, beam_args, show_progress=not quiet, resume=resume)
     m = result.manifest
     totals = m["totals"]
     print(f"wrote {result.output_dir}")
@@ -192,7 +199,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
     return 0
 
 
-def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
+def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -> int:
     if args.command in ("validate", "inspect", "stats", "train-tokenizer") and extra:
         raise EasyDataError(f"unrecognized arguments: {' '.join(extra)}")
     unknown = [a for a in extra if not a.startswith("--")]
@@ -201,9 +208,10 @@ def _dispatch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.command == "run":
         if args.streaming:
             return _run_streaming(_config_for_run(args), extra, args.verbose)
-        return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose, resume=args.resume)
+        return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose, resume=args.resume,
+                             whole_process=whole_process)
     if args.command == "tokenize":
-        return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose)
+        return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose, whole_process=whole_process)
     if args.command == "validate":
         from easydata.validate import validate_output
 
@@ -261,11 +269,13 @@ def _user_error_in(exc: BaseException) -> Optional[str]:
     return found[-1].strip() if found else None
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -> int:
+    """The command line; returns its exit code. `whole_process`: this process is the command and ends
+    when it returns (`console_main`), so a local batch job may leave out what it never imports."""
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     try:
-        return _dispatch(args, extra)
+        return _dispatch(args, extra, whole_process)
     except EasyDataError as e:
         print(f"easydata: error: {e}", file=sys.stderr)
         return 2
@@ -289,7 +299,7 @@ def console_main() -> None:
     non-daemon thread, no child process), output is flushed and the process ends at once. Otherwise,
     and when `main` raises, the interpreter exits normally.
     """
-    code = main()
+    code = main(whole_process=True)
     import logging
     import multiprocessing
     import threading
