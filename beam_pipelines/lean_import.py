@@ -2,18 +2,18 @@
 
 `import apache_beam` also imports every optional library it finds installed for its connectors and
 type adapters: pandas (its DataFrame batch types), google-cloud-pubsub (its Pub/Sub connector), boto3
-(its S3 file system); and pyarrow imports pandas, when installed, the first time `pa.array` is given a
-Python list. A local batch job uses none of them: it reads and writes through fsspec and pyarrow, and
-Pub/Sub only in the streaming pipeline. With the project's `dev` extras installed (the quickstart's
-install) they were ~0.75 s of Beam's ~1.7 s import on the 2-core project machine (`python -X
-importtime`), paid by the `easydata` command and by the local worker server, and pandas another
-~0.25 s in each worker at its first `pa.array`: all on a job's start-up path.
-`without_unused_libraries` makes them look absent (as Beam and pyarrow cope with when they are not
-installed) for the processes that run one local batch job: the `easydata run` command while it runs
-the job, and the local worker server with the workers it forks. Beam and pyarrow remember them
-absent after the block, so a process that goes on to other work (a streaming job needs Beam's Pub/Sub
-connector; a Python API user may run one after a batch job) does not use this: `easydata.api`
-imports Beam plainly.
+(its S3 file system), pymongo and bson (its MongoDB connector); and pyarrow imports pandas, when
+installed, the first time `pa.array` is given a Python list. A local batch job uses none of them: it
+reads and writes through fsspec and pyarrow, and Pub/Sub only in the streaming pipeline. With the
+project's `dev` extras installed (the quickstart's install) they were ~0.85 s of Beam's ~1.7 s import
+on the 2-core project machine (`python -X importtime`), paid by the `easydata` command and by the
+local worker server, and pandas another ~0.25 s in each worker at its first `pa.array`: all on a
+job's start-up path. `without_unused_libraries` makes them look absent (as Beam and pyarrow cope with
+when they are not installed) for the processes that run one local batch job: the `easydata run`
+command while it runs the job, and the local worker server with the workers it forks. Beam and
+pyarrow remember them absent after the block, so a process that goes on to other work (a streaming
+job needs Beam's Pub/Sub connector; a Python API user may run one after a batch job) does not use
+this: `easydata.api` imports Beam plainly.
 
 This module imports no Beam.
 """
@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence
 __all__ = ["UNUSED_IN_LOCAL_BATCH_JOBS", "without_unused_libraries"]
 
 #: Optional libraries Beam imports when installed, that no step of a local batch job uses.
-UNUSED_IN_LOCAL_BATCH_JOBS = ("pandas", "google.cloud.pubsub", "boto3")
+UNUSED_IN_LOCAL_BATCH_JOBS = ("pandas", "google.cloud.pubsub", "boto3", "pymongo", "bson")
 
 
 class _Absent(importlib.abc.MetaPathFinder):

@@ -224,6 +224,7 @@ def _serve_or_work() -> None:
         from apache_beam.runners.worker import sdk_worker_main  # noqa: F401
 
         import easydata.tokenizer  # noqa: F401 - the job's steps need these
+        import pyarrow.compute  # noqa: F401
         import pyarrow.parquet  # noqa: F401
         import transforms  # noqa: F401
         import beam_pipelines.runners  # noqa: F401

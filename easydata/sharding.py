@@ -27,7 +27,6 @@ from typing import Iterable, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from easydata.formats import common_schema, conform, take_rows
 
@@ -159,6 +158,10 @@ def group_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:
 
 def group_order(table: pa.Table) -> np.ndarray:
     """The row order of a group sorted by (hash, key): a deterministic order, whatever the arrival order."""
+    # Imported here: pyarrow.compute writes its functions' docstrings at import (~0.14 s), which a
+    # command that only plans the job does not need (the local worker server imports it before forking).
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
     keys = table.select([HASH_COLUMN, KEY_COLUMN])

@@ -65,11 +65,11 @@ def test_only_local_batch_runs_are_lean(args, local):
 
 @pytest.mark.slow
 def test_the_commands_processes_import_none_of_them_and_the_output_is_valid(tokenizer_dir, tmp_path):
-    """Stand-ins for pandas and boto3, first on the path of the command and of the processes it
+    """Stand-ins for pandas, boto3 and pymongo, first on the path of the command and of the processes it
     starts, record every process that imports them (and then fail as if absent)."""
     stand_ins, marks = tmp_path / "stand_ins", tmp_path / "marks"
     marks.mkdir()
-    for name in ("pandas", "boto3"):
+    for name in ("pandas", "boto3", "pymongo"):
         (stand_ins / name).mkdir(parents=True)
         (stand_ins / name / "__init__.py").write_text(
             f"import os\nopen(os.path.join({str(marks)!r}, '{name}-' + str(os.getpid())), 'w').close()\n"
