@@ -42,7 +42,9 @@ What one run does (nothing is downloaded):
 5. Resources. CPU seconds (user+sys of the command and the workers it reaped, from `wait4`), the
    largest sum of RSS over the command's process tree (sampled from /proc every 0.2 s) and the
    largest single process's peak RSS (its `VmHWM` in /proc, sampled too); shown as n/a where unavailable.
-6. CPU capacity, at start and end: N pure-Python loops in parallel against one alone. On a shared
+6. Drift: raw `encode_batch` is measured again after the pipeline modes and the `datasets` path, and
+   each mode's `vs raw` is also printed against that second measurement and the mean of both.
+7. CPU capacity, at start and end: N pure-Python loops in parallel against one alone. On a shared
    host this is often well below the core count and changes from minute to minute; when it does,
    the absolute numbers (and multi-core modes most) are unreliable: use `--repeat 3` (median run).
 
@@ -523,6 +525,19 @@ def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float
           "\n  over encode_batch_fast tokens/s, the call the pipeline makes (no offsets: faster than encode_batch).")
 
 
+def print_drift(results: list[tuple[str, dict, dict]], raw_before: dict[str, Any], raw_after: dict[str, Any]) -> None:
+    """Raw `encode_batch` measured before the pipeline modes and again after them (and the `datasets`
+    path): how far the shared host's speed moved meanwhile, and each mode's `vs raw` against both."""
+    before, after = raw_before["seconds"], raw_after["seconds"]
+    print(f"  host drift: raw encode_batch took {before:.2f} s before the pipeline runs and {after:.2f} s after"
+          f" them ({after / before - 1:+.0%})")
+    for name, full, _ in results:
+        if ok(full):
+            tps = full["tokens"] / full["seconds"]
+            ratios = [tps / (raw["tokens"] / raw["seconds"]) for raw in (raw_before, raw_after)]
+            print(f"  {name:<11} vs raw before {ratios[0]:.3f}, after {ratios[1]:.3f}, mean {sum(ratios) / 2:.3f}")
+
+
 def print_scaling(results: list[tuple[str, dict, dict]],
                   baselines: list[tuple[str, Optional[dict[str, Any]]]]) -> None:
     """1 -> 2 workers with one tokenizer thread each: `one-thread` (and `one-core`, the same held to one
@@ -751,9 +766,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     results = measure_modes(workdir, corpus, tokenizer_dir, repeat, pack=not args.no_pack, modes=modes)
     hf = None if args.no_datasets else measure_datasets_path(workdir, corpus, tokenizer_dir, repeat)
+    texts = load_texts(corpus)  # the host's speed drifts: the raw baseline again, after the pipeline runs
+    raw_after = median_run([encode_all(tokenizer_dir, texts, "encode_batch", eos) for _ in range(repeat)])
+    del texts
     fast = baselines[1][1]
     print_pipeline_results(results, raw["tokens"] / raw["seconds"],
                            fast["tokens"] / fast["seconds"] if fast else None, text_bytes)
+    print_drift(results, raw, raw_after)
     print_resources(results)
     print_scaling(results, baselines)
     print_token_check(results, expected)
