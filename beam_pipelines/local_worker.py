@@ -43,10 +43,13 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipelines.lean_import import without_unused_libraries
 from easydata.errors import DropUserErrors
+
+if TYPE_CHECKING:
+    from easydata.config import TokenizerConfig
 
 #: How long a finished worker waits for its log stream to close before it exits anyway.
 LOG_CLOSE_SECONDS = 2.0
@@ -63,7 +66,7 @@ PRELOAD_TOKENIZERS_VARIABLE = "EASYDATA_PRELOAD_TOKENIZERS"
 _CHILD_SIGNALS = {signal.SIGCHLD}
 
 
-def _tokenizers_to_preload() -> list[Any]:
+def _tokenizers_to_preload() -> list["TokenizerConfig"]:
     """The `TokenizerConfig`s named by `PRELOAD_TOKENIZERS_VARIABLE` (none when unset)."""
     from easydata.config import TokenizerConfig
 

@@ -41,8 +41,8 @@ from easydata.errors import EasyDataError
 from easydata.machine import physical_memory_bytes, usable_cores
 
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count",
-           "tokenizer_threads_per_worker", "runs_locally", "prestart", "job_tokenizers", "take_prestarted", "discard_prestarted",
-           "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
+           "tokenizer_threads_per_worker", "runs_locally", "prestart", "job_tokenizers", "take_prestarted",
+           "discard_prestarted", "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
 
 #: How long `StandbyWorkers.close` waits for the workers that were handed a job to exit before killing them.
 WORKER_EXIT_SECONDS = 30.0

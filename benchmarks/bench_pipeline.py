@@ -525,7 +525,8 @@ def print_pipeline_results(results: list[tuple[str, dict, dict]], raw_tps: float
           "\n  over encode_batch_fast tokens/s, the call the pipeline makes (no offsets: faster than encode_batch).")
 
 
-def print_drift(results: list[tuple[str, dict, dict]], raw_before: dict[str, Any], raw_after: dict[str, Any]) -> None:
+def print_drift(results: list[tuple[str, dict, dict]], raw_before: dict[str, Any],
+                raw_after: dict[str, Any]) -> None:
     """Raw `encode_batch` measured before the pipeline modes and again after them (and the `datasets`
     path): how far the shared host's speed moved meanwhile, and each mode's `vs raw` against both."""
     before, after = raw_before["seconds"], raw_after["seconds"]
