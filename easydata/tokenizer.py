@@ -166,9 +166,8 @@ class TokenizerHandle:
     def plain_ids(self, encodings: Sequence[Any], *, add_bos: Optional[bool], add_eos: bool,
                   max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
         """The Python half of `encode_batch`: `Encoding`s -> `(flat_ids, offsets)` with special tokens."""
-        id_lists = [e.ids for e in encodings]
-        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
-        return _apply_specials(_flatten(id_lists, int(lengths.sum())), lengths,
+        flat, lengths = _flat_ids(encodings)
+        return _apply_specials(flat, lengths,
                                bos=self.bos_token_id if add_bos else None,
                                eos=self.eos_token_id if add_eos else None, max_length=max_length)
 
@@ -198,16 +197,13 @@ class TokenizerHandle:
                  max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The Python half of `encode_chat_batch`: `Encoding`s -> `(flat_ids, offsets, flat_loss_mask)`."""
         masks = []
-        id_lists = []
         for encoding, doc_spans in zip(encodings, spans):
             char_offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
             mask = np.zeros(len(char_offsets), dtype=bool)
             for start, end in doc_spans:
                 mask |= (char_offsets[:, 0] < end) & (char_offsets[:, 1] > start)
             masks.append(mask.astype(np.int32))
-            id_lists.append(encoding.ids)
-        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
-        flat = _flatten(id_lists, int(lengths.sum()))
+        flat, lengths = _flat_ids(encodings)
         mask_flat = np.concatenate(masks) if masks else np.zeros(0, np.int32)
         eos = self.eos_token_id if add_eos else None
         layout = _special_layout(flat, lengths, bos=None, eos=eos, max_length=max_length)
@@ -230,10 +226,18 @@ class TokenizerHandle:
         return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
 
 
-def _flatten(id_lists: list[list[int]], total: int) -> np.ndarray:
-    """Concatenates per-document id lists into one int32 array, in C (`np.fromiter` over a chain:
-    ~1.5x faster than converting the lists to an Arrow list array and flattening it)."""
-    return np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=total)
+def _flat_ids(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """All encodings' ids back to back as one int32 array, and each encoding's length.
+
+    `np.fromiter` over a chain of the `Encoding.ids` lists, each made as it is consumed: one document's
+    Python ints exist at a time (lengths come from `len(encoding)`, which makes no list). ~1.5x faster
+    than an Arrow list array, and ~30 % faster than making every list first (0.47 -> 0.32 s for 800
+    documents, 4.7 M Mistral tokens).
+    """
+    lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+    flat = np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), dtype=np.int32,
+                       count=int(lengths.sum()))
+    return flat, lengths
 
 
 @dataclasses.dataclass(frozen=True)
