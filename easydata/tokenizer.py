@@ -121,7 +121,7 @@ class TokenizerHandle:
                 hasher.update(content)
                 try:
                     meta.update(json.loads(content))
-                except json.JSONDecodeError as e:
+                except ValueError as e:  # invalid JSON, or not UTF-8
                     raise TokenizerError(f"'{file}' is not valid JSON: {e}") from None
         self.bos_token_id = self._special_id(config.bos_token, meta.get("bos_token"), _BOS_CANDIDATES, "bos")
         self.eos_token_id = self._special_id(config.eos_token, meta.get("eos_token"), _EOS_CANDIDATES, "eos")
@@ -347,7 +347,7 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig]) -> None:
         if config not in _PRELOADED:
             try:
                 _PRELOADED[config] = TokenizerHandle(config)
-            except TokenizerError:
+            except Exception:  # noqa: BLE001 - e.g. an unreadable file: the step's own load reports it
                 pass
 
 

@@ -449,7 +449,7 @@ def test_train_bpe_tokenizer_rejects_tiny_vocab(tmp_path: Path) -> None:
     assert not (tmp_path / "tok").exists()
 
 
-def test_preloaded_tokenizers_are_shared_and_unloadable_ones_left_to_the_step(tokenizer_dir, monkeypatch):
+def test_preloaded_tokenizers_are_shared_and_unloadable_ones_left_to_the_step(tokenizer_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(tokenizer_module, "_PRELOADED", {})
     config = TokenizerConfig(name_or_path=str(tokenizer_dir))
     missing = TokenizerConfig(name_or_path=str(tokenizer_dir / "nowhere"))
@@ -463,6 +463,14 @@ def test_preloaded_tokenizers_are_shared_and_unloadable_ones_left_to_the_step(to
         load_tokenizer(config).encode_batch(["shared ids"], add_bos=False, add_eos=True)[0].tolist()
     with pytest.raises(TokenizerError, match="not found"):  # the step loading it reports the error
         shared_tokenizer(missing)
+
+    not_utf8 = tmp_path / "not_utf8"  # a config file that is not UTF-8: skipped here, one clear error in the step
+    shutil.copytree(tokenizer_dir, not_utf8)
+    (not_utf8 / "tokenizer_config.json").write_bytes(b'{"bos_token": "\xff\xfe"}')
+    preload_tokenizers([TokenizerConfig(name_or_path=str(not_utf8))])
+    assert list(tokenizer_module._PRELOADED) == [config]
+    with pytest.raises(TokenizerError, match="is not valid JSON"):
+        shared_tokenizer(TokenizerConfig(name_or_path=str(not_utf8)))
     other = TokenizerConfig(name_or_path=str(tokenizer_dir), eos_token="<pad>")  # other overrides: another handle
     assert shared_tokenizer(other) is not handle
 
