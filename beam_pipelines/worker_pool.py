@@ -126,7 +126,7 @@ class StandbyWorkers:
             start_method()  # the server's choice, checked here to fail in one line
         except ValueError as e:
             raise EasyDataError(str(e)) from None
-        preload = json.dumps([dataclasses.asdict(config) for config in dict.fromkeys(tokenizers)])
+        preload = json.dumps([dataclasses.asdict(config) for config in tokenizers])
         self._server_process = subprocess.Popen([sys.executable, "-m", "beam_pipelines.local_worker"],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                 env={**os.environ, PRELOAD_TOKENIZERS_VARIABLE: preload})

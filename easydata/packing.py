@@ -360,5 +360,6 @@ def pack_documents(tokens: np.ndarray, offsets: np.ndarray, seq_length: int, *, 
     """Plans and fills in one call (see `plan_packing` and `fill_rows`); with `order`, packs the
     documents in that order (a permutation of their indices) instead of storage order."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    plan = plan_packing(document_lengths(offsets, order), seq_length, strategy, max_segments=max_segments, pool_size=pool_size)
+    plan = plan_packing(document_lengths(offsets, order), seq_length, strategy, max_segments=max_segments,
+                        pool_size=pool_size)
     return fill_rows(plan, np.asarray(tokens), offsets, seq_length, pad_id, loss_mask, order)

@@ -31,8 +31,9 @@ from easydata.filesystems import compression_of, expand_data_files, file_size, o
     strip_compression
 from easydata.machine import usable_cores
 
-__all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split", "infer_type",
-           "total_input_bytes", "key_names", "split_size", "default_split_count", "MAX_BATCH_CHARS", "collect_records"]
+__all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
+           "infer_type", "total_input_bytes", "key_names", "split_size", "default_split_count", "MAX_BATCH_CHARS",
+           "collect_records"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
