@@ -1,8 +1,8 @@
 """Shared fixtures: small tokenizers trained on the fly, corpus writers, the real Mistral tokenizer.
 
 Nothing here touches the network. The session tokenizer is a byte-level BPE trained in seconds on
-generated English-like text; `mistral_tokenizer_dir` is the production tokenizer from
-`../shared/tokenizers` and skips the test when that folder is absent (a user's fresh clone).
+generated English-like text; `mistral_tokenizer_dir` is the production Mistral tokenizer committed in
+`tests/data/tokenizers` (gzipped; unpacked once per session), so a fresh clone runs every test.
 `write_synthetic_output` builds a finished output (shards + manifest) without running a pipeline;
 `memory_fs` gives a test an empty fsspec `memory://` filesystem.
 """
@@ -28,7 +28,7 @@ import pytest
 from easydata.tokenizer_training import train_bpe_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_TOKENIZERS = REPO_ROOT.parent / "shared" / "tokenizers"
+TEST_TOKENIZERS = REPO_ROOT / "tests" / "data" / "tokenizers"
 
 _WORDS = ("the model reads tokens from shards and packs documents into rows while the reader shuffles"
           " batches across hosts deterministic seed epoch resume gradient loss mask segment position"
@@ -58,12 +58,17 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def mistral_tokenizer_dir() -> Path:
-    """The real Mistral-7B v0.1 tokenizer from ../shared/tokenizers (skips when absent)."""
-    path = SHARED_TOKENIZERS / "mistral-7b-v0.1"
-    if not (path / "tokenizer.json").is_file():
-        pytest.skip(f"real tokenizer not available at {path}")
-    return path
+def mistral_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Mistral-7B v0.1 tokenizer (tests/data/tokenizers), unpacked into a session directory."""
+    import gzip
+    import shutil
+
+    source = TEST_TOKENIZERS / "mistral-7b-v0.1"
+    out = tmp_path_factory.mktemp("mistral-7b-v0.1")
+    with gzip.open(source / "tokenizer.json.gz", "rb") as packed, open(out / "tokenizer.json", "wb") as unpacked:
+        shutil.copyfileobj(packed, unpacked)
+    shutil.copy(source / "tokenizer_config.json", out / "tokenizer_config.json")
+    return out
 
 
 # ---- synthetic outputs (for validate / inspect tests) ---------------------------------------------
