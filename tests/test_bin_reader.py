@@ -71,6 +71,14 @@ def test_windows_are_slices_of_the_stream_and_targets_are_shifted(bin_output):
     assert set(shards.tolist()) == {0, 1, 2}  # every shard is sampled
 
 
+def test_window_reader_int64_batches(bin_output):
+    out, _ = bin_output
+    narrow = WindowReader(str(out), batch_size=4, seq_length=L, seed=2, layout="hf").get_batch(3)
+    wide = WindowReader(str(out), batch_size=4, seq_length=L, seed=2, layout="hf", dtype="int64").get_batch(3)
+    assert {k: v.dtype for k, v in wide.items()} == {k: np.dtype(np.int64) for k in narrow}
+    assert all(np.array_equal(narrow[k], wide[k]) for k in narrow)
+
+
 def test_window_reader_resumes_exactly_and_splits_over_processes(bin_output):
     out, _ = bin_output
     whole = WindowReader(str(out), batch_size=4, seq_length=L, seed=1, num_steps=6, process_count=1, process_index=0)

@@ -189,6 +189,20 @@ def test_maxtext_and_hf_layouts(packed_output):
     assert np.array_equal(hf["labels"][(seg != 0) & (pos != 0)], ids[(seg != 0) & (pos != 0)])
 
 
+@pytest.mark.parametrize("layout", ["raw", "maxtext", "hf"])
+def test_int64_batches_hold_the_int32_values(packed_output, layout):
+    """`dtype="int64"` widens every array of every layout (PyTorch's cross_entropy takes int64 targets only)."""
+    options = dict(batch_size=8, seed=0, process_index=0, process_count=1, layout=layout, num_epochs=1)
+    narrow, wide = TokenReader(str(packed_output), **options), TokenReader(str(packed_output), dtype="int64", **options)
+    for a, b in zip(narrow, wide):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key].dtype == np.int32 and b[key].dtype == np.int64
+            assert np.array_equal(a[key], b[key])
+    with pytest.raises(ValueError, match="`dtype` must be one of int32, int64"):
+        TokenReader(str(packed_output), batch_size=8, dtype="float32")
+
+
 def test_grain_source_random_access(packed_output):
     source = GrainSource(str(packed_output))
     rows = collections.Counter(tuple(source[i]["input_ids"].tolist()) for i in range(len(source)))

@@ -28,6 +28,7 @@ import pyarrow as pa
 from easydata.filesystems import local_path, get_fs
 from easydata.formats import token_list_array
 from easydata.reader.blocks import BlockIndex
+from easydata.reader.layouts import check_layout
 from easydata.reader.token_reader import JaxBatches, resolve_processes
 from easydata.token_files import bin_token_dtype, companion_path, read_bin_index
 
@@ -146,6 +147,7 @@ class WindowReader(JaxBatches):
       layout: `raw` (`input_ids`, `targets`), `maxtext` (`inputs`, `targets` and their
         `*_segmentation` (ones) / `*_position`) or `hf` (`input_ids`, `attention_mask`, `position_ids`,
         `labels` = `input_ids`, which Hugging Face models shift themselves).
+      dtype: `int32` (as stored) or `int64` (every array of a batch widened, e.g. PyTorch labels).
 
     Raises:
       ValueError: no shard holds `seq_length + 1` tokens, or an invalid argument.
@@ -155,15 +157,15 @@ class WindowReader(JaxBatches):
 
     def __init__(self, path: str, batch_size: int, seq_length: int, *, seed: int = 0, name: Optional[str] = None,
                  num_steps: Optional[int] = None, process_index: Optional[int] = None,
-                 process_count: Optional[int] = None, layout: str = "raw"):
+                 process_count: Optional[int] = None, layout: str = "raw", dtype: str = "int32"):
         process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0 or seq_length <= 0:
             raise ValueError(f"`batch_size` and `seq_length` must be positive, got {batch_size} and {seq_length}.")
         if process_count <= 0 or not 0 <= process_index < process_count or batch_size % process_count:
             raise ValueError(f"`batch_size` {batch_size} must divide over `process_count` {process_count}, and"
                              f" `process_index` be in [0, {process_count}); got {process_index}.")
-        if layout not in WINDOW_LAYOUTS:
-            raise ValueError(f"`layout` must be one of {', '.join(WINDOW_LAYOUTS)}, got {layout!r}.")
+        check_layout(layout, dtype)
+        self.dtype = str(dtype)
         index = BinBlockIndex.from_output(path, name)
         self.manifest, self.name = index.manifest, index.name
         self.shards = [index.shard(s) for s in range(len(index.shard_paths))]
@@ -208,6 +210,11 @@ class WindowReader(JaxBatches):
 
     def get_batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's part of global batch `step` (does not move the reader's position)."""
+        batch = self._windows(step)
+        return batch if self.dtype == "int32" else {key: array.astype(self.dtype) for key, array in batch.items()}
+
+    def _windows(self, step: int) -> dict[str, np.ndarray]:
+        """`get_batch` in the stored int32, in the reader's layout."""
         shard, start = self.starts(step)
         mine = slice(self.process_index * self.local_batch_size, (self.process_index + 1) * self.local_batch_size)
         length = self.seq_length

@@ -21,7 +21,7 @@ import numpy as np
 from easydata.manifest import read_manifest
 from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import BlockIndex
-from easydata.reader.layouts import LAYOUTS, apply_layout
+from easydata.reader.layouts import apply_layout, check_layout
 from easydata.reader.permutation import derive_key, permute
 from easydata.reader.token_reader import JaxBatches, resolve_processes
 
@@ -39,6 +39,7 @@ class FollowReader(JaxBatches):
       seed: shuffles rows within each shard.
       process_index, process_count: this process and how many read together (default: JAX's, else 0/1).
       layout: `raw`, `maxtext` or `hf`.
+      dtype: `int32` (as stored) or `int64` (every array of a batch widened).
       name: dataset inside the output (default: its only dataset).
       seq_length: row length for unpacked outputs (rows are padded / cut to it).
       poll_seconds: how often to look for new windows once every committed row is read.
@@ -49,13 +50,13 @@ class FollowReader(JaxBatches):
 
     def __init__(self, path: str, batch_size: int, seed: int = 0, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
-                 seq_length: Optional[int] = None, poll_seconds: float = 5.0, timeout: Optional[float] = None):
+                 seq_length: Optional[int] = None, poll_seconds: float = 5.0, timeout: Optional[float] = None,
+                 dtype: str = "int32"):
         process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0 or batch_size % process_count:
             raise ValueError(f"`batch_size` {batch_size} must be a positive multiple of the {process_count} processes.")
-        if layout not in LAYOUTS:
-            raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}.")
-        self.path, self.batch_size, self.seed, self.layout = path, batch_size, seed, layout
+        check_layout(layout, dtype)
+        self.path, self.batch_size, self.seed, self.layout, self.dtype = path, batch_size, seed, layout, str(dtype)
         self.process_index, self.process_count = process_index, process_count
         self.poll_seconds, self.timeout = poll_seconds, timeout
         self.index = BlockIndex.from_output(path, name)
@@ -119,7 +120,7 @@ class FollowReader(JaxBatches):
                     rest = {c: v[self.batch_size:] for c, v in merged.items()}
                     pending, pending_rows = [rest], pending_rows - self.batch_size
                     self._position += self.batch_size
-                    yield apply_layout(self.layout, batch, self.pad_id)
+                    yield apply_layout(self.layout, batch, self.pad_id, self.dtype)
                 continue
             if self.timeout is not None and time.monotonic() - idle_since > self.timeout:
                 return

@@ -12,6 +12,9 @@ padding), `positions`, and `loss_mask` when the data has one.
   -100 on padding, on untrained tokens (loss mask 0), and on each segment's first token (Hugging Face
   models shift labels themselves, and the first token of a document must not be predicted from the
   previous document).
+
+Every array is int32 as stored; `dtype="int64"` widens a batch's arrays after the layout, for
+training code that wants 64-bit indices (PyTorch's `cross_entropy` takes int64 targets only).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["LAYOUTS", "apply_layout"]
+__all__ = ["DTYPES", "LAYOUTS", "apply_layout", "check_layout"]
 
 
 def _raw(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
@@ -55,8 +58,21 @@ LAYOUTS: dict[str, Callable[[dict[str, np.ndarray], int], dict[str, np.ndarray]]
     "raw": _raw, "maxtext": _maxtext, "hf": _hf}
 
 
-def apply_layout(name: str, batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
-    """Converts a raw batch to the named preset."""
+DTYPES = ("int32", "int64")
+
+
+def check_layout(name: str, dtype: str = "int32") -> None:
+    """Raises ValueError for an unknown layout or batch dtype (readers check at construction)."""
     if name not in LAYOUTS:
         raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {name!r}.")
-    return LAYOUTS[name](batch, pad_id)
+    if str(dtype) not in DTYPES:
+        raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}, got {dtype!r}.")
+
+
+def apply_layout(name: str, batch: dict[str, np.ndarray], pad_id: int, dtype: str = "int32") -> dict[str, np.ndarray]:
+    """Converts a raw batch to the named preset, its arrays as `dtype` (int32 as stored, or int64)."""
+    check_layout(name, dtype)
+    out = LAYOUTS[name](batch, pad_id)
+    if str(dtype) != "int32":
+        out = {key: array.astype(dtype) for key, array in out.items()}
+    return out

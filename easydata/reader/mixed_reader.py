@@ -42,7 +42,7 @@ __all__ = ["MixedReader"]
 
 STATE_VERSION = 1
 _ARRANGE_KEY = 0x4D4958  # "MIX": keeps the arrangement's keys apart from the sources' epoch-order keys
-_SAME = ("batch_size", "seq_length", "layout", "process_index", "process_count")  # must agree across sources
+_SAME = ("batch_size", "seq_length", "layout", "dtype", "process_index", "process_count")  # must agree across sources
 
 _State = tuple[int, tuple[int, ...], tuple[float, ...], tuple[int, ...]]  # step, consumed, expected, counts
 
@@ -89,6 +89,7 @@ class MixedReader(JaxBatches):
         self.schedule = WeightSchedule(schedule, self.names, interpolation)
         first = self.readers[self.names[0]]
         self.batch_size, self.seq_length, self.layout = first.batch_size, first.seq_length, first.layout
+        self.dtype = first.dtype
         self.process_index, self.process_count = first.process_index, first.process_count
         self.local_batch_size = first.local_batch_size
         self.pad_id = first.pad_id
@@ -187,7 +188,7 @@ class MixedReader(JaxBatches):
             batch = self._read_step(step, counts, consumed, sources)
             consumed = tuple(c + n for c, n in zip(consumed, counts))
             expected, step = tuple(after), step + 1
-            yield apply_layout(self.layout, batch, self.pad_id), (step, consumed, expected, tuple(counts))
+            yield apply_layout(self.layout, batch, self.pad_id, self.dtype), (step, consumed, expected, tuple(counts))
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches of `[batch_size // process_count, L]` arrays, from the current state on."""

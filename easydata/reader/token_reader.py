@@ -26,7 +26,7 @@ import numpy as np
 
 from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import COMMIT_WAIT_SECONDS, BlockIndex
-from easydata.reader.layouts import LAYOUTS, apply_layout
+from easydata.reader.layouts import apply_layout, check_layout
 from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
 
 __all__ = ["TokenReader", "EpochRows", "JaxBatches"]
@@ -104,6 +104,7 @@ class TokenReader(JaxBatches):
       drop_remainder: drop the last incomplete global batch of each epoch.
       process_index, process_count: this process and how many read together (default: JAX's, else 0/1).
       layout: `raw`, `maxtext` or `hf` (see `easydata.reader.layouts`).
+      dtype: `int32` (as stored) or `int64` (every array of a batch widened, e.g. PyTorch labels).
       name: dataset inside the output (default: its only dataset).
       seq_length: row length for unpacked outputs (rows are padded / cut to it).
       prefetch: shuffle windows read ahead on a background thread (0: none, a window loads when a
@@ -121,7 +122,7 @@ class TokenReader(JaxBatches):
                  num_epochs: Optional[int] = None, drop_remainder: bool = True, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
                  seq_length: Optional[int] = None, prefetch: int = 1, window_blocks: int = 4,
-                 commit_wait: float = COMMIT_WAIT_SECONDS):
+                 commit_wait: float = COMMIT_WAIT_SECONDS, dtype: str = "int32"):
         process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0:
             raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
@@ -130,8 +131,8 @@ class TokenReader(JaxBatches):
         if batch_size % process_count:
             raise ValueError(f"`batch_size` {batch_size} does not divide over {process_count} processes; use a"
                              f" multiple of {process_count}.")
-        if layout not in LAYOUTS:
-            raise ValueError(f"`layout` must be one of {', '.join(LAYOUTS)}, got {layout!r}.")
+        check_layout(layout, dtype)
+        self.dtype = str(dtype)
         self.index = BlockIndex.from_output(path, name, commit_wait)
         self.row_spec = RowSpec.of_output(self.index, seq_length)
         self.packed, self.seq_length = self.row_spec.packed, self.row_spec.seq_length
@@ -202,7 +203,7 @@ class TokenReader(JaxBatches):
                                           self.num_rows)
             batch = rows.read(epoch, positions, storage_order=True)
             step += 1
-            yield apply_layout(self.layout, batch, self.pad_id), (epoch, step)
+            yield apply_layout(self.layout, batch, self.pad_id, self.dtype), (epoch, step)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches of `[batch_size // process_count, L]` arrays, from the current state on."""
