@@ -57,7 +57,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         name = ds_plan.name
         read = pipeline | f"Read[{name}]" >> ReadDocuments(
             dataset=datasets[name], splits=ds_plan.splits, batch_size=config.tokenize.batch_size,
-            max_document_bytes=config.tokenize.max_document_bytes, staging=plan.staging,
+            max_document_bytes=config.tokenize.max_document_byte_limit, staging=plan.staging,
             progress_dir=progress_dir, messages_field=config.chat.messages_field, checkpoint=True,
             skip_units=[u.unit for u in ds_plan.resumed_units])
         chat = read.documents | f"Chat[{name}]" >> ChatTemplate(

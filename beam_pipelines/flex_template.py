@@ -25,7 +25,7 @@ import re
 import sys
 from typing import Any, Optional, Sequence
 
-from easydata.config import PipelineConfig, apply_overrides
+from easydata.config import PipelineConfig, apply_overrides, parse_mapping_text
 from easydata.errors import ConfigError, EasyDataError
 from easydata.filesystems import open_file
 
@@ -130,7 +130,7 @@ def _load_config_mapping(value: str) -> dict[str, Any]:
         except (EasyDataError, OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{source} cannot be read: {e}") from None
     try:
-        data = yaml.safe_load(text)  # JSON is YAML
+        data = parse_mapping_text(text)  # JSON is YAML; a repeated key is an error
     except yaml.YAMLError as e:
         raise ConfigError(f"{source} is not valid YAML or JSON: {str(e).replace(chr(10), ' ')}") from None
     if not isinstance(data, dict):

@@ -37,6 +37,8 @@ __all__ = [
     "WeightSchedulePoint",
     "PipelineConfig",
     "parse_size",
+    "parse_mapping_text",
+    "safe_name",
     "apply_overrides",
     "INPUT_TYPES",
     "OUTPUT_FORMATS",
@@ -54,6 +56,20 @@ _FORMAT_COMPRESSIONS = {
     "bin": ("none",),
     "npz": ("none", "gzip"),
 }
+# Resource bounds: settings beyond these are refused before any work starts (they would only end in
+# "Unable to allocate ..." once data flows). Each is far above what a real job needs.
+MAX_SEQ_LENGTH = 2**21             # tokens per packed row (2 M: the longest-context models' windows)
+MAX_TOTAL_TOKENS = 10**14          # an explicit mix budget (100 T tokens)
+MAX_SHARDS = 100_000               # shards per output
+MAX_BATCH_SIZE = 1_000_000         # documents per tokenizer batch
+MAX_ROW_GROUP_SIZE = 10_000_000    # rows per Parquet row group / Arrow record batch
+MAX_POOL_SIZE = 4096               # open rows of the `pool` packer
+#: Documents larger than this are dead letters unless `tokenize.max_document_bytes` says otherwise:
+#: a single huge line would otherwise hold many times its size in memory while being tokenized.
+DEFAULT_MAX_DOCUMENT_BYTES = "32MiB"
+#: Dataset names become directories of the output: these are taken by the output's own files.
+RESERVED_NAMES = ("rejected", "mixed", "manifest.json")
+
 _SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -100,7 +116,8 @@ class DatasetConfig:
     """One input dataset.
 
     Attributes:
-      name: output sub-directory and manifest key; letters, digits, `_`, `-`, `.`.
+      name: output sub-directory and manifest key: letters, digits, `_`, `-`, `.`, starting with a
+        letter or digit; not `rejected`, `mixed` or `manifest.json`.
       data_files: path, glob, or list of them; any fsspec URL (local, file://, gs://, s3://, memory://).
       type: input format; inferred from the file extension when null (`.gz/.zst/.bz2` stripped first).
       content_field: the field holding the document text.
@@ -141,7 +158,9 @@ class TokenizeStageConfig:
       add_bos: prepend BOS (null: the tokenizer's own convention).
       add_eos: append EOS to every document unless it already ends with it.
       batch_size: documents per tokenizer call and per batch moved between stages.
-      max_document_bytes: larger documents are rejected to the dead-letter output.
+      max_document_bytes: larger documents (UTF-8 bytes of their text) are rejected to the dead-letter
+        output; a size (`32MiB`, `1GB` or bytes). Default 32 MiB; null: no limit (a single huge document
+        then holds many times its size in memory while it is tokenized).
     """
 
     max_length: Optional[int] = None
@@ -150,7 +169,12 @@ class TokenizeStageConfig:
     add_bos: Optional[bool] = None
     add_eos: bool = True
     batch_size: int = 1000
-    max_document_bytes: Optional[int] = None
+    max_document_bytes: Union[int, str, None] = DEFAULT_MAX_DOCUMENT_BYTES
+
+    @property
+    def max_document_byte_limit(self) -> Optional[int]:
+        """`max_document_bytes` in bytes (None: no limit)."""
+        return None if self.max_document_bytes is None else parse_size(self.max_document_bytes)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -208,8 +232,8 @@ class MixStageConfig:
             found.append(f"mix.weights must be finite and >= 0, got {', '.join(bad)}")
         elif self.weights and not any(w > 0 for w in self.weights.values()):
             found.append("mix.weights are all zero: give at least one dataset a positive weight")
-        if self.total_tokens is not None and self.total_tokens <= 0:
-            found.append(f"mix.total_tokens must be positive, got {self.total_tokens}")
+        if self.total_tokens is not None and not 0 < self.total_tokens <= MAX_TOTAL_TOKENS:
+            found.append(f"mix.total_tokens must be in [1, {MAX_TOTAL_TOKENS:.0e}], got {self.total_tokens}")
         return found
 
 
@@ -413,9 +437,10 @@ class PipelineConfig:
             problems.append(f"dataset name '{name}' is used more than once")
         for i, ds in enumerate(self.datasets):
             where = f"datasets[{i}] ('{ds.name}')"
-            if not re.fullmatch(r"[A-Za-z0-9_.\-]+", ds.name) or ds.name in ("rejected", "mixed"):
-                problems.append(f"{where}: `name` must use letters, digits, '_', '-', '.' and not be"
-                                " 'rejected' or 'mixed'")
+            if not safe_name(ds.name):
+                problems.append(f"{where}: `name` {ds.name!r} must be letters, digits, '_', '-', '.', start with a"
+                                f" letter or digit, and not be {', '.join(map(repr, RESERVED_NAMES))} (it names a"
+                                " directory of the output)")
             if not ds.data_file_list and not ds.pubsub_subscription:
                 problems.append(f"{where}: set `data_files` (or `pubsub_subscription` for streaming)")
             if ds.tokenizer is None and self.default_tokenizer is None:
@@ -428,8 +453,8 @@ class PipelineConfig:
             for field in sorted(reserved.intersection(ds.additional_fields)):
                 problems.append(f"{where}: additional field '{field}' collides with an output column")
         tok = self.tokenize
-        if tok.batch_size <= 0:
-            problems.append(f"tokenize.batch_size must be positive, got {tok.batch_size}")
+        if not 0 < tok.batch_size <= MAX_BATCH_SIZE:
+            problems.append(f"tokenize.batch_size must be in [1, {MAX_BATCH_SIZE:,}], got {tok.batch_size}")
         if tok.max_length is not None and tok.max_length <= 0:
             problems.append(f"tokenize.max_length must be positive, got {tok.max_length}")
         if tok.truncation != "none" and tok.max_length is None:
@@ -442,16 +467,18 @@ class PipelineConfig:
         elif tok.stride is not None and tok.max_length is not None and not 0 <= tok.stride < tok.max_length:
             problems.append(f"tokenize.stride (the overlap of consecutive windows) must be in [0, max_length ="
                             f" {tok.max_length}), got {tok.stride}")
-        if tok.max_document_bytes is not None and tok.max_document_bytes <= 0:
-            problems.append(f"tokenize.max_document_bytes must be positive, got {tok.max_document_bytes}")
+        try:
+            tok.max_document_byte_limit
+        except ValueError as e:
+            problems.append(f"tokenize.max_document_bytes: {e}")
         if self.max_rejected_fraction is not None and not 0 <= self.max_rejected_fraction <= 1:
             problems.append(f"max_rejected_fraction must be within [0, 1], got {self.max_rejected_fraction}")
-        if self.pack.seq_length <= 0:
-            problems.append(f"pack.seq_length must be positive, got {self.pack.seq_length}")
+        if not 0 < self.pack.seq_length <= MAX_SEQ_LENGTH:
+            problems.append(f"pack.seq_length must be in [1, {MAX_SEQ_LENGTH:,}], got {self.pack.seq_length}")
         if self.pack.max_segments_per_row is not None and self.pack.max_segments_per_row <= 0:
             problems.append(f"pack.max_segments_per_row must be positive, got {self.pack.max_segments_per_row}")
-        if self.pack.pool_size <= 0:
-            problems.append(f"pack.pool_size must be positive, got {self.pack.pool_size}")
+        if not 0 < self.pack.pool_size <= MAX_POOL_SIZE:
+            problems.append(f"pack.pool_size must be in [1, {MAX_POOL_SIZE}], got {self.pack.pool_size}")
         if self.pack.pad_token_id is not None and self.pack.pad_token_id < 0:
             problems.append(f"pack.pad_token_id must be >= 0, got {self.pack.pad_token_id}")
         if self.mix is not None:
@@ -469,14 +496,14 @@ class PipelineConfig:
         if save.compression not in _FORMAT_COMPRESSIONS[save.format]:
             problems.append(f"save.compression '{save.compression}' is not supported by format"
                             f" '{save.format}' (choose from {', '.join(_FORMAT_COMPRESSIONS[save.format])})")
-        if save.num_shards is not None and save.num_shards <= 0:
-            problems.append(f"save.num_shards must be positive, got {save.num_shards}")
+        if save.num_shards is not None and not 0 < save.num_shards <= MAX_SHARDS:
+            problems.append(f"save.num_shards must be in [1, {MAX_SHARDS:,}], got {save.num_shards}")
         try:
             save.max_shard_bytes
         except ValueError as e:
             problems.append(f"save.max_shard_size: {e}")
-        if save.row_group_size <= 0:
-            problems.append(f"save.row_group_size must be positive, got {save.row_group_size}")
+        if not 0 < save.row_group_size <= MAX_ROW_GROUP_SIZE:
+            problems.append(f"save.row_group_size must be in [1, {MAX_ROW_GROUP_SIZE:,}], got {save.row_group_size}")
         if save.format in TOKEN_FILE_FORMATS:
             problems.extend(self._token_file_problems())
         problems.extend(save.split_problems())
@@ -503,6 +530,12 @@ class PipelineConfig:
                 found.append(f"datasets[{i}] ('{ds.name}'): save.format '{fmt}' is for batch runs; the streaming"
                              " pipeline writes parquet, arrow or jsonl")
         return found
+
+
+def safe_name(name: str) -> bool:
+    """True when `name` can be a dataset's directory in the output: one plain path component that no
+    file of the output's own (manifest, dead letters, the mix, hidden staging and lock files) uses."""
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name)) and name not in RESERVED_NAMES
 
 
 # ---- generic dict -> dataclass conversion with complete error reporting ----------------------------
@@ -607,6 +640,40 @@ def _convert_dataclass(cls: Any, data: dict[str, Any], where: str, problems: lis
 # ---- files and overrides -------------------------------------------------------------------------
 
 
+def _unique_json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise json.JSONDecodeError(f"duplicate key {repeated[0]!r} (a key may appear once per mapping)", "", 0)
+    return dict(pairs)
+
+
+def parse_mapping_text(text: str, *, json_text: bool = False) -> Any:
+    """YAML (or JSON) text -> data; a key repeated in one mapping is an error, not "last one wins".
+
+    Raises:
+      yaml.YAMLError / json.JSONDecodeError: with the repeated key and its line.
+    """
+    import yaml
+
+    if json_text:
+        return json.loads(text, object_pairs_hook=_unique_json_object)
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key!r} (first at line {seen[key].line + 1})", key_node.start_mark)
+                seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_mapping(path: str | Path) -> dict[str, Any]:
     """Reads a YAML or JSON config file into a dict, with one-line errors."""
     import yaml
@@ -619,7 +686,7 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = parse_mapping_text(text, json_text=path.suffix == ".json")
     except (json.JSONDecodeError, yaml.YAMLError) as e:
         detail = str(e).replace("\n", " ")
         raise ConfigError(f"config file '{path}' is not valid {'JSON' if path.suffix == '.json' else 'YAML'}:"

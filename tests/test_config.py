@@ -172,21 +172,21 @@ def test_semantic_problems_are_all_reported_together() -> None:
         "dataset name 'web' is used more than once",
         "datasets[0] ('web'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
         "datasets[1] ('web'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
-        "datasets[2] ('mixed'): `name` must use letters, digits, '_', '-', '.' and not be 'rejected' or 'mixed'",
+        "datasets[2] ('mixed'): `name` 'mixed' must be letters, digits, '_', '-', '.', start with a letter or digit, and not be 'rejected', 'mixed', 'manifest.json' (it names a directory of the output)",
         "datasets[2] ('mixed'): set `data_files` (or `pubsub_subscription` for streaming)",
         "datasets[2] ('mixed'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
-        "datasets[3] ('bad name'): `name` must use letters, digits, '_', '-', '.' and not be 'rejected' or 'mixed'",
+        "datasets[3] ('bad name'): `name` 'bad name' must be letters, digits, '_', '-', '.', start with a letter or digit, and not be 'rejected', 'mixed', 'manifest.json' (it names a directory of the output)",
         "datasets[3] ('bad name'): `num_rows` must be >= 0, got -1",
         "datasets[3] ('bad name'): `additional_fields` must not repeat `content_field` 'text'",
         "datasets[3] ('bad name'): additional field 'input_ids' collides with an output column",
-        "tokenize.batch_size must be positive, got 0",
+        "tokenize.batch_size must be in [1, 1,000,000], got 0",
         "tokenize.truncation 'truncate' needs tokenize.max_length",
         "max_rejected_fraction must be within [0, 1], got 2.0",
-        "pack.seq_length must be positive, got 0",
+        "pack.seq_length must be in [1, 2,097,152], got 0",
         "save.compression 'lz4' is not supported by format 'jsonl' (choose from none, gzip, zstd)",
-        "save.num_shards must be positive, got 0",
+        "save.num_shards must be in [1, 100,000], got 0",
         "save.max_shard_size: expected a size such as '500MB' or '1GiB', got 'lots'",
-        "save.row_group_size must be positive, got 0",
+        "save.row_group_size must be in [1, 10,000,000], got 0",
     ]
     assert _problems(data) == expected
     # `validate()` on an already built config reports the same list, without raising.
@@ -201,7 +201,7 @@ def test_semantic_problems_are_all_reported_together() -> None:
     ({"weights": {"code": 1, "web": 1, "math": 1}}, ["mix.weights: 'math' is not a dataset (datasets: code, web)"]),
     ({"weights": {"code": -0.5, "web": 1}}, ["mix.weights must be finite and >= 0, got code=-0.5"]),
     ({"weights": {"code": 0, "web": 0}}, ["mix.weights are all zero: give at least one dataset a positive weight"]),
-    ({"weights": {"code": 1, "web": 1}, "total_tokens": 0}, ["mix.total_tokens must be positive, got 0"]),
+    ({"weights": {"code": 1, "web": 1}, "total_tokens": 0}, ["mix.total_tokens must be in [1, 1e+14], got 0"]),
     ({}, ["mix.weights is empty: give each dataset a weight (or remove the `mix` section)"]),
 ])
 def test_mix_problems_name_the_dataset(mix: dict[str, Any], problems: list[str]) -> None:
@@ -437,3 +437,53 @@ def test_every_template_file_parses(path: Path) -> None:
     if "datasets" in data:  # a pipeline config (the others are Flex Template metadata)
         cfg = PipelineConfig.from_dict(data)
         assert cfg.datasets
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".easydata-committing", ".easydata-lock", "manifest.json", "rejected",
+                                  "mixed", "a/b", "../outside", "a\\b", "", "-x", "web data", "ü"])
+def test_dataset_names_that_would_be_paths_are_refused(name) -> None:
+    problems = _problems({"default_tokenizer": "t", "datasets": [{"name": name, "data_files": "x"}]})
+    assert any(f"`name` {name!r} must be letters" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("name", ["web", "code.v2", "Web_1-a", "0"])
+def test_plain_dataset_names_are_accepted(name) -> None:
+    config = PipelineConfig.from_dict({"default_tokenizer": "t", "datasets": [{"name": name, "data_files": "x"}]})
+    assert config.datasets[0].name == name
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("pack", "seq_length", 10**12, "pack.seq_length must be in [1, 2,097,152], got 1000000000000"),
+    ("mix", "total_tokens", 10**15, "mix.total_tokens must be in [1, 1e+14], got 1000000000000000"),
+    ("save", "num_shards", 10**9, "save.num_shards must be in [1, 100,000], got 1000000000"),
+    ("tokenize", "batch_size", 10**9, "tokenize.batch_size must be in [1, 1,000,000], got 1000000000"),
+    ("save", "row_group_size", 10**10, "save.row_group_size must be in [1, 10,000,000], got 10000000000"),
+    ("pack", "pool_size", 10**6, "pack.pool_size must be in [1, 4096], got 1000000"),
+])
+def test_absurd_sizes_are_refused_before_any_work(section, key, value, message) -> None:
+    data = {"default_tokenizer": "t", "datasets": [{"name": "web", "data_files": "x"}], section: {key: value}}
+    if section == "mix":
+        data["mix"]["weights"] = {"web": 1.0}
+    assert message in _problems(data)
+
+
+def test_max_document_bytes_has_a_safe_default_and_takes_sizes() -> None:
+    base = {"default_tokenizer": "t", "datasets": [{"name": "web", "data_files": "x"}]}
+    assert PipelineConfig.from_dict(base).tokenize.max_document_byte_limit == 32 * 2**20
+    for value, limit in (("10MB", 10**7), ("1GiB", 2**30), (4096, 4096), (None, None)):
+        config = PipelineConfig.from_dict({**base, "tokenize": {"max_document_bytes": value}})
+        assert config.tokenize.max_document_byte_limit == limit
+    assert any(p.startswith("tokenize.max_document_bytes: expected a size")
+               for p in _problems({**base, "tokenize": {"max_document_bytes": "huge"}}))
+
+
+@pytest.mark.parametrize("suffix, text, key", [
+    (".yaml", "seed: 1\ndatasets:\n  - name: a\n    data_files: x\n    data_files: y\n", "data_files"),
+    (".yaml", "seed: 1\nseed: 2\n", "seed"),
+    (".json", '{"seed": 1, "save": {"format": "arrow", "format": "jsonl"}}', "format"),
+])
+def test_a_key_repeated_in_a_config_file_is_an_error(tmp_path, suffix, text, key) -> None:
+    path = tmp_path / f"job{suffix}"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"duplicate key '{key}'"):
+        PipelineConfig.from_yaml(path)

@@ -154,7 +154,7 @@ class _ProcessWindowFn(beam.DoFn):
         records = [(position, *parse_message(_data(m), getattr(m, "attributes", None)),
                     _data(m)[:200].decode("utf-8", "replace")) for position, m in enumerate(messages)]
         batch, rejects = collect_records(ds, ds.pubsub_subscription or ds.name, wid, records,
-                                         max_document_bytes=self._config.tokenize.max_document_bytes,
+                                         max_document_bytes=self._config.tokenize.max_document_byte_limit,
                                          messages_field=self._config.chat.messages_field)
         if batch is not None:
             batch, chat_rejects = render_batch(batch, self._renderer,
