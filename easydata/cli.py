@@ -195,6 +195,11 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
           f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")
     if m["documents_rejected"]:
         print(f"  rejected records: {result.output_dir}/rejected/")
+    for name, entries in m.get("partial_inputs", {}).items():
+        for entry in entries:
+            unread = "an unknown part" if entry["unread_bytes"] is None else f"{entry['unread_bytes']:,} bytes"
+            print(f"  warning: {name}: '{entry['path']}' was read only in part ({entry['read_bytes']:,} bytes read,"
+                  f" {unread} not): {entry['reason']}")
     print(f"next: easydata validate {result.output_dir}  |  easydata inspect {result.output_dir}")
     return 0
 

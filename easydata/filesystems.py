@@ -7,9 +7,10 @@ behaves like local storage everywhere else.
 
 from __future__ import annotations
 
+import io
 import os
 import posixpath
-from typing import IO, Iterable
+from typing import IO, Any, Iterable
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -100,17 +101,57 @@ def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compressi
         if compression == "zstd" and mode == "rb":
             # fsspec's python-zstandard fallback returns a stream reader that cannot be iterated by
             # line (io.UnsupportedOperation); buffering it gives the full file-object interface.
-            import io
-
-            import zstandard
-
             raw = fsspec.open(path, "rb").open()
-            return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))
+            return io.BufferedReader(_CheckedZstdReader(raw))
         return fsspec.open(path, mode, compression=compression).open()
     except FileNotFoundError:
         raise InputError(f"file '{path}' does not exist") from None
     except (ImportError, ValueError) as e:
         raise InputError(f"cannot open '{path}': {e}") from None
+
+
+class _CheckedZstdReader(io.RawIOBase):
+    """A zstd stream decompressed frame by frame that raises EOFError when its input ends inside a frame.
+
+    python-zstandard's own stream reader ends quietly at a cut: a truncated download would read as a
+    shorter, complete file. Input is fed in small pieces so a highly compressed block cannot expand
+    into more than a few hundred MB at once.
+    """
+
+    _CHUNK = 1 << 14
+
+    def __init__(self, raw: IO):
+        import zstandard
+
+        self._raw, self._zstd = raw, zstandard
+        self._decoder: Any = None
+        self._pending = b""  # input after the end of a frame: the start of the next one
+        self._out, self._at = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._at >= len(self._out):
+            data = self._pending or self._raw.read(self._CHUNK)
+            self._pending = b""
+            if not data:
+                if self._decoder is not None:
+                    raise EOFError("zstd stream ended before the end of its frame (the file is truncated)")
+                return 0
+            if self._decoder is None:
+                self._decoder = self._zstd.ZstdDecompressor().decompressobj()
+            self._out, self._at = self._decoder.decompress(data), 0
+            if self._decoder.eof:
+                self._pending, self._decoder = self._decoder.unused_data, None
+        n = min(len(buffer), len(self._out) - self._at)
+        buffer[:n] = self._out[self._at:self._at + n]
+        self._at += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def local_path(path: str) -> str | None:

@@ -17,7 +17,7 @@ from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
 from easydata.filesystems import join
 from easydata.formats import TOKEN_COLUMNS
-from easydata.manifest import build_manifest, write_manifest
+from easydata.manifest import PARTIAL_INPUTS, build_manifest, write_manifest
 from easydata.mixing import MIXED_NAME, MixPlan
 from easydata.output import commit_output, finish_commit
 from easydata.run_plan import RunPlan
@@ -176,7 +176,10 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
       RuntimeError: when counters do not add up (a bug: nothing is committed).
     """
     counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    partial: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for name, values in stats:
+        values = dict(values)
+        partial[name].extend(values.pop(PARTIAL_INPUTS, ()))
         counters[name].update(values)
     names = [MIXED_NAME] if mix_plan is not None else [d.name for d in plan.datasets]
     fractions = config.save.split_fractions()
@@ -233,7 +236,8 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         schema=output_schema(written, config), datasets=datasets, output_format=config.save.format,
         compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
         run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3),
-             **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix)
+             **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix,
+        partial_inputs={name: sorted(entries, key=lambda e: (e["path"], e["offset"])) for name, entries in partial.items()})
     if fractions is not None:
         manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from easydata.filesystems import join
 from easydata.formats import iter_shard_batches
-from easydata.manifest import read_manifest
+from easydata.manifest import member_path, read_manifest
 
 __all__ = ["inspect_output"]
 
@@ -90,7 +89,7 @@ def inspect_output(output_dir: str, num_rows: int = 3) -> str:
         if not info["shards"] or num_rows <= 0:
             continue
         shown = 0
-        for batch in iter_shard_batches(join(output_dir, info["shards"][0]["path"]), manifest.get("format")):
+        for batch in iter_shard_batches(member_path(output_dir, info["shards"][0]["path"], "shard path"), manifest.get("format")):
             for row in batch.slice(0, num_rows - shown).to_pylist():
                 extras = {k: v for k, v in row.items() if k not in ("input_ids", "attention_mask", "loss_mask",
                                                                      "segment_ids", "positions")}

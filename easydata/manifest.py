@@ -10,17 +10,41 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import posixpath
 import time
 from typing import Any, Iterable, Optional
 
 from easydata.errors import InputError, ValidationFailed
 from easydata.filesystems import get_fs, join, open_file
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "build_manifest", "write_manifest", "read_manifest"]
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "build_manifest", "write_manifest",
+           "read_manifest", "member_path"]
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 COMMIT_MARKER = ".easydata-committing"  # present while a run replaces the output (easydata.output)
+#: Manifest key: per input dataset, the files read only in part (truncated or corrupt part-way).
+PARTIAL_INPUTS = "partial_inputs"
+
+
+def member_path(output_dir: str, relative: Any, what: str = "path") -> str:
+    """The location of a file a manifest names, which must lie inside the output directory.
+
+    A manifest is data anyone may edit or forge: a shard path `../outside/x.parquet`, `/etc/passwd` or
+    `gs://other/x` must never be opened as part of the output.
+
+    Raises:
+      ValidationFailed: for an absolute path, a URL, `..` components or anything but a relative path.
+    """
+    if not isinstance(relative, str) or not relative or "\\" in relative or "://" in relative or \
+            relative.startswith("/") or "\x00" in relative:
+        raise ValidationFailed(f"'{output_dir}': manifest {what} {relative!r} is not a relative path inside the"
+                               " output; refusing to open it")
+    normal = posixpath.normpath(relative)
+    if normal == ".." or normal.startswith("../") or normal in (".", MANIFEST_NAME):
+        raise ValidationFailed(f"'{output_dir}': manifest {what} {relative!r} points outside the output; refusing"
+                               " to open it")
+    return join(output_dir, normal)
 
 
 def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[str, Any],
@@ -28,7 +52,8 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
                    compression: str, rejected_files: Iterable[str] = (), run: Optional[dict[str, Any]] = None,
                    tokenizers: Optional[dict[str, dict[str, Any]]] = None,
                    chat: Optional[dict[str, dict[str, Any]]] = None,
-                   mix: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                   mix: Optional[dict[str, Any]] = None,
+                   partial_inputs: Optional[dict[str, list[dict[str, Any]]]] = None) -> dict[str, Any]:
     """Assembles the manifest dict.
 
     Args:
@@ -36,6 +61,8 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
         `documents_written`, `documents_rejected`, `padding_tokens`.
       mix: a mix's plan and realized shares (`easydata.finalize`); its `target_weights` and
         `realized_token_share` are also put at the top level.
+      partial_inputs: per input dataset, the files read only in part (`path`, `offset`, `read_bytes`,
+        `unread_bytes` (None: unknown), `reason`); their unread rest is one dead letter each.
     """
     totals = {"rows": 0, "tokens": 0, "padding_tokens": 0, "documents_in": 0, "documents_written": 0,
               "documents_rejected": 0, "shards": 0}
@@ -71,6 +98,7 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
         "documents_written": totals["documents_written"],
         "documents_rejected": totals["documents_rejected"],
         "rejected_files": sorted(rejected_files),
+        PARTIAL_INPUTS: {name: entries for name, entries in sorted((partial_inputs or {}).items()) if entries},
     }
     if tokenizers:
         manifest["tokenizers"] = tokenizers

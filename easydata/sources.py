@@ -33,12 +33,13 @@ from easydata.machine import usable_cores
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "infer_type", "total_input_bytes", "key_names", "split_size", "default_split_count", "MAX_BATCH_CHARS",
-           "collect_records"]
+           "collect_records", "parse_json_record"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
                     ".txt": "txt", ".text": "txt", ".md": "txt"}
 _EXCERPT_CHARS = 200
+_BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
 # A batch closes at `batch_size` documents or this many characters of text, whichever comes first.
 MAX_BATCH_CHARS = 4 * 2**20
 
@@ -79,9 +80,27 @@ class Reject:
     reason: str
     excerpt: str = ""
     records: int = 1  # input records this rejection stands for (all rows of an unreadable row group)
+    # Set when the rest of a split could not be read (a truncated or corrupt file): how many bytes of the
+    # split were read before the damage, and how many were left unread (None: unknown, e.g. a compressed
+    # stream cut short, whose missing part never arrived).
+    read_bytes: Optional[int] = None
+    unread_bytes: Optional[int] = None
+
+    @property
+    def partial_input(self) -> bool:
+        """This dead letter stands for the unread rest of a file."""
+        return self.read_bytes is not None
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not self.partial_input:
+            del data["read_bytes"], data["unread_bytes"]
+        return data
+
+    def partial_entry(self) -> dict[str, Any]:
+        """The manifest's record of a file read only in part (`partial_inputs`)."""
+        return {"path": self.source, "offset": self.position, "read_bytes": self.read_bytes,
+                "unread_bytes": self.unread_bytes, "reason": self.reason}
 
 
 @dataclasses.dataclass
@@ -294,12 +313,14 @@ class _Collector:
     def done(self) -> bool:
         return self.limit is not None and self.count >= self.limit
 
-    def reject(self, position: int, reason: str, excerpt: Any = "", records: int = 1) -> None:
+    def reject(self, position: int, reason: str, excerpt: Any = "", records: int = 1, *,
+               read_bytes: Optional[int] = None, unread_bytes: Optional[int] = None) -> None:
         if self.done:
             return
         self.count += records
-        text = excerpt if isinstance(excerpt, str) else repr(excerpt)
-        self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:_EXCERPT_CHARS], records))
+        text = excerpt if isinstance(excerpt, str) else _excerpt(excerpt)
+        self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:_EXCERPT_CHARS], records,
+                                   read_bytes, unread_bytes))
 
     def add_record(self, position: int, record: Any) -> None:
         """Adds one parsed structured record: an object whose content field holds a string (a text
@@ -431,8 +452,13 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
             raise
         except Exception as e:  # a corrupt or truncated file: dead-letter the rest of the split, go on
             message = str(e).splitlines()[0] if str(e) else type(e).__name__
-            collector.reject(-1, f"unreadable input after {consumed_total} bytes of this split"
-                                 f" (starting at {split.start}): {type(e).__name__}: {message}"[:500])
+            byte_positions = split.type in ("jsonl", "txt", "json")  # else positions are rows
+            position = split.start + consumed_total if byte_positions else -1
+            compressed = compression_of(split.path) is not None
+            unread = None if compressed or not split.size else max(split.size - consumed_total, 0)
+            collector.reject(position, f"unreadable input after {consumed_total} bytes of this split"
+                                       f" (starting at {split.start}): {type(e).__name__}: {message}"[:500],
+                             read_bytes=consumed_total, unread_bytes=unread)
         batch = collector.flush()
         if batch is not None:
             yield batch
@@ -441,39 +467,90 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
             rejects.extend(collector.rejects)
 
 
+def _excerpt(value: Any) -> str:
+    """The start of a record for a dead letter (a deeply nested one cannot be `repr`-ed whole)."""
+    try:
+        return repr(value)[:_EXCERPT_CHARS]
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to show>"
+
+
+def parse_json_record(text: str) -> tuple[Any, Optional[str]]:
+    """`(record, None)`, or `(None, reason)` for text that is not one JSON value (malformed, or nested
+    so deeply that the parser would exhaust the stack: bad input, never a crash)."""
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as e:
+        return None, f"malformed JSON: {e.msg} at column {e.colno}"
+    except RecursionError:
+        return None, "malformed JSON: nested too deeply"
+
+
+def _line_cap(max_bytes: Optional[int]) -> int:
+    """Bytes of one input line read at most: a document's JSON line may escape each character to up
+    to 6 bytes (`\\uXXXX`); a longer line is rejected unread, so one huge line cannot fill memory."""
+    return -1 if max_bytes is None else 6 * max_bytes + (1 << 16)
+
+
+def _bounded_lines(f: Any, cap: int) -> Iterator[tuple[bytes, int]]:
+    """`(line, 0)` for every line of `f`, or `(its first cap bytes, bytes skipped)` for a longer one."""
+    if cap < 0:
+        for raw in f:
+            yield raw, 0
+        return
+    while True:
+        raw = f.readline(cap)
+        if not raw:
+            return
+        skipped = 0
+        if len(raw) == cap and not raw.endswith(b"\n"):
+            while True:  # the rest of an overlong line, in bounded pieces
+                more = f.readline(1 << 20)
+                skipped += len(more)
+                if not more or more.endswith(b"\n"):
+                    break
+        yield raw, skipped
+
+
 def _read_lines(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
-    """JSONL and text: lines whose first byte lies in [start, end)."""
+    """JSONL and text: lines whose first byte lies in [start, end); a UTF-8 BOM opening the file is
+    encoding, not text, and is dropped."""
     is_json = split.type == "jsonl"
     if split.type == "txt" and dataset.sample_by != "line":
         yield from _read_text_whole(split, dataset, out)
         return
+    cap = _line_cap(out.max_bytes)
     with open_file(split.path) as f:
         position = split.start
         if split.start > 0:
             f.seek(split.start - 1)
             skipped = f.readline()  # the rest of a line that belongs to the previous split
             position = split.start - 1 + len(skipped)
-        for raw in f:
+        for raw, skipped in _bounded_lines(f, cap):
             if split.end is not None and position >= split.end:
                 break
-            line_pos, position = position, position + len(raw)
+            line_pos, position = position, position + len(raw) + skipped
+            if line_pos == 0 and raw.startswith(_BOM):
+                raw = raw[len(_BOM):]
             stripped = raw.strip()
-            if stripped:
+            if skipped:
+                out.reject(line_pos, f"line of {len(raw) + skipped} bytes is larger than max_document_bytes="
+                                     f"{out.max_bytes} allows (not read)", stripped[:_EXCERPT_CHARS].decode("utf-8", "replace"))
+            elif stripped:
                 try:
                     text = stripped.decode("utf-8")
                 except UnicodeDecodeError as e:
                     out.reject(line_pos, f"invalid UTF-8 at byte {e.start}", stripped.decode("utf-8", "replace"))
                 else:
                     if is_json:
-                        try:
-                            record = json.loads(text)
-                        except json.JSONDecodeError as e:
-                            out.reject(line_pos, f"malformed JSON: {e.msg} at column {e.colno}", text)
+                        record, problem = parse_json_record(text)
+                        if problem is not None:
+                            out.reject(line_pos, problem, text)
                         else:
                             out.add_record(line_pos, record)
                     else:
                         out.add_text(line_pos, text)
-            yield len(raw)
+            yield len(raw) + skipped
             if out.done:
                 return
 
@@ -481,6 +558,8 @@ def _read_lines(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
 def _read_text_whole(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
     with open_file(split.path) as f:
         data = f.read()
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -502,16 +581,17 @@ def _read_text_whole(split: InputSplit, dataset: DatasetConfig, out: _Collector)
 def _read_json(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
     """`.json`: a JSON array of objects (position = index), or JSON lines."""
     with open_file(split.path) as f:
-        head = f.read(64).lstrip()
-    if not head.startswith(b"["):
+        head = f.read(64)
+    if not head.removeprefix(_BOM).lstrip().startswith(b"["):
         yield from _read_lines(dataclasses.replace(split, type="jsonl"), dataset, out)
         return
     with open_file(split.path) as f:
         data = f.read()
     try:
-        records = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        out.reject(0, f"malformed JSON array: {e}", data[:_EXCERPT_CHARS].decode("utf-8", "replace"))
+        records = json.loads(data.removeprefix(_BOM))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        out.reject(0, f"malformed JSON array: {reason}", data[:_EXCERPT_CHARS].decode("utf-8", "replace"))
         yield len(data)
         return
     per = len(data) // max(len(records), 1)
@@ -580,25 +660,57 @@ def _read_arrow(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
     with _open_table_file(split.path) as f:
         try:
             reader = ipc.open_file(f)
-            batches = (reader.get_batch(i) for i in range(split.start, split.end or reader.num_record_batches))
+            indices = range(split.start, split.end or reader.num_record_batches)
             row = sum(reader.get_batch(i).num_rows for i in range(split.start))
         except pa.ArrowInvalid:
             f.seek(0)
             try:
-                batches, row = iter(ipc.open_stream(f)), 0
+                stream = ipc.open_stream(f)
             except pa.ArrowInvalid as e:
                 raise InputError(f"'{split.path}' is not an Arrow IPC file or stream: {e}") from None
-        for batch in batches:
-            batch = batch.select(_columns_needed(dataset, batch.schema.names))
-            # IPC buffers are used as they are in the file: a corrupt offset would make pyarrow read
-            # out of bounds (a crash, found by tests/test_hostile_input.py). Checking is cheap next to
-            # tokenizing; ArrowInvalid dead-letters the rest of the split (see `read_split`).
-            batch.validate(full=True)
+            # A stream has no index of its batches: a corrupt one ends the reading (see `read_split`).
+            row = 0
+            for batch in stream:
+                batch = _checked_arrow_batch(batch, dataset)
+                _emit_table_batch(batch, row, out, dataset)
+                row += batch.num_rows
+                yield batch.nbytes
+                if out.done:
+                    return
+            return
+        for i in indices:
+            batch, rows = None, None
+            try:
+                batch = reader.get_batch(i)
+                rows = batch.num_rows
+                batch = _checked_arrow_batch(batch, dataset)
+            except _PROGRAMMING_ERRORS:
+                raise
+            except Exception as e:  # a corrupt batch of a file: its rows are dead letters, the others are read
+                if rows is None:
+                    raise  # its row count is unknown, so the positions of the rows after it are too
+                out.reject(row, f"unreadable Arrow record batch {i} (rows {row}..{row + rows - 1}):"
+                                f" {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500],
+                           records=rows)
+                row += rows
+                yield 0
+                if out.done:
+                    return
+                continue
             _emit_table_batch(batch, row, out, dataset)
             row += batch.num_rows
             yield batch.nbytes
             if out.done:
                 return
+
+
+def _checked_arrow_batch(batch: Any, dataset: DatasetConfig) -> Any:
+    """The batch's needed columns, fully validated: IPC buffers are used as they are in the file, and a
+    corrupt offset would make pyarrow read out of bounds (a crash, found by tests/test_hostile_input.py).
+    Checking is cheap next to tokenizing."""
+    batch = batch.select(_columns_needed(dataset, batch.schema.names))
+    batch.validate(full=True)
+    return batch
 
 
 def _read_csv(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:

@@ -24,9 +24,8 @@ from typing import Any, Optional
 import numpy as np
 
 from easydata.errors import EasyDataError
-from easydata.filesystems import join
 from easydata.formats import iter_shard_batches
-from easydata.manifest import read_manifest
+from easydata.manifest import member_path, read_manifest
 
 __all__ = ["compute_stats", "format_stats", "plot_stats", "PERCENTILES"]
 
@@ -101,7 +100,7 @@ def _measure_output(output_dir: str, fmt: str, info: dict[str, Any], seq_length:
     packed = seq_length is not None
     acc = _Accumulator()
     for shard in info.get("shards", []):
-        for batch in iter_shard_batches(join(output_dir, shard["path"]), fmt, _columns(packed)):
+        for batch in iter_shard_batches(member_path(output_dir, shard["path"], "shard path"), fmt, _columns(packed)):
             ids = batch.column("input_ids")
             values = ids.flatten().to_numpy(zero_copy_only=False)
             acc.counts["rows"] += batch.num_rows

@@ -15,12 +15,12 @@ Pure code (fsspec, pyarrow), unit-tested without Beam; the Beam wiring is `trans
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from typing import Any, Mapping, Optional
 
 from easydata.filesystems import get_fs, join
 from easydata.manifest import MANIFEST_NAME, build_manifest, read_manifest, write_manifest
 from easydata.output import move_into_place
+from easydata.sources import parse_json_record
 
 __all__ = ["window_id", "parse_message", "commit_window"]
 
@@ -41,10 +41,9 @@ def parse_message(data: bytes, attributes: Optional[Mapping[str, str]] = None) -
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         return None, f"invalid UTF-8 at byte {e.start}"
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        return None, f"malformed JSON: {e.msg} at column {e.colno}"
+    record, problem = parse_json_record(text)
+    if problem is not None:
+        return None, problem
     if not isinstance(record, dict):
         return None, f"record is a {type(record).__name__}, not an object"
     for key, value in (attributes or {}).items():

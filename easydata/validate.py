@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from easydata.errors import EasyDataError
+from easydata.errors import EasyDataError, ValidationFailed
 from easydata.filesystems import get_fs, join
 from easydata.formats import TOKEN_COLUMNS, iter_shard_batches
-from easydata.manifest import read_manifest
+from easydata.manifest import PARTIAL_INPUTS, member_path, read_manifest
 from easydata.mixing import MIXED_NAME
 
 __all__ = ["ValidationReport", "validate_output"]
@@ -43,6 +43,8 @@ class ValidationReport:
     rows: int = 0
     tokens: int = 0
     datasets: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    #: What holds but a user should know: inputs read only in part, outputs with no rows.
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,7 @@ class ValidationReport:
                  f" {self.tokens:,} tokens"]
         for name, info in sorted(self.datasets.items()):
             lines.append(f"  {name}: {info['shards']} shards, {info['rows']:,} rows, {info['tokens']:,} tokens")
+        lines.extend(f"  warning: {w}" for w in self.warnings)
         lines.extend(f"  problem: {p}" for p in self.problems)
         return "\n".join(lines)
 
@@ -197,7 +200,11 @@ def validate_output(output_dir: str) -> ValidationReport:
         ds_rows = ds_tokens = 0
         listed = set()
         for shard in info.get("shards", []):
-            path = join(output_dir, shard["path"])
+            try:
+                path = member_path(output_dir, shard.get("path"), "shard path")
+            except ValidationFailed as e:
+                problems.append(str(e))
+                continue
             listed.update(posixpath.basename(shard[key]) for key in shard if key == "path" or key.endswith("_path"))
             try:
                 counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema)
@@ -231,6 +238,17 @@ def validate_output(output_dir: str) -> ValidationReport:
         report.rows += ds_rows
         report.tokens += ds_tokens
     problems.extend(_check_sums("totals", manifest.get("totals") or {}, list(datasets.values()), "datasets"))
+    for name, entries in sorted((manifest.get(PARTIAL_INPUTS) or {}).items()):
+        for entry in entries:
+            unread = entry.get("unread_bytes")
+            report.warnings.append(f"dataset '{name}': input '{entry.get('path')}' was read only in part"
+                                   f" ({entry.get('read_bytes')} bytes read, "
+                                   f"{'an unknown part' if unread is None else f'{unread} bytes'} not):"
+                                   f" {entry.get('reason')}")
+    for name, info in sorted(datasets.items()):
+        if not info.get("documents_written"):
+            report.warnings.append(f"dataset '{name}' holds no documents ({info.get('documents_rejected', 0)}"
+                                   " rejected)")
     if manifest.get("mix"):
         problems.extend(_mix_problems(manifest["mix"], datasets.get(MIXED_NAME)))
     return report

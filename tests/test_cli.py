@@ -64,6 +64,9 @@ def test_every_command_has_help(command, capsys):
     ({"save.fromat": "parquet"}, "unknown key 'save.fromat' (did you mean 'format'?)"),
     ({"save.num_shards": "many"}, "save.num_shards: expected int"),
     ({"save.format": "csv"}, "save.format: must be one of parquet, arrow, jsonl"),
+    ({"pack.seq_length": 10**12}, "pack.seq_length must be in [1, 2,097,152], got 1000000000000"),
+    ({"datasets.0.name": ".."}, "`name` '..' must be letters"),
+    ({"tokenize.max_document_bytes": "lots"}, "tokenize.max_document_bytes: expected a size"),
 ])
 def test_user_errors_are_one_line(job, capsys, edit, expected):
     args = ["run", str(job), "--quiet"] + [f"--set={k}={v}" for k, v in edit.items()]
@@ -101,6 +104,29 @@ def test_run_validate_inspect_and_truncated_shard(job, tmp_path, capsys):
 
     err = _one_line_error(capsys, main(["validate", str(tmp_path)]))
     assert "no manifest.json" in err
+
+
+def test_a_truncated_zst_input_is_reported_by_the_run_and_by_validate(tmp_path, tokenizer_dir, capsys):
+    """A `.jsonl.zst` cut after 60 % used to give "60 documents (0 rejected)" and a clean validate."""
+    import zstandard
+
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in make_texts(4000, seed=3, min_words=20)).encode()
+    packed = zstandard.ZstdCompressor().compress(lines)
+    (tmp_path / "cut.jsonl.zst").write_bytes(packed[:len(packed) * 6 // 10])
+    code = main(["tokenize", "--data-files", str(tmp_path / "cut.jsonl.zst"), "--tokenizer", str(tokenizer_dir),
+                 "--output", str(tmp_path / "out"), "--quiet", "--direct_num_workers=1"])
+    assert code == 0
+    summary = capsys.readouterr().out
+    assert f"warning: data: '{tmp_path / 'cut.jsonl.zst'}' was read only in part" in summary
+    assert "an unknown part not): unreadable input after" in summary and "EOFError: zstd stream ended" in summary
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    (entry,) = manifest["partial_inputs"]["data"]
+    assert entry["path"] == str(tmp_path / "cut.jsonl.zst") and entry["unread_bytes"] is None
+    data = manifest["datasets"]["data"]
+    assert 0 < data["documents_written"] < 4000 and data["documents_rejected"] == 1
+    assert main(["validate", str(tmp_path / "out")]) == 0
+    report = capsys.readouterr().out
+    assert report.startswith("OK:") and "warning: dataset 'data': input" in report and "read only in part" in report
 
 
 @pytest.mark.slow

@@ -71,7 +71,8 @@ def test_every_bad_record_is_dead_lettered_with_a_reason(tokenizer_dir, chat_tok
              for line in path.read_text().splitlines()]
     reasons = collections.Counter()
     for line in lines:
-        assert set(line) == {"dataset", "source", "position", "reason", "excerpt", "records"}
+        partial = {"read_bytes", "unread_bytes"} if line["reason"].startswith("unreadable input") else set()
+        assert set(line) == {"dataset", "source", "position", "reason", "excerpt", "records"} | partial
         assert len(line["excerpt"]) <= 200
         reasons[line["reason"].split(":")[0].split(" at ")[0].split(" (")[0]] += line["records"]
     assert reasons == {
@@ -90,7 +91,15 @@ def test_every_bad_record_is_dead_lettered_with_a_reason(tokenizer_dir, chat_tok
     assert web["documents_written"] > good["good.jsonl"] + good["rows.parquet"]  # + the gzip's first part
     assert (chat["documents_written"], chat["documents_rejected"]) == (20, 1)
     assert sum(line["records"] for line in lines) == manifest["documents_rejected"]
-    assert validate_output(str(out)).ok
+    report = validate_output(str(out))
+    assert report.ok
+    # The cut download is listed as read only in part, and `validate` says so.
+    cut = str(tmp_path / "in" / "web" / "cut.jsonl.gz")
+    assert manifest["partial_inputs"] == {"web": [{
+        "path": cut, "offset": truncated[0]["position"], "read_bytes": truncated[0]["read_bytes"],
+        "unread_bytes": None, "reason": truncated[0]["reason"]}]}
+    assert truncated[0]["position"] == truncated[0]["read_bytes"] > 0
+    assert any(f"input '{cut}' was read only in part" in w for w in report.warnings), report.warnings
 
 
 def test_reader_reads_a_plain_output_beside_a_chat_output(tmp_path, chat_tokenizer_dir):

@@ -161,9 +161,90 @@ def test_an_arrow_batch_with_corrupt_offsets_is_dead_lettered_not_a_crash(tmp_pa
         [sys.executable, "-c", "import json, sys; from pathlib import Path;"
          " from tests.test_hostile_input import _read_everything;"
          " n, rejects = _read_everything(Path(sys.argv[1]));"
-         " print(json.dumps([n, [r.reason for r in rejects]]))", str(path)],
+         " print(json.dumps([n, [r.reason for r in rejects], [r.records for r in rejects]]))", str(path)],
         capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=120)
     assert child.returncode == 0, f"reader crashed (exit {child.returncode}): {child.stderr[-300:]}"
-    documents, reasons = json.loads(child.stdout.strip().splitlines()[-1])
+    documents, reasons, records = json.loads(child.stdout.strip().splitlines()[-1])
     assert documents == 2, "the second batch is still read"
     assert len(reasons) == 1 and "ArrowInvalid" in reasons[0] and "offset" in reasons[0].lower()
+    assert reasons[0].startswith("unreadable Arrow record batch 0 (rows 0..2)") and records == [3]
+
+
+# ---- compressed streams cut short, BOMs, nesting, overlong lines --------------------------------------
+
+
+@pytest.mark.parametrize("ext", ["jsonl.zst", "jsonl.gz", "jsonl.bz2"])
+def test_a_truncated_compressed_stream_is_a_partial_input_dead_letter(tmp_path: Path, ext: str):
+    """A `.zst` cut after 60 % of its records used to read as a complete, shorter file (0 rejected)."""
+    full = _valid_bytes(ext, n=20_000)  # several compressed blocks: the records before the cut are read
+    path = tmp_path / f"in.{ext}"
+    path.write_bytes(full[:len(full) * 6 // 10])
+    documents, rejects = _read_everything(path)
+    assert documents < 20_000 and (documents > 0 or ext == "jsonl.bz2")  # bz2's 900 kB blocks: all cut off
+    partial = [r for r in rejects if r.partial_input]
+    assert len(partial) == 1, [r.reason for r in rejects]
+    reject = partial[0]
+    assert reject.reason.startswith("unreadable input after ") and "EOFError" in reject.reason
+    assert reject.source == str(path) and reject.position == reject.read_bytes and (reject.read_bytes > 0) == (
+        documents > 0)
+    assert reject.unread_bytes is None  # what was cut off never arrived: its size is unknown
+    assert reject.partial_entry() == {"path": str(path), "offset": reject.position, "read_bytes": reject.read_bytes,
+                                      "unread_bytes": None, "reason": reject.reason}
+
+
+def test_a_complete_multi_frame_zstd_file_reads_whole(tmp_path: Path):
+    import zstandard
+
+    records = [json.dumps({"text": f"doc {i}"}).encode() + b"\n" for i in range(50)]
+    frames = b"".join(zstandard.ZstdCompressor().compress(b"".join(records[i:i + 10])) for i in range(0, 50, 10))
+    (tmp_path / "in.jsonl.zst").write_bytes(frames)
+    assert _read_everything(tmp_path / "in.jsonl.zst") == (50, [])
+
+
+@pytest.mark.parametrize("ext, body", [
+    ("jsonl", b'{"text": "first", "id": 1}\n{"text": "second", "id": 2}\n'),
+    ("json", b'[{"text": "first", "id": 1}, {"text": "second", "id": 2}]'),
+    ("txt", b"first\nsecond\n"),
+    ("csv", b"text,id\nfirst,1\nsecond,2\n"),
+])
+def test_a_utf8_bom_is_not_part_of_the_first_record(tmp_path: Path, ext: str, body: bytes):
+    from easydata.sources import read_split
+
+    path = tmp_path / f"in.{ext}"
+    path.write_bytes(b"\xef\xbb\xbf" + body)
+    ds = DatasetConfig(name="d", data_files=str(path))
+    rejects: list = []
+    texts = [t for split in plan_splits(ds) for batch in read_split(split, ds, rejects=rejects) for t in batch.texts]
+    assert texts == ["first", "second"] and rejects == []
+
+
+def test_a_deeply_nested_json_line_is_a_dead_letter_not_a_crash(tmp_path: Path):
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"text": "before"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n"
+                     + b'{"text": "deep", "x": ' + b"[" * 5000 + b"]" * 5000 + b'}\n{"text": "after"}\n')
+    documents, rejects = _read_everything(path)
+    assert documents == 2
+    assert [r.reason for r in rejects] == ["malformed JSON: nested too deeply"] * 2
+    array = tmp_path / "deep.json"
+    array.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    documents, rejects = _read_everything(array)
+    assert documents == 0 and [r.reason for r in rejects] == ["malformed JSON array: nested too deeply"]
+
+
+def test_an_overlong_line_is_rejected_without_being_read_whole(tmp_path: Path):
+    """With `max_document_bytes` M, a line longer than 6 M (the most a JSON line of an M-byte text can
+    need) is rejected unread: a 200 MB line no longer grows a worker past 10 GB."""
+    from easydata.sources import read_split
+
+    limit = 10_000
+    path = tmp_path / "in.jsonl"
+    huge = b'{"text": "' + b"x" * (6 * limit + 2**17) + b'"}\n'
+    path.write_bytes(b'{"text": "ok"}\n' + huge + b'{"text": "' + b"y" * (2 * limit) + b'"}\n{"text": "end"}\n')
+    ds = DatasetConfig(name="d", data_files=str(path))
+    rejects: list = []
+    texts = [t for split in plan_splits(ds) for batch in read_split(split, ds, max_document_bytes=limit,
+                                                                     rejects=rejects) for t in batch.texts]
+    assert texts == ["ok", "end"]
+    assert [r.position for r in rejects] == [15, 15 + len(huge)]
+    assert rejects[0].reason == f"line of {len(huge)} bytes is larger than max_document_bytes={limit} allows (not read)"
+    assert rejects[1].reason == f"document is larger than max_document_bytes={limit}"

@@ -442,3 +442,29 @@ def test_loss_mask_must_be_zero_or_one_and_zero_on_padding(tmp_path, mask, probl
         output_format="parquet", compression="zstd")
     write_manifest(str(out), manifest)
     assert validate_output(str(out)).problems == [f"d/part-00000-of-00001.parquet: {problem}"]
+
+
+# ---- paths in a manifest are data: they must stay inside the output ------------------------------------
+
+
+@pytest.mark.parametrize("forged", ["../outside/secret.parquet", "../../etc/passwd", "/etc/passwd",
+                                    "web/../../outside/secret.parquet", "file:///etc/passwd", "gs://other/x.parquet",
+                                    "manifest.json", "..\\outside\\secret.parquet", ""])
+def test_a_shard_path_outside_the_output_is_refused_by_every_consumer(tmp_path: Path, forged: str, capsys) -> None:
+    """A valid Parquet file outside the output used to validate OK and become training data."""
+    from easydata.cli import main
+    from easydata.reader import TokenReader
+
+    out = build(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(next((out / "web").glob("*.parquet")), outside / "secret.parquet")
+    edit_manifest(out, lambda m: m["datasets"]["web"]["shards"][0].update(path=forged))
+    problems = problems_of(out)
+    assert any(f"manifest shard path {forged!r}" in p and "refusing to open it" in p for p in problems), problems
+    for command in (["inspect", str(out)], ["stats", str(out)]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("easydata: error: ") and len(err.splitlines()) == 1 and repr(forged) in err, err
+    with pytest.raises(ValidationFailed, match="refusing to open it"):
+        TokenReader(str(out), batch_size=1, name="web", seq_length=8)

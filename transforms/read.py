@@ -8,7 +8,8 @@ rewrites the same file) and counted.
 
 Outputs (tagged):
   main: `DocumentBatch`
-  `stats`: `(dataset, {"documents_in": n, "documents_rejected": r, "input_bytes": b})` per work unit
+  `stats`: `(dataset, {"documents_in": n, "documents_rejected": r, "input_bytes": b})` per work unit, with
+    `"partial_inputs": [...]` when a file of the unit could be read only in part
   `rejected_files`: relative paths of dead-letter files written
 """
 
@@ -22,6 +23,7 @@ import apache_beam as beam
 from easydata.checkpoint import write_unit
 from easydata.config import DatasetConfig
 from easydata.filesystems import join, open_file
+from easydata.manifest import PARTIAL_INPUTS
 from easydata.progress import ProgressSink
 from easydata.sources import DocumentBatch, InputSplit, Reject, read_split
 
@@ -80,6 +82,9 @@ class _ReadSplitsFn(beam.DoFn):
         rejected = sum(r.records for r in rejects)
         stats = {"documents_in": documents + rejected, "documents_rejected": rejected,
                  "input_bytes": input_bytes}
+        partial = [r.partial_entry() for r in rejects if r.partial_input]
+        if partial:  # files read only in part: listed in the manifest (`easydata.finalize`)
+            stats[PARTIAL_INPUTS] = partial
         if self._checkpoint:
             write_unit(self._staging, self._dataset.name, unit[0].index, batches=batches, stats=stats,
                        rejected_file=rel)

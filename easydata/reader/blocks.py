@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 import pyarrow as pa
 
-from easydata.filesystems import join, open_arrow_file
-from easydata.manifest import read_manifest
+from easydata.filesystems import open_arrow_file
+from easydata.manifest import member_path, read_manifest
 
 __all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS"]
 
@@ -87,7 +87,7 @@ class BlockIndex:
         if fmt not in cls.FORMATS:
             raise ValueError(f"the reader reads {', '.join(cls.FORMATS)} outputs; '{output_dir}' is {fmt}"
                              + (" (np.load it, or write parquet / arrow / bin)." if fmt == "npz" else "."))
-        paths = [join(output_dir, shard["path"]) for shard in datasets[name]["shards"]]
+        paths = [member_path(output_dir, shard["path"], "shard path") for shard in datasets[name]["shards"]]
         index = cls(output_dir=output_dir, name=name, fmt=fmt, shard_paths=paths, block_shard=np.zeros(0, np.int64),
                     block_local=np.zeros(0, np.int64), block_rows=np.zeros(0, np.int64), manifest=manifest)
         shard_of, local, rows = [], [], []
