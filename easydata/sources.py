@@ -617,6 +617,13 @@ def _emit_table_batch(batch: Any, first_row: int, out: _Collector, dataset: Data
             return
 
 
+def _reject_block(out: _Collector, block: str, row: int, rows: int, error: Exception) -> int:
+    """Dead-letters the `rows` records of an unreadable block starting at `row`; returns the next row."""
+    out.reject(row, f"unreadable {block} (rows {row}..{row + rows - 1}): {type(error).__name__}:"
+                    f" {str(error).splitlines()[0] if str(error) else ''}"[:500], records=rows)
+    return row + rows
+
+
 def _read_parquet(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
     import pyarrow.parquet as pq
 
@@ -636,11 +643,7 @@ def _read_parquet(split: InputSplit, dataset: DatasetConfig, out: _Collector) ->
             except _PROGRAMMING_ERRORS:
                 raise
             except Exception as e:  # a corrupt row group: its rows are dead letters, the others are read
-                rows = meta.row_group(g).num_rows
-                out.reject(row, f"unreadable Parquet row group {g} (rows {row}..{row + rows - 1}):"
-                                f" {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500],
-                           records=rows)
-                row += rows
+                row = _reject_block(out, f"Parquet row group {g}", row, meta.row_group(g).num_rows, e)
                 yield 0
                 if out.done:
                     return
@@ -689,10 +692,7 @@ def _read_arrow(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
             except Exception as e:  # a corrupt batch of a file: its rows are dead letters, the others are read
                 if rows is None:
                     raise  # its row count is unknown, so the positions of the rows after it are too
-                out.reject(row, f"unreadable Arrow record batch {i} (rows {row}..{row + rows - 1}):"
-                                f" {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500],
-                           records=rows)
-                row += rows
+                row = _reject_block(out, f"Arrow record batch {i}", row, rows, e)
                 yield 0
                 if out.done:
                     return
