@@ -27,6 +27,7 @@ from easydata.config import PipelineConfig
 from easydata.errors import DropUserErrors, EasyDataError
 from easydata.filesystems import join
 from easydata.manifest import read_manifest
+from easydata.output import recover_commit
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
 from easydata.splits import split_output_name
@@ -219,6 +220,20 @@ class BatchResult:
         return self.manifest["totals"]["tokens"] / max(self.elapsed_seconds, 1e-9)
 
 
+def _finish_interrupted_commit(config: PipelineConfig, announce: bool) -> Optional[dict[str, Any]]:
+    """`--resume` of a run killed inside its commit: the commit's journal finishes it (the job is not
+    run again); returns the manifest, or None when there was no such commit of this job."""
+    run_id = recover_commit(config.save.output_dir)
+    if run_id is None:
+        return None
+    manifest = read_manifest(config.save.output_dir)
+    if manifest.get("config_fingerprint") != config.fingerprint():
+        return None  # another job's commit, finished; this one runs as usual (and finds an output)
+    if announce:
+        print(f"easydata: finished the interrupted commit of run {run_id}", file=sys.stderr)
+    return manifest
+
+
 def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
               show_progress: bool = True, resume: bool = False, **plan_options: int) -> BatchResult:
     """Runs the batch pipeline to completion and returns the committed manifest.
@@ -232,6 +247,11 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
       plan_options: `split_bytes` / `group_bytes` tuning passed to `prepare_run`.
     """
     started = time.time()
+    if resume:
+        finished = _finish_interrupted_commit(config, announce=show_progress)
+        if finished is not None:
+            return BatchResult(output_dir=config.save.output_dir, manifest=finished,
+                               elapsed_seconds=time.time() - started)
     with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
         try:
             pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,

@@ -17,9 +17,9 @@ from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
 from easydata.filesystems import join
 from easydata.formats import TOKEN_COLUMNS
-from easydata.manifest import PARTIAL_INPUTS, build_manifest, write_manifest
+from easydata.manifest import PARTIAL_INPUTS, build_manifest
 from easydata.mixing import MIXED_NAME, MixPlan
-from easydata.output import commit_output, finish_commit
+from easydata.output import commit_output
 from easydata.run_plan import RunPlan
 from easydata.sharding import ShardInfo
 from easydata.splits import split_output_name
@@ -219,7 +219,6 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     moves = [(s.temp_path, s.relative_path) for infos in by_dataset.values() for s in infos]
     moves += [(temp, rel) for infos in by_dataset.values() for s in infos for _, temp, rel in s.companions]
     moves += [(join(plan.staging, rel), rel) for rel in rejected_files]
-    commit_output(plan.output_dir, plan.staging, moves)
     tokenizer, per_dataset = plan.tokenizer_manifest()
     has_loss_mask = any("trained_tokens" in entry for entry in datasets.values())
     chat = {d.name: {"template_hash": template_hash(d.chat_template) if d.chat_template else None,
@@ -242,6 +241,5 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",
                               "rejected_counted_in": next(iter(fractions))}
-    write_manifest(plan.output_dir, manifest)
-    finish_commit(plan.output_dir)
+    commit_output(plan.output_dir, plan.staging, moves, manifest)  # journaled: a retry completes it
     return manifest

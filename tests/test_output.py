@@ -187,22 +187,22 @@ def test_commit_into_a_fresh_output(output_url: str) -> None:
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)) == [COMMIT_MARKER, "web"]
 
 
-def test_commit_removes_the_old_manifest_before_touching_anything(output_url: str) -> None:
-    """A commit that dies half way must not leave the old manifest describing a changed directory."""
+def test_a_commit_with_a_missing_staged_file_changes_nothing(output_url: str) -> None:
+    """A commit that cannot complete must not start: the old output stays whole and readable."""
     put(output_url, OLD_OUTPUT)
+    before = tree(output_url)
     staging, moves = stage(output_url, "run2", {"web-0.parquet": ("web/part-00000-of-00001.parquet", b"new")})
     moves.append((join(staging, "never-written.parquet"), "web/part-00001-of-00002.parquet"))
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(OutputError, match="staged file '.*never-written.parquet' is missing"):
         commit_output(output_url, staging, moves)
-    assert not exists(output_url, "manifest.json")
-    assert committed_tree(output_url, "run2") == {"web/part-00000-of-00001.parquet": b"new",
-                                                  ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}
-    # The debris still counts as an easydata output (it holds staging dirs), so a re-run may replace it.
+    assert {k: v for k, v in tree(output_url).items() if not k.startswith(f"{TEMP_PREFIX}run2/")} == before
+    # A later run may still replace it.
     prepare_output(output_url, overwrite=True)
     staging, moves = stage(output_url, "run3", {"w.parquet": ("web/part-00000-of-00001.parquet", b"again")})
     commit_output(output_url, staging, moves)
     assert committed_tree(output_url, "run3") == {"web/part-00000-of-00001.parquet": b"again",
-                                ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging"}
+                                ".easydata-tmp-otherrun/web/piece-0.arrow": b"another run's staging",
+                                ".easydata-tmp-run2/web-0.parquet": b"new"}
 
 
 def test_an_unfinished_run_is_not_an_output(output_url: str) -> None:
@@ -210,3 +210,118 @@ def test_an_unfinished_run_is_not_an_output(output_url: str) -> None:
     put(output_url, files)
     prepare_output(output_url, overwrite=False)  # may be resumed, or started afresh beside it
     assert tree(output_url) == files
+
+
+# ---- the commit under faults: every step safe to run again -------------------------------------------
+
+
+class FaultyFileSystem:
+    """A real fsspec filesystem that fails once `budget["left"]` changing operations (writes, moves,
+    removals, directory creations) are spent: the way a worker dies or a store call fails part way.
+    Every handle of one attempt shares the budget."""
+
+    CHANGING = ("open", "mv", "rm", "rm_file", "makedirs", "mkdir", "pipe_file")
+
+    def __init__(self, fs, budget: dict):
+        self._fs, self._budget = fs, budget
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._fs, name)
+        if name not in self.CHANGING:
+            return attr
+
+        def changing(*args, **kwargs):
+            mode = args[1] if len(args) > 1 else kwargs.get("mode", "rb")
+            if name == "open" and not any(c in mode for c in "wax+"):
+                return attr(*args, **kwargs)
+            if self._budget["left"] <= 0:
+                raise OSError(f"injected fault in {name}")
+            self._budget["left"] -= 1
+            return attr(*args, **kwargs)
+        return changing
+
+
+def _faulty(monkeypatch, budget: int) -> None:
+    """Routes the commit's filesystem access (`easydata.output`, `easydata.manifest`) through
+    `FaultyFileSystem`s that fail after `budget` changing operations."""
+    import easydata.manifest
+    import easydata.output
+
+    shared = {"left": budget}
+
+    def faulty_get_fs(url: str):
+        fs, path = get_fs(url)
+        return FaultyFileSystem(fs, shared), path
+
+    monkeypatch.setattr(easydata.output, "get_fs", faulty_get_fs)
+    monkeypatch.setattr(easydata.manifest, "get_fs", faulty_get_fs)
+
+
+NEW_MANIFEST = {"format_version": 1, "datasets": {"web": {"shards": [{"path": "web/part-00000-of-00001.parquet"}]}}}
+
+
+def test_a_commit_failing_after_any_operation_completes_when_run_again(output_url: str, monkeypatch) -> None:
+    """Dataflow retries a failed bundle and Dask reruns a lost task: the commit that failed after its
+    k-th filesystem operation is run again (for every k) and must give the complete output, byte for
+    byte the output of a commit that never failed. The old commit deleted its own moved shards on the
+    second attempt and then failed with FileNotFoundError: the output was gone."""
+    put(output_url, OLD_OUTPUT)
+    staging, moves = stage(output_url, "clean", NEW_FILES)
+    commit_output(output_url, staging, moves, NEW_MANIFEST)
+    expected = tree(output_url)
+    assert expected["manifest.json"] == (json.dumps(NEW_MANIFEST, indent=2) + "\n").encode()
+    assert COMMIT_MARKER not in expected and not any(k.startswith(f"{TEMP_PREFIX}clean") for k in expected)
+
+    points = 0
+    for budget in range(200):
+        fs, root = get_fs(output_url)
+        fs.rm(root, recursive=True)
+        put(output_url, OLD_OUTPUT)
+        staging, moves = stage(output_url, "clean", NEW_FILES)
+        with monkeypatch.context() as patch:
+            _faulty(patch, budget)
+            try:
+                commit_output(output_url, staging, moves, NEW_MANIFEST)
+            except OSError as e:
+                assert "injected fault" in str(e)
+            else:
+                break
+        points += 1
+        commit_output(output_url, staging, moves, NEW_MANIFEST)  # the retry, as the engine runs it
+        assert tree(output_url) == expected, f"after a fault at operation {budget}"
+    assert points >= 10  # every operation of the commit was a fault point once
+
+
+def test_a_commit_killed_part_way_is_finished_by_the_next_run(output_url: str, monkeypatch) -> None:
+    """The process died inside the commit: a later run (`--resume`, or any run into that output) finds
+    the journal and finishes the same commit before doing anything else."""
+    from easydata.output import recover_commit
+
+    put(output_url, OLD_OUTPUT)
+    staging, moves = stage(output_url, "clean", NEW_FILES)
+    commit_output(output_url, staging, moves, NEW_MANIFEST)
+    expected = tree(output_url)
+    recovered = 0
+    for budget in range(200):
+        fs, root = get_fs(output_url)
+        fs.rm(root, recursive=True)
+        put(output_url, OLD_OUTPUT)
+        staging, moves = stage(output_url, "killed", NEW_FILES)
+        with monkeypatch.context() as patch:
+            _faulty(patch, budget)
+            try:
+                commit_output(output_url, staging, moves, NEW_MANIFEST)
+            except OSError:
+                pass
+            else:
+                break
+        if exists(output_url, COMMIT_MARKER):  # the journal was written: the commit had begun
+            assert recover_commit(output_url) == "killed"
+            assert tree(output_url) == expected, f"after a kill at operation {budget}"
+            recovered += 1
+        else:  # killed before its journal: the old output is untouched
+            assert recover_commit(output_url) is None
+            assert {k: v for k, v in tree(output_url).items() if not k.startswith(TEMP_PREFIX)
+                    and ".tmp-" not in k} == {k: v for k, v in OLD_OUTPUT.items() if not k.startswith(TEMP_PREFIX)}
+        assert recover_commit(output_url) is None  # nothing left to do
+    assert recovered >= 10

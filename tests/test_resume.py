@@ -118,3 +118,29 @@ def test_resume_without_an_unfinished_run_starts_afresh(job, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "no unfinished run of this job to resume: starting a new run" in run.stderr
     assert _digest(out) == reference
+
+
+@pytest.mark.parametrize("operation", [1, 3, 6, 10])
+def test_a_run_dying_inside_its_commit_is_finished_by_resume_to_the_same_bytes(job, tmp_path, monkeypatch,
+                                                                               operation):
+    """The run dies after the `operation`-th filesystem change of its commit (its journal written, some
+    shards moved, the old manifest gone...). `easydata run --resume` finishes that commit from the
+    journal (no job is run again): the shards are the uninterrupted run's, byte for byte."""
+    from beam_pipelines.batch import run_batch
+    from easydata.config import PipelineConfig
+    from tests.test_output import _faulty
+
+    config, reference = job
+    out = tmp_path / "out"
+    cfg = PipelineConfig.from_yaml(config, [f"save.output_dir={out}"])
+    with monkeypatch.context() as patch:
+        _faulty(patch, operation + 2)  # + the journal's own write and rename
+        with pytest.raises(Exception, match="injected fault"):
+            run_batch(cfg, ["--direct_num_workers=1"], show_progress=False)
+    assert (out / ".easydata-committing").exists()  # the commit's journal: the commit is not finished
+    resumed = _cli("run", str(config), "--output", str(out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "easydata: finished the interrupted commit of run " in resumed.stderr
+    assert _digest(out) == reference != {}
+    assert not list(out.glob(".easydata-*"))  # no journal, no staging left
+    assert _cli("validate", str(out)).returncode == 0
