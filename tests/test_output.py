@@ -257,6 +257,24 @@ def _faulty(monkeypatch, budget: int) -> None:
     monkeypatch.setattr(easydata.manifest, "get_fs", faulty_get_fs)
 
 
+def _commit_failing_after(output_url: str, run_id: str, budget: int, monkeypatch) -> tuple:
+    """Over a fresh copy of the old output, a commit of `NEW_FILES` by `run_id` whose filesystem fails
+    after `budget` changing operations: `(staging, moves)`, or `(None, None)` when it did not fail."""
+    fs, root = get_fs(output_url)
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+    put(output_url, OLD_OUTPUT)
+    staging, moves = stage(output_url, run_id, NEW_FILES)
+    with monkeypatch.context() as patch:
+        _faulty(patch, budget)
+        try:
+            commit_output(output_url, staging, moves, NEW_MANIFEST)
+        except OSError as e:
+            assert "injected fault" in str(e)
+            return staging, moves
+    return None, None
+
+
 NEW_MANIFEST = {"format_version": 1, "datasets": {"web": {"shards": [{"path": "web/part-00000-of-00001.parquet"}]}}}
 
 
@@ -274,18 +292,9 @@ def test_a_commit_failing_after_any_operation_completes_when_run_again(output_ur
 
     points = 0
     for budget in range(200):
-        fs, root = get_fs(output_url)
-        fs.rm(root, recursive=True)
-        put(output_url, OLD_OUTPUT)
-        staging, moves = stage(output_url, "clean", NEW_FILES)
-        with monkeypatch.context() as patch:
-            _faulty(patch, budget)
-            try:
-                commit_output(output_url, staging, moves, NEW_MANIFEST)
-            except OSError as e:
-                assert "injected fault" in str(e)
-            else:
-                break
+        staging, moves = _commit_failing_after(output_url, "clean", budget, monkeypatch)
+        if staging is None:
+            break
         points += 1
         commit_output(output_url, staging, moves, NEW_MANIFEST)  # the retry, as the engine runs it
         assert tree(output_url) == expected, f"after a fault at operation {budget}"
@@ -303,18 +312,8 @@ def test_a_commit_killed_part_way_is_finished_by_the_next_run(output_url: str, m
     expected = tree(output_url)
     recovered = 0
     for budget in range(200):
-        fs, root = get_fs(output_url)
-        fs.rm(root, recursive=True)
-        put(output_url, OLD_OUTPUT)
-        staging, moves = stage(output_url, "killed", NEW_FILES)
-        with monkeypatch.context() as patch:
-            _faulty(patch, budget)
-            try:
-                commit_output(output_url, staging, moves, NEW_MANIFEST)
-            except OSError:
-                pass
-            else:
-                break
+        if _commit_failing_after(output_url, "killed", budget, monkeypatch)[0] is None:
+            break
         if exists(output_url, COMMIT_MARKER):  # the journal was written: the commit had begun
             assert recover_commit(output_url) == "killed"
             assert tree(output_url) == expected, f"after a kill at operation {budget}"
