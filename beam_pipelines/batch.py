@@ -24,10 +24,11 @@ import apache_beam as beam
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
-from easydata.errors import DropUserErrors, EasyDataError
+from easydata.errors import ConfigError, DropUserErrors, EasyDataError
+from easydata.lock import OutputLock
 from easydata.filesystems import join
 from easydata.manifest import read_manifest
-from easydata.output import recover_commit
+from easydata.output import new_run_id, recover_commit
 from easydata.progress import ProgressMonitor
 from easydata.run_plan import RunPlan, prepare_run
 from easydata.splits import split_output_name
@@ -247,18 +248,24 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
       plan_options: `split_bytes` / `group_bytes` tuning passed to `prepare_run`.
     """
     started = time.time()
-    if resume:
-        finished = _finish_interrupted_commit(config, announce=show_progress)
-        if finished is not None:
-            return BatchResult(output_dir=config.save.output_dir, manifest=finished,
-                               elapsed_seconds=time.time() - started)
-    with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
-        try:
-            pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
-                                               progress_dir=progress_dir, announce_resume=show_progress)
-            with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
-                _run(pipeline).wait_until_finish()
-        finally:
-            discard_prestarted()  # those the runner did not take (a job that failed before it ran)
+    problems = config.validate()
+    if problems:  # before the lock: a config error leaves no trace in the output
+        raise ConfigError(problems)
+    try:
+        with OutputLock(config.save.output_dir, new_run_id()) as lock:  # one run at a time per output
+            if lock.took_over and show_progress:
+                print(f"easydata: note: {lock.took_over}; taking it over", file=sys.stderr)
+            if resume:
+                finished = _finish_interrupted_commit(config, announce=show_progress)
+                if finished is not None:
+                    return BatchResult(output_dir=config.save.output_dir, manifest=finished,
+                                       elapsed_seconds=time.time() - started)
+            with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
+                pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
+                                                   progress_dir=progress_dir, announce_resume=show_progress)
+                with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
+                    _run(pipeline).wait_until_finish()
+    finally:
+        discard_prestarted()  # those the runner did not take (a job that failed before it ran)
     manifest = read_manifest(plan.output_dir)
     return BatchResult(output_dir=plan.output_dir, manifest=manifest, elapsed_seconds=time.time() - started)

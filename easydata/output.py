@@ -24,6 +24,7 @@ from typing import Any, Iterable, Optional
 
 from easydata.errors import OutputError
 from easydata.filesystems import get_fs, join
+from easydata.lock import LOCK_NAME
 from easydata.manifest import COMMIT_MARKER, MANIFEST_NAME, write_manifest
 
 __all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "staging_dir", "commit_output", "recover_commit",
@@ -55,6 +56,7 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
         if exists and not fs.isdir(root):
             raise OutputError(f"output '{output_dir}' exists and is a file")
         entries = [posixpath.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)] if exists else []
+        entries = [e for e in entries if e != LOCK_NAME]  # the lock of this run (easydata.lock)
     except OutputError:
         raise
     except Exception as e:
@@ -161,7 +163,7 @@ def _complete(fs: Any, root: str, output_dir: str, journal: dict[str, Any]) -> N
     for path in fs.ls(root, detail=False):
         path = path.rstrip("/")
         name = posixpath.basename(path)
-        if name == COMMIT_MARKER or name.startswith(TEMP_PREFIX) or path in in_place:
+        if name in (COMMIT_MARKER, LOCK_NAME) or name.startswith(TEMP_PREFIX) or path in in_place:
             continue
         if any(kept.startswith(path + "/") for kept in in_place):  # a folder holding moved files: the rest goes
             for file in fs.find(path):

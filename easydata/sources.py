@@ -19,6 +19,7 @@ reason, never dropped.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import posixpath
@@ -498,6 +499,10 @@ def _bounded_lines(f: Any, cap: int) -> Iterator[tuple[bytes, int]]:
         for raw in f:
             yield raw, 0
         return
+    try:
+        f.readline(0)  # reads nothing; fsspec's remote files take no size argument: buffer them
+    except TypeError:
+        f = io.BufferedReader(f)
     while True:
         raw = f.readline(cap)
         if not raw:

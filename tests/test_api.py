@@ -28,7 +28,7 @@ def test_build_reports_every_problem(tokenizer_dir):
     builder = Pipeline.from_config(PipelineConfig()).tokenize(batch_size=0)
     with pytest.raises(ConfigError) as info:
         builder.build()
-    assert "`datasets` is empty" in str(info.value) and "tokenize.batch_size must be positive" in str(info.value)
+    assert "`datasets` is empty" in str(info.value) and "tokenize.batch_size must be in [1, 1,000,000], got 0" in str(info.value)
 
 
 def test_tokenize_and_save(tmp_path, tokenizer_dir):
