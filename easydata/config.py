@@ -362,6 +362,8 @@ class PipelineConfig:
     Attributes:
       seed: drives every deterministic choice (shuffle order, shard assignment, mixing).
       max_rejected_fraction: fail the run when more than this fraction of documents is rejected.
+      allow_empty_datasets: commit a run in which a dataset ends with no document (all rejected, or no
+        records); by default that fails the run, naming the most common rejection reason.
       default_tokenizer: tokenizer for datasets that do not name their own.
       datasets: the inputs.
       tokenize, chat, mix, pack, save, load: stage settings.
@@ -369,6 +371,7 @@ class PipelineConfig:
 
     seed: int = 42
     max_rejected_fraction: Optional[float] = None
+    allow_empty_datasets: bool = False
     default_tokenizer: Union[str, TokenizerConfig, None] = None
     datasets: list[DatasetConfig] = dataclasses.field(default_factory=list)
     tokenize: TokenizeStageConfig = dataclasses.field(default_factory=TokenizeStageConfig)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import sys
 from typing import IO, Any, Iterable
 
 import fsspec
@@ -37,8 +38,15 @@ def _unstrip(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
     return fs.unstrip_protocol(path) if "://" in template else path
 
 
-def expand_data_files(patterns: Iterable[str]) -> list[str]:
+def expand_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -> list[str]:
     """Expands paths and globs into a sorted, de-duplicated list of files.
+
+    Args:
+      exclude_dirs: directories whose files are never inputs (a run's own output and its staging: a
+        glob that matches them would read the previous output back in); skipped with one warning.
+
+    Local matches that are not regular files once links are followed (a symlink loop, a broken
+    link) are skipped with one warning: they cannot be read, and must not end the run in a traceback.
 
     Raises:
       InputError: when a plain path does not exist or a glob matches no file.
@@ -70,7 +78,45 @@ def expand_data_files(patterns: Iterable[str]) -> list[str]:
             else:
                 files.append(_unstrip(fs, pattern, path))
     seen: set[str] = set()
-    return [f for f in files if not (f in seen or seen.add(f))]
+    files = [f for f in files if not (f in seen or seen.add(f))]
+    return _drop_unreadable_links(_drop_excluded(files, list(exclude_dirs), patterns))
+
+
+def _inside(path: str, directory: str) -> bool:
+    """`path` lies in `directory` (same filesystem; local paths compared after following links)."""
+    fs_a, a = get_fs(path)
+    fs_b, b = get_fs(directory)
+    if fs_a.protocol != fs_b.protocol:
+        return False
+    if local_path(path) is not None and local_path(directory) is not None:
+        a, b = os.path.realpath(a), os.path.realpath(b)
+    b = b.rstrip("/")
+    return a == b or a.startswith(b + "/")
+
+
+def _drop_excluded(files: list[str], exclude_dirs: list[str], patterns: Iterable[str]) -> list[str]:
+    if not exclude_dirs:
+        return files
+    kept = [f for f in files if not any(_inside(f, d) for d in exclude_dirs)]
+    if len(kept) < len(files):
+        print(f"easydata: warning: data_files {list(patterns)} match {len(files) - len(kept)} file(s) inside the"
+              f" output directory {', '.join(map(repr, exclude_dirs))}; a run never reads its own output: skipped",
+              file=sys.stderr)
+        if not kept:
+            raise InputError(f"data_files {list(patterns)} match only files inside the output directory")
+    return kept
+
+
+def _drop_unreadable_links(files: list[str]) -> list[str]:
+    bad = [f for f in files if local_path(f) is not None and os.path.islink(local_path(f))
+           and not os.path.isfile(local_path(f))]
+    if bad:
+        print(f"easydata: warning: skipping {len(bad)} link(s) that lead to no file (a loop or a broken link),"
+              f" e.g. '{bad[0]}'", file=sys.stderr)
+        files = [f for f in files if f not in bad]
+        if not files:
+            raise InputError(f"data_files match only links that lead to no file, e.g. '{bad[0]}'")
+    return files
 
 
 def compression_of(path: str) -> str | None:

@@ -9,13 +9,14 @@ the rejected fraction passes `max_rejected_fraction`, and otherwise commits thro
 from __future__ import annotations
 
 import collections
+import json
 import time
 from typing import Any, Iterable, Optional
 
 from easydata.chat import template_hash
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
-from easydata.filesystems import join
+from easydata.filesystems import join, open_file
 from easydata.formats import TOKEN_COLUMNS
 from easydata.manifest import PARTIAL_INPUTS, build_manifest
 from easydata.mixing import MIXED_NAME, MixPlan
@@ -163,6 +164,34 @@ def _split_entries(config: PipelineConfig, plan: RunPlan, by_output: dict[str, l
     return entries
 
 
+def _refuse_empty_datasets(plan: RunPlan, counters: dict[str, collections.Counter],
+                           rejected_files: Iterable[str]) -> None:
+    """A dataset of which no document survived fails the run (a wrong `content_field`, chat records
+    without a template...), naming the most common reason, instead of a run that looks successful.
+
+    Raises:
+      EasyDataError: one line; nothing is committed.
+    """
+    for d in plan.datasets:
+        c = counters[d.name]
+        if c["documents_in"] - c["documents_rejected"] > 0:
+            continue
+        reasons: collections.Counter = collections.Counter()
+        for rel in rejected_files:
+            if rel.startswith(f"rejected/{d.name}/"):
+                with open_file(join(plan.staging, rel), "rb", decompress=False) as f:
+                    for line in f:
+                        reject = json.loads(line)
+                        reasons[reject["reason"]] += int(reject.get("records", 1))
+        if not reasons:
+            raise EasyDataError(f"dataset '{d.name}' wrote no documents: its input holds no records; set"
+                                " allow_empty_datasets: true to accept an empty dataset")
+        reason, count = reasons.most_common(1)[0]
+        raise EasyDataError(f"dataset '{d.name}' wrote no documents: all {c['documents_rejected']:,} records were"
+                            f" rejected, {count:,} of them for: {reason[:200]} (dead letters in"
+                            f" {join(plan.staging, 'rejected', d.name)}; set allow_empty_datasets: true to accept)")
+
+
 def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo],
                     stats: Iterable[tuple[str, dict[str, int]]], rejected_files: Iterable[str],
                     started_at: float, mix_plan: Optional[MixPlan] = None) -> dict[str, Any]:
@@ -208,6 +237,8 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written,
                                               config.tokenize.truncation)
         datasets[MIXED_NAME]["document_copies"] = sum(counters[d.name]["mix_copies"] for d in plan.datasets)
+    if not config.allow_empty_datasets:
+        _refuse_empty_datasets(plan, counters, rejected_files)
     total_in = sum(d["documents_in"] for d in datasets.values())
     total_rejected = sum(d["documents_rejected"] for d in datasets.values())
     limit = config.max_rejected_fraction

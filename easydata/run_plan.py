@@ -140,10 +140,15 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                   " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
             loaded[tok] = handle.info
             handles[tok] = handle
-        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes)
+        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes,
+                                                 exclude_dirs=(config.save.output_dir,))
         input_bytes = total_input_bytes(splits)
         info = loaded[tok]
         template = configured_template if configured_template is not None else info.chat_template
+        if template is None and ds.content_field in (config.chat.messages_field, "messages", "conversations"):
+            raise ConfigError(f"dataset '{ds.name}' reads chat records (content_field '{ds.content_field}') but"
+                              f" tokenizer '{tok.name_or_path}' has no chat template and chat.template is not set:"
+                              " set chat.template (jinja text or a file)")
         if configured_template is None and template is not None:
             try:
                 ChatRenderer(template, {}, ())
@@ -199,7 +204,8 @@ def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signatur
                 all(recorded[d.name] == d.split_bytes for d in datasets):
             continue
         replanned = [d if recorded[d.name] == d.split_bytes else
-                     dataclasses.replace(d, splits=plan_splits(by_name[d.name], target_bytes=int(recorded[d.name])),
+                     dataclasses.replace(d, splits=plan_splits(by_name[d.name], target_bytes=int(recorded[d.name]),
+                                                                   exclude_dirs=(config.save.output_dir,)),
                                          split_bytes=int(recorded[d.name]))
                      for d in datasets]
         if _signature(config, replanned) == info["signature"]:

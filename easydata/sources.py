@@ -175,7 +175,8 @@ class SplitPlan(NamedTuple):
     split_bytes: int
 
 
-def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> list[InputSplit]:
+def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None,
+                exclude_dirs: tuple[str, ...] = ()) -> list[InputSplit]:
     """Lists a dataset's files and cuts them into splits of about `target_bytes` (default: from the
     dataset's total size, see `split_size`); `plan_input` also says which size that was.
 
@@ -185,12 +186,14 @@ def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> l
     Raises:
       InputError: for missing files, globs matching nothing, or unknown types.
     """
-    return plan_input(dataset, target_bytes).splits
+    return plan_input(dataset, target_bytes, exclude_dirs).splits
 
 
-def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None) -> SplitPlan:
-    """`plan_splits`, with the split size used."""
-    files = expand_data_files(dataset.data_file_list)
+def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
+               exclude_dirs: tuple[str, ...] = ()) -> SplitPlan:
+    """`plan_splits`, with the split size used; files inside `exclude_dirs` (the run's output) are
+    never inputs."""
+    files = expand_data_files(dataset.data_file_list, exclude_dirs)
     names = key_names(files)
     seen: dict[str, str] = {}
     for path, name in names.items():

@@ -248,3 +248,42 @@ def test_an_overlong_line_is_rejected_without_being_read_whole(tmp_path: Path):
     assert [r.position for r in rejects] == [15, 15 + len(huge)]
     assert rejects[0].reason == f"line of {len(huge)} bytes is larger than max_document_bytes={limit} allows (not read)"
     assert rejects[1].reason == f"document is larger than max_document_bytes={limit}"
+
+
+def test_symlink_loops_and_broken_links_under_a_glob_are_skipped_with_a_warning(tmp_path: Path, capsys):
+    """A symlink loop used to end the run in a 41-line traceback."""
+    import os
+
+    from easydata.errors import InputError
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text('{"text": "kept"}\n')
+    os.symlink("self.jsonl", tmp_path / "d" / "self.jsonl")            # a loop
+    os.symlink("missing.jsonl", tmp_path / "d" / "broken.jsonl")       # a broken link
+    os.symlink(tmp_path / "d" / "a.jsonl", tmp_path / "d" / "b.jsonl")  # a good link: read
+    ds = DatasetConfig(name="d", data_files=str(tmp_path / "d" / "*.jsonl"))
+    splits = plan_splits(ds)
+    assert sorted(Path(s.path).name for s in splits) == ["a.jsonl", "b.jsonl"]
+    err = capsys.readouterr().err
+    assert err.startswith("easydata: warning: skipping 2 link(s) that lead to no file (a loop or a broken link)")
+    assert len(err.splitlines()) == 1
+    with pytest.raises(InputError, match="match only links that lead to no file"):
+        plan_splits(DatasetConfig(name="d", data_files=str(tmp_path / "d" / "self*.jsonl")))
+
+
+def test_a_glob_matching_the_output_never_reads_the_previous_output_back(tmp_path: Path, tokenizer_dir, capsys):
+    """Every `--overwrite` rerun used to read the previous (JSONL) output back as input."""
+    from easydata.cli import main
+    from tests.conftest import make_texts, write_jsonl
+
+    write_jsonl(tmp_path / "data" / "web.jsonl", ({"text": t} for t in make_texts(40)))
+    args = ["tokenize", "--data-files", str(tmp_path / "data" / "**" / "*.jsonl"), "--tokenizer", str(tokenizer_dir),
+            "--output", str(tmp_path / "data" / "out"), "--format", "jsonl", "--quiet", "--overwrite",
+            "--direct_num_workers=1"]
+    counts = []
+    for _ in range(3):
+        assert main(args) == 0
+        counts.append(json.loads((tmp_path / "data" / "out" / "manifest.json").read_text())["documents_in"])
+    assert counts == [40, 40, 40]
+    err = capsys.readouterr().err
+    assert "file(s) inside the output directory" in err and "a run never reads its own output: skipped" in err

@@ -1,0 +1,72 @@
+"""Runs that wrote nothing must not look successful (one clear line, nothing committed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from easydata.cli import main
+from easydata.validate import validate_output
+from tests.conftest import make_texts, write_jsonl
+
+
+def _job(tmp_path: Path, tokenizer_dir: Path, **extra) -> Path:
+    write_jsonl(tmp_path / "in" / "web.jsonl", ({"text": t} for t in make_texts(30)))
+    write_jsonl(tmp_path / "in" / "code.jsonl", ({"body": t} for t in make_texts(12, seed=2)))
+    config = {"default_tokenizer": str(tokenizer_dir),
+              "datasets": [{"name": "web", "data_files": str(tmp_path / "in" / "web.jsonl")},
+                           {"name": "code", "data_files": str(tmp_path / "in" / "code.jsonl")}],  # no 'text'
+              "save": {"output_dir": str(tmp_path / "out"), "num_shards": 1}, **extra}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_a_dataset_whose_records_were_all_rejected_fails_the_run(tmp_path, tokenizer_dir, capsys):
+    """A wrong `content_field` used to exit 0, print "wrote ...", and validate OK."""
+    assert main(["run", str(_job(tmp_path, tokenizer_dir)), "--quiet", "--direct_num_workers=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("easydata: error: dataset 'code' wrote no documents: all 12 records were rejected, 12 of"
+                          " them for: missing content field 'text' (dead letters in ")
+    assert "set allow_empty_datasets: true to accept)" in err
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_allow_empty_datasets_commits_and_validate_warns(tmp_path, tokenizer_dir, capsys):
+    job = _job(tmp_path, tokenizer_dir, allow_empty_datasets=True)
+    assert main(["run", str(job), "--quiet", "--direct_num_workers=1"]) == 0
+    report = validate_output(str(tmp_path / "out"))
+    assert report.ok and report.warnings == ["dataset 'code' holds no documents (12 rejected)"]
+
+
+def test_chat_records_without_any_template_fail_before_reading(tmp_path, tokenizer_dir, capsys):
+    """The reason used to be only in rejected/*.jsonl, after a run that exited 0."""
+    write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"},
+                                                        {"role": "assistant", "content": "hello"}]}] * 5)
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir),
+                               "datasets": [{"name": "sft", "data_files": str(tmp_path / "chat.jsonl"),
+                                             "content_field": "messages"}],
+                               "save": {"output_dir": str(tmp_path / "out")}}))
+    assert main(["run", str(job), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"easydata: error: invalid config: dataset 'sft' reads chat records (content_field 'messages') but tokenizer"
+                   f" '{tokenizer_dir}' has no chat template and chat.template is not set: set chat.template (jinja"
+                   " text or a file)")
+    assert not (tmp_path / "out").exists()  # nothing was started, not even the output directory
+
+
+@pytest.mark.parametrize("lines", [[], ["", "   "]])
+def test_a_dataset_with_no_records_fails_the_run(tmp_path, tokenizer_dir, capsys, lines):
+    (tmp_path / "empty.jsonl").write_text("\n".join(lines))
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir),
+                               "datasets": [{"name": "none", "data_files": str(tmp_path / "empty.jsonl")}],
+                               "save": {"output_dir": str(tmp_path / "out")}}))
+    assert main(["run", str(job), "--quiet", "--direct_num_workers=1"]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "easydata: error: dataset 'none' wrote no documents: its input holds no records; set allow_empty_datasets:"
+        " true to accept an empty dataset")
