@@ -58,11 +58,18 @@ def _write_atomic(path: str, data: bytes) -> None:
     fs.mv(temp, target)
 
 
-def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optional[dict[str, int]] = None) -> None:
-    """Records the run's signature and, per dataset, the split size its splits were planned with."""
+def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optional[dict[str, int]] = None, *,
+                   fingerprint: Optional[str] = None, inputs: Optional[dict[str, str]] = None) -> None:
+    """Records the run's signature, per dataset the split size its splits were planned with, the
+    config fingerprint and what each input file was (`easydata.filesystems.file_version`), so a
+    resume can refuse inputs edited since."""
     info: dict[str, Any] = {"signature": signature, "run_id": run_id}
     if split_bytes is not None:
         info["split_bytes"] = split_bytes
+    if fingerprint is not None:
+        info["fingerprint"] = fingerprint
+    if inputs is not None:
+        info["inputs"] = inputs
     _write_atomic(join(staging, RUN_INFO), json.dumps(info).encode())
 
 

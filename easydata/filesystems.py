@@ -18,7 +18,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
+__all__ = ["file_version", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
            "file_size", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -228,6 +228,19 @@ def open_arrow_file(path: str, mode: str = "rb") -> IO:
         return pa.OSFile(local, "wb")
     except FileNotFoundError:
         raise InputError(f"file '{path}' does not exist") from None
+
+
+def file_version(path: str) -> str:
+    """What identifies this content of a file without reading it: the object store's generation or
+    version id and ETag (GCS, S3), else size and modification time (local disks, most others)."""
+    fs, inner = get_fs(path)
+    info = fs.info(inner)
+    for key in ("generation", "VersionId", "version_id"):
+        if info.get(key):
+            return f"{key}={info[key]}"
+    tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("crc32c")
+    modified = info.get("mtime") or info.get("LastModified") or info.get("updated") or info.get("created")
+    return f"size={info.get('size')}" + (f",etag={tag}" if tag else "") + (f",modified={modified}" if modified else "")
 
 
 def file_size(path: str) -> int:

@@ -14,7 +14,7 @@ from easydata.checkpoint import UnitCheckpoint, completed_units, run_signature, 
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.chat import ChatRenderer
 from easydata.errors import ConfigError, InputError
-from easydata.filesystems import open_file
+from easydata.filesystems import file_version, open_file
 from easydata.mixing import mix_budget, normalise_weights
 from easydata.pack_stage import resolve_pad_id
 from easydata.output import new_run_id, prepare_output, staging_dir
@@ -176,7 +176,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         datasets = [dataclasses.replace(d, resumed_units=tuple(completed_units(
             staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
     else:
-        write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets})
+        write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets},
+                       fingerprint=config.fingerprint(), inputs=_input_versions(datasets))
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
                    mix_num_groups=mix_num_groups, resumed=previous is not None,
                    unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
@@ -196,7 +197,17 @@ def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signatur
     input files); its work units are then the interrupted run's.
     """
     by_name = {ds.name: ds for ds in config.datasets}
+    current: Optional[dict[str, str]] = None
     for info in unfinished_runs(config.save.output_dir):
+        recorded_inputs = info.get("inputs")
+        if info.get("fingerprint") == config.fingerprint() and isinstance(recorded_inputs, dict):
+            current = _input_versions(datasets) if current is None else current
+            for path, version in sorted(recorded_inputs.items()):
+                now = current.get(path, "absent")
+                if now != version:
+                    raise InputError(f"cannot resume run {info['run_id']}: input '{path}' changed since it started"
+                                     f" ({version} -> {now}); its tokens would not match the file: run without"
+                                     " --resume to start afresh")
         if info["signature"] == signature:
             return info["run_id"], datasets
         recorded = info.get("split_bytes")
@@ -211,6 +222,12 @@ def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signatur
         if _signature(config, replanned) == info["signature"]:
             return info["run_id"], replanned
     return None, datasets
+
+
+def _input_versions(datasets: list[DatasetPlan]) -> dict[str, str]:
+    """`file_version` of every input file the plans read."""
+    paths = sorted({split.path for d in datasets for split in d.splits})
+    return {path: file_version(path) for path in paths}
 
 
 def _check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from easydata.config import PipelineConfig
-from easydata.errors import ConfigError
+from easydata.errors import ConfigError, InputError
 from easydata.run_plan import load_chat_template, prepare_run
 from easydata.sources import plan_splits
 from tests.conftest import write_jsonl
@@ -81,7 +81,28 @@ def test_resume_replans_with_the_interrupted_runs_split_size(tmp_path, tokenizer
     assert resumed.unit_count == 32
     tuned = prepare_run(config, resume=True, split_bytes=2 * 2**20)  # an explicit size: re-planned the same way
     assert tuned.run_id == interrupted.run_id and len(tuned.datasets[0].splits) == 32
-    with open(data, "ab") as f:  # the input changed: nothing to resume
+    with open(data, "ab") as f:  # the input changed: its tokens would not be the file's: refused
         f.write(b"\n")
-    fresh = prepare_run(config, resume=True)
+    with pytest.raises(InputError, match=f"cannot resume run {interrupted.run_id}: input '{data}' changed since it"
+                                         " started \\(size=268435456,modified=.* -> size=268435457,modified="):
+        prepare_run(config, resume=True)
+    fresh = prepare_run(config)  # without --resume: a new run
     assert not fresh.resumed and fresh.run_id != interrupted.run_id
+
+
+def test_resume_refuses_an_input_edited_in_place(tmp_path, tokenizer_dir):
+    """Same size, new content: a resume used to reuse the old tokens silently."""
+    import os
+
+    data = tmp_path / "a.jsonl"
+    data.write_text('{"text": "first version"}\n')
+    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
+                                       "datasets": [{"name": "d", "data_files": str(data)}],
+                                       "save": {"output_dir": str(tmp_path / "out")}})
+    interrupted = prepare_run(config)
+    assert prepare_run(config, resume=True).run_id == interrupted.run_id  # unchanged: resumed
+    stat = data.stat()
+    data.write_text('{"text": "other version"}\n')  # the same size
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    with pytest.raises(InputError, match=f"cannot resume run {interrupted.run_id}: input '{data}' changed"):
+        prepare_run(config, resume=True)
