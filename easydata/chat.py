@@ -106,6 +106,45 @@ def template_hash(template: str) -> str:
     return "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
 
 
+#: The largest string or list a chat template may build (characters or items), and render in all.
+MAX_TEMPLATE_ITEMS = 32 * 2**20
+_PADDING_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
+_PADDING_FILTERS = frozenset({"center", "indent", "format"})
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_TEMPLATE_ITEMS:
+        from jinja2.exceptions import SecurityError
+
+        raise SecurityError(f"the template builds a value of {size:,} items, more than the {MAX_TEMPLATE_ITEMS:,}"
+                            " a chat template may")
+
+
+def _check_format(spec: str) -> None:
+    """A `%`/`format` string whose widths or precisions would build an over-sized string."""
+    import re
+
+    _check_size(max((int(n) for n in re.findall(r"\d+", spec)), default=0))
+
+
+def _bounded_filter(name: str, function: Any) -> Any:
+    """`center(width)`, `indent(width)` and `format(spec)` with their size checked before they run."""
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        values = [a for a in args if not hasattr(a, "environment")]  # jinja passes the eval context first
+        if name == "format" and values and isinstance(values[0], str):
+            _check_format(values[0])
+        else:
+            widths = [a for a in (*values[1:], *kwargs.values()) if isinstance(a, int) and not isinstance(a, bool)]
+            lines = str(values[0]).count("\n") + 1 if name == "indent" and values else 1
+            _check_size(max(widths, default=0) * lines)
+        return function(*args, **kwargs)
+
+    for attribute in ("jinja_pass_arg",):  # keep jinja's marker of filters that take the context
+        if hasattr(function, attribute):
+            setattr(bounded, attribute, getattr(function, attribute))
+    return bounded
+
+
 def _environment() -> Any:
     from jinja2 import nodes
     from jinja2.ext import Extension, loopcontrols
@@ -134,8 +173,39 @@ def _environment() -> Any:
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                           sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationExtension, loopcontrols])
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        """Jinja's sandbox (no attribute escapes, `range` of at most 100,000) with bounded sizes: a
+        template cannot build a string or list beyond `MAX_TEMPLATE_ITEMS` (`{{ 'A' * 10**10 }}` took
+        6 GB in 4 s) by repetition, concatenation, powers or padding methods and filters."""
+
+        intercepted_binops = frozenset({"*", "+", "**", "%"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "%" and isinstance(left, str):
+                _check_format(left)
+            elif operator == "*":
+                count, item = (right, left) if isinstance(right, int) else (left, right)
+                if isinstance(count, int) and isinstance(item, (str, list, tuple)):
+                    _check_size(len(item) * max(count, 0))
+            elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                _check_size(len(left) + len(right))
+            elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+                _check_size(abs(left).bit_length() * max(right, 0) // 8)
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            name = getattr(__obj, "__name__", "")
+            owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)  # jinja wraps str.format
+            if name in ("format", "format_map") and isinstance(owner, str):
+                _check_format(owner)
+            if name in _PADDING_METHODS and isinstance(owner, str):
+                widths = [a for a in (*args, *kwargs.values()) if isinstance(a, int)]
+                _check_size(max(widths, default=0) * (8 if name == "expandtabs" else 1))
+            return super().call(__context, __obj, *args, **kwargs)
+
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationExtension, loopcontrols])
+    for name in _PADDING_FILTERS:  # compiled templates call filters directly: bound them here
+        env.filters[name] = _bounded_filter(name, env.filters[name])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
@@ -191,10 +261,14 @@ class ChatRenderer:
 
     def _render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[Any]], generation_prompt: bool) -> str:
         try:
-            return self._template.render(messages=list(messages), tools=tools,
+            text = self._template.render(messages=list(messages), tools=tools,
                                          add_generation_prompt=generation_prompt, **self._variables)
-        except Exception as e:
+        except (Exception, RecursionError) as e:
             raise ChatError(f"chat template error: {type(e).__name__}: {e}") from None
+        if len(text) > MAX_TEMPLATE_ITEMS:
+            raise ChatError(f"chat template error: it rendered {len(text):,} characters, more than"
+                            f" {MAX_TEMPLATE_ITEMS:,}")
+        return text
 
     def _prefix_spans(self, text: str, conversation: Conversation) -> Optional[list[tuple[int, int]]]:
         """Assistant spans by prefix rendering, or None when the template is not prefix-stable."""

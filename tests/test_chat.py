@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from easydata.chat import ChatError, ChatRenderer, conversation_from_record
+from easydata.chat import ChatError, ChatRenderer, Conversation, conversation_from_record
 from easydata.config import TokenizerConfig
 from easydata.tokenizer import TokenizerHandle
 from tests.conftest import trained_runs
@@ -130,3 +130,35 @@ def test_a_template_that_does_not_parse_is_a_value_error():
     with pytest.raises(ValueError) as info:
         ChatRenderer("{% for m in messages %}", {}, [])
     assert str(info.value).startswith("chat template does not parse:")
+
+
+# ---- hostile templates: bounded sizes, dead letters instead of memory blow-ups ---------------------------
+
+
+@pytest.mark.parametrize("bomb", [
+    "{{ 'A' * 10**10 }}", "{{ 10**10 * 'A' }}", "{{ [0] * 10**10 }}", "{{ ('A' * 10**6) * 10**4 }}",
+    "{{ 'A'.ljust(10**10) }}", "{{ 'A'.center(10**10) }}", "{{ 'A'.zfill(10**10) }}", "{{ 'x'|center(10**10) }}",
+    "{{ 'x'|indent(10**10, true) }}", "{{ '%10000000000s' % 'x' }}", "{{ '{:>10000000000}'.format('x') }}",
+    "{{ '%10000000000s'|format('x') }}", "{% for i in range(10**9) %}x{% endfor %}",
+    "{% set s = namespace(x='a') %}{% for i in range(100) %}{% set s.x = s.x + s.x %}{% endfor %}{{ s.x }}",
+])
+def test_template_bombs_are_chat_errors_in_bounded_memory(bomb):
+    """`{{ 'A' * 10**10 }}` took 6 GB in 4 s; each of these now fails before building the value."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    renderer = ChatRenderer(bomb + "{% for m in messages %}{{ m.content }}{% endfor %}", {}, ())
+    conversation = Conversation(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+                                tools=None)
+    with pytest.raises(ChatError, match="chat template error: (SecurityError|OverflowError)"):
+        renderer.render(conversation)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 512 * 1024  # KiB: under 0.5 GB more
+
+
+def test_bounded_templates_still_pad_and_format_normally():
+    renderer = ChatRenderer("{{ 'x'|center(5) }}|{{ 'a\\nb'|indent(2) }}|{{ '%3s'|format('y') }}|{{ '%-3d' % 4 }}|"
+                            "{{ '{:>3}'.format('z') }}|{{ 'ab' * 2 }}|{{ [1] + [2] }}|{{ 2 ** 10 }}"
+                            "{% for m in messages %}{{ m.content }}{% endfor %}", {}, ())
+    text, _ = renderer.render(Conversation(messages=[{"role": "user", "content": "q"},
+                                                     {"role": "assistant", "content": "a"}], tools=None))
+    assert text == "  x  |a\n  b|  y|4  |  z|abab|[1, 2]|1024qa"

@@ -125,3 +125,26 @@ def test_reader_reads_a_plain_output_beside_a_chat_output(tmp_path, chat_tokeniz
     assert "loss_mask" not in web and web["input_ids"].shape == (4, 32)
     assert "loss_mask" in chat and chat["loss_mask"].shape == (4, 32)
     assert validate_output(str(tmp_path / "out")).ok
+
+
+def test_a_template_bomb_is_one_dead_letter_and_the_run_goes_on(tmp_path, chat_tokenizer_dir):
+    """A template that builds a 10 GB string for one record: that record is dead-lettered (the sandbox
+    refuses the value before building it), every other record is written."""
+    template = ("{% for m in messages %}{% if m.content == 'boom' %}{{ 'A' * 10**10 }}{% endif %}"
+                "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")
+    chats = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
+             for i in range(10)]
+    chats.insert(4, {"messages": [{"role": "user", "content": "boom"}, {"role": "assistant", "content": "x"}]})
+    write_jsonl(tmp_path / "chat.jsonl", chats)
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": str(chat_tokenizer_dir),
+        "datasets": [{"name": "chat", "data_files": str(tmp_path / "chat.jsonl"), "content_field": "messages"}],
+        "chat": {"template": template},
+        "save": {"output_dir": str(tmp_path / "out"), "num_shards": 1},
+    })
+    manifest = run_batch(config, ["--direct_num_workers=1"], show_progress=False).manifest
+    assert (manifest["documents_written"], manifest["documents_rejected"]) == (10, 1)
+    (line,) = [json.loads(line) for path in (tmp_path / "out" / "rejected").rglob("*.jsonl")
+               for line in path.read_text().splitlines()]
+    assert line["reason"].startswith("chat template error: SecurityError: the template builds a value of"
+                                     " 10,000,000,000 items")
