@@ -18,7 +18,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["file_version", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
+__all__ = ["file_version", "remove_file", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
            "file_size", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -241,6 +241,15 @@ def file_version(path: str) -> str:
     tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("crc32c")
     modified = info.get("mtime") or info.get("LastModified") or info.get("updated") or info.get("created")
     return f"size={info.get('size')}" + (f",etag={tag}" if tag else "") + (f",modified={modified}" if modified else "")
+
+
+def remove_file(path: str) -> None:
+    """Deletes a file if it is there (safe to run twice: a retried step removes what a first attempt did)."""
+    fs, inner = get_fs(path)
+    try:
+        fs.rm_file(inner)
+    except FileNotFoundError:
+        pass
 
 
 def file_size(path: str) -> int:

@@ -28,7 +28,7 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from easydata.chat import ChatRenderer
 from easydata.chat_stage import render_batch
 from easydata.config import DatasetConfig, PipelineConfig, StreamingConfig, TokenizerConfig
-from easydata.filesystems import file_size, join, open_file
+from easydata.filesystems import file_size, join, open_file, remove_file
 from easydata.formats import assemble_shard, shard_file_name, write_piece
 from easydata.pack_stage import pack_group
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
@@ -193,6 +193,7 @@ class _ProcessWindowFn(beam.DoFn):
             rows, tokens, padding = assemble_shard([piece], staged, save.format, table.schema,
                                                    compression=save.compression, row_group_size=save.row_group_size,
                                                    drop_columns=_HIDDEN)[:3]
+            remove_file(piece)  # assembled: the staging area keeps no uncompressed copy of the window
             shards.append({"path": relative, "rows": rows, "tokens": tokens, "padding_tokens": padding,
                            "bytes": file_size(staged)})
             columns = {f.name: str(f.type) for f in schema}
