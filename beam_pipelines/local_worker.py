@@ -46,7 +46,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipelines.lean_import import without_unused_libraries
-from easydata.errors import DropUserErrors
+from easydata.errors import DropUserErrors, environment_error_in
 
 if TYPE_CHECKING:
     from easydata.config import TokenizerConfig
@@ -90,9 +90,10 @@ def _reap(status_fd: int, block: bool) -> None:
 
 
 def _ends_in_user_error(text: str) -> bool:
-    """Whether `text` (a formatted traceback) ends with an `easydata.errors` exception."""
+    """Whether `text` (a formatted traceback) ends with an `easydata.errors` exception or an environment
+    failure (a full disk: `easydata.errors.environment_error_in`)."""
     lines = [line for line in text.splitlines() if line.strip()]
-    return bool(lines) and lines[-1].startswith("easydata.errors.")
+    return bool(lines) and (lines[-1].startswith("easydata.errors.") or environment_error_in(lines[-1]) is not None)
 
 
 class _QuietUserErrors(DropUserErrors):
@@ -214,7 +215,15 @@ def main() -> None:
         _serve_or_work()
 
 
+def _exit_quietly_on_signals() -> None:
+    """Ctrl-C reaches every process of the terminal's group and SIGTERM may reach the workers too: they
+    end at once, without tracebacks (the launcher reports the interruption in one or two lines)."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(128 + signal.SIGINT))
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))
+
+
 def _serve_or_work() -> None:
+    _exit_quietly_on_signals()  # inherited by forked workers; spawned ones run this too
     handler = logging.StreamHandler()
     handler.setLevel(logging.ERROR)
     logging.basicConfig(handlers=[handler], format="%(levelname)s:%(name)s:%(message)s")

@@ -140,6 +140,7 @@ class StandbyWorkers:
         self._server: Any = None
         self._address = ""
         self._lock = threading.Lock()
+        _running.append(self)
 
     def _read_status(self) -> None:
         for line in self._server_process.stdout:
@@ -235,9 +236,22 @@ class StandbyWorkers:
         return [f"pid {pid} killed by {_signal_name(-code)}" if code < 0 else f"pid {pid} exited with status {code}"
                 for pid, code in found]
 
+    def kill(self) -> None:
+        """Ends the server and every worker it started at once (the run was interrupted)."""
+        with self._changed:
+            alive = [pid for pid in self._started if pid not in self._ended]
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self._server_process.kill()
+        self._server_process.wait()
+
     def close(self) -> None:
         """Ends the fork server (unused, it exits at once), waits for the workers it started to exit,
         then stops the service (their log streams end last)."""
+        if self in _running:
+            _running.remove(self)
         with self._lock:
             if not self._server_process.stdin.closed:
                 try:
@@ -271,6 +285,16 @@ def _signal_name(number: int) -> str:
 
 
 _prestarted: Optional[StandbyWorkers] = None
+_running: list[StandbyWorkers] = []  # fork servers not closed yet (`stop_all_workers`)
+
+
+def stop_all_workers() -> None:
+    """Kills every local worker process this process started (Ctrl-C, SIGTERM): none outlives the run."""
+    global _prestarted
+    _prestarted = None
+    for workers in list(_running):
+        workers.kill()
+        _running.remove(workers)
 
 
 def prestart(beam_args: list[str], config: Optional[PipelineConfig] = None) -> None:

@@ -14,7 +14,7 @@ import re
 import sys
 from typing import Any, Optional, Sequence
 
-from easydata.errors import EasyDataError
+from easydata.errors import DropUserErrors, EasyDataError, environment_error_in
 
 __all__ = ["main"]
 
@@ -71,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--seq-length", type=int, default=2048, help="packed row length (with --pack)")
     tok.add_argument("--seed", type=int, default=42)
     tok.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    tok.add_argument("--resume", action="store_true", help="continue an interrupted run of the same command")
     tok.add_argument("--quiet", action="store_true", help="no progress display")
     tok.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
 
@@ -171,6 +172,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         handler = logging.StreamHandler()
         handler.setLevel(logging.WARNING)  # a local dask cluster's scheduler logs at INFO
         handler.addFilter(lambda record: "apitools not found" not in record.getMessage())
+        handler.addFilter(DropUserErrors())  # user and environment errors: one line from `main` instead
         logging.basicConfig(handlers=[handler], level=logging.WARNING)
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
     from beam_pipelines.lean_import import without_unused_libraries
@@ -213,10 +215,13 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
     if args.command == "run":
         if args.streaming:
             return _run_streaming(_config_for_run(args), extra, args.verbose)
-        return _run_pipeline(_config_for_run(args), extra, args.quiet, args.verbose, resume=args.resume,
+        config = _config_for_run(args)
+        args._output_dir = config.save.output_dir  # for the resume hint of an interrupted run
+        return _run_pipeline(config, extra, args.quiet, args.verbose, resume=args.resume,
                              whole_process=whole_process)
     if args.command == "tokenize":
-        return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose, whole_process=whole_process)
+        return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose, resume=args.resume,
+                             whole_process=whole_process)
     if args.command == "validate":
         from easydata.validate import validate_output
 
@@ -274,9 +279,55 @@ def _user_error_in(exc: BaseException) -> Optional[str]:
     return found[-1].strip() if found else None
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (a scheduler or `kill` ending the command); raised in the main thread like Ctrl-C."""
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGINT / SIGTERM in the command: from now on nothing the abandoned job logs is shown (Beam and
+    its workers report each other's end as errors); `main` stops the workers and says what happened."""
+    import logging
+    import signal
+
+    logging.disable(logging.CRITICAL)
+    _stop_local_workers()  # before the job unwinds: its workers would log the lost connection
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+#: Exit codes of a run stopped by a signal: 128 + the signal's number, as shells report it.
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+def _environment_error_in(exc: BaseException) -> Optional[str]:
+    return environment_error_in(f"{exc!r} {exc}")
+
+
+def _resume_hint(args: argparse.Namespace, argv: Sequence[str]) -> Optional[str]:
+    """Where the interrupted run's work is kept and the exact command that continues it."""
+    if getattr(args, "command", None) not in ("run", "tokenize"):
+        return None
+    import shlex
+
+    from easydata.checkpoint import unfinished_runs
+    from easydata.output import staging_dir
+
+    command = ["easydata", *argv] + ([] if "--resume" in argv else ["--resume"])
+    output = getattr(args, "output", None) or getattr(args, "_output_dir", None)
+    kept = ""
+    if output:
+        with contextlib.suppress(Exception):
+            runs = unfinished_runs(output)
+            if runs:
+                kept = f"; its finished work is kept in {staging_dir(output, runs[0]['run_id'])}"
+    return f"the run stopped{kept}\neasydata: continue with: {shlex.join(command)}"
+
+
 def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -> int:
     """The command line; returns its exit code. `whole_process`: this process is the command and ends
-    when it returns (`console_main`), so a local batch job may leave out what it never imports."""
+    when it returns (`console_main`), so a local batch job may leave out what it never imports.
+
+    Exit codes: 0 success; 1 `validate` found problems; 2 a user or environment error (one line);
+    130 / 143 interrupted by SIGINT (Ctrl-C) / SIGTERM (two lines: what happened, how to continue).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     try:
@@ -284,15 +335,31 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
     except EasyDataError as e:
         print(f"easydata: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("easydata: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as e:
+        name, code = ("SIGTERM", EXIT_SIGTERM) if isinstance(e, Terminated) else ("SIGINT", EXIT_SIGINT)
+        _stop_local_workers()
+        hint = _resume_hint(args, argv)
+        print(f"easydata: interrupted by {name}" + (f": {hint}" if hint else ""), file=sys.stderr)
+        return code
     except Exception as e:
         message = _user_error_in(e)
         if message is None:
-            raise
+            environment = _environment_error_in(e)
+            if environment is None:
+                raise
+            _stop_local_workers()
+            hint = _resume_hint(args, argv)
+            print(f"easydata: error: {environment}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+            return 2
         print(f"easydata: error: {message}", file=sys.stderr)
         return 2
+
+
+def _stop_local_workers() -> None:
+    """No local worker outlives an interrupted command (only if the worker pool was ever imported)."""
+    pool = sys.modules.get("beam_pipelines.worker_pool")
+    if pool is not None:
+        pool.stop_all_workers()
 
 
 def console_main() -> None:
@@ -304,6 +371,10 @@ def console_main() -> None:
     non-daemon thread, no child process), output is flushed and the process ends at once. Otherwise,
     and when `main` raises, the interpreter exits normally.
     """
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)  # both end the same way: workers stopped, two lines
+    signal.signal(signal.SIGINT, _interrupt)
     code = main(whole_process=True)
     import logging
     import multiprocessing

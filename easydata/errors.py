@@ -8,6 +8,8 @@ else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import logging
+import re
+from typing import Optional
 
 __all__ = [
     "EasyDataError",
@@ -17,7 +19,25 @@ __all__ = [
     "OutputError",
     "ValidationFailed",
     "DropUserErrors",
+    "environment_error_in",
 ]
+
+# Environment failures a run can meet in any worker: errno -> what to tell the user.
+_ENVIRONMENT_ERRNOS = {28: "the disk is full", 122: "the disk quota is exceeded", 13: "permission denied",
+                       30: "the filesystem is read-only", 24: "too many open files"}
+_ERRNO = re.compile(r"\[Errno (\d+)\] ([^\n\\:\]]{1,80})(?:: '([^'\n\\]{1,300})')?")
+_ERRNO_DETAIL = re.compile(r"\[errno (\d+)\] ([^\n\\\]\[]{1,80})")
+
+
+def environment_error_in(text: str) -> Optional[str]:
+    """`what happened (the system's words) at 'path'` for an OS-level failure such as a full disk, found
+    in the text of an exception (Beam wraps a worker's failure in its own), else None."""
+    for number, words, path in _ERRNO.findall(text):
+        if int(number) in _ENVIRONMENT_ERRNOS:
+            detail = next((w.strip() for n, w in _ERRNO_DETAIL.findall(text) if n == number), None)
+            words = detail or words.strip()
+            return f"{_ENVIRONMENT_ERRNOS[int(number)]} ({words})" + (f" at '{path}'" if path else "")
+    return None
 
 
 class EasyDataError(Exception):
@@ -54,8 +74,13 @@ class ValidationFailed(EasyDataError):
 
 class DropUserErrors(logging.Filter):
     """Drops log records that carry a user error (an `EasyDataError` as their exception), e.g. Beam's
-    traceback log of a step that raised one: whoever runs the job reports it in one line. Workers
-    extend it for the other forms their runtime reports the same error in."""
+    traceback log of a step that raised one, or an environment failure (a full disk): whoever runs
+    the job reports it in one line. Workers extend it for the other forms their runtime reports the
+    same error in."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], EasyDataError))
+        if record.exc_info and isinstance(record.exc_info[1], EasyDataError):
+            return False
+        # A full disk (or another environment failure) is reported in one line by the launcher too.
+        return not (record.levelno >= logging.ERROR and environment_error_in(
+            f"{record.getMessage()} {record.exc_info[1] if record.exc_info else ''}"))
