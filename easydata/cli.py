@@ -188,12 +188,14 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
     totals = m["totals"]
     print(f"wrote {result.output_dir}")
     for name, info in m["datasets"].items():
-        print(f"  {name}: {info['documents_written']:,} documents ({info['documents_rejected']:,} rejected),"
+        unused = f"; {info['documents_unused']:,} read but left out by the mix" if info.get("documents_unused") else ""
+        print(f"  {name}: {info['documents_written']:,} documents ({info['documents_rejected']:,} rejected{unused}),"
               f" {info['tokens']:,} tokens, {len(info['shards'])} shards")
         if "segments_per_row" in info:
             print(f"    packed: {info['rows']:,} rows of {m['schema']['seq_length']}, {info['segments_per_row']:.2f}"
                   f" segments/row, {100 * info['padding_fraction']:.2f}% padding")
-    print(f"  total: {m['documents_in']:,} documents in, {totals['tokens']:,} tokens, {totals['shards']} shards,"
+    read = m["documents_in"] + sum(info.get("documents_unused", 0) for info in m["datasets"].values())
+    print(f"  total: {read:,} documents read, {totals['tokens']:,} tokens written, {totals['shards']} shards,"
           f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")
     if m["documents_rejected"]:
         print(f"  rejected records: {result.output_dir}/rejected/")

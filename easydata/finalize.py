@@ -233,9 +233,16 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         combined = collections.Counter(counters.get(MIXED_NAME, {}))
         for d in plan.datasets:
             combined.update({k: counters[d.name][k] for k in ("documents_in", "documents_rejected", "input_bytes")})
-        written = sum(counters[d.name]["mix_documents"] for d in plan.datasets)
+        # The output holds the selected documents; those read but left out by the mix (subsampled) are
+        # neither written nor rejected: `documents_in` counts what this output accounts for, and
+        # `documents_read` = `documents_in` + `documents_unused`.
+        written = sum(counters[d.name]["mix_selected"] for d in plan.datasets)
+        unused = sum(counters[d.name]["mix_documents"] - counters[d.name]["mix_selected"] for d in plan.datasets)
+        combined["documents_in"] -= unused
         datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written,
                                               config.tokenize.truncation)
+        datasets[MIXED_NAME]["documents_read"] = combined["documents_in"] + unused
+        datasets[MIXED_NAME]["documents_unused"] = unused
         datasets[MIXED_NAME]["document_copies"] = sum(counters[d.name]["mix_copies"] for d in plan.datasets)
     if not config.allow_empty_datasets:
         _refuse_empty_datasets(plan, counters, rejected_files)

@@ -114,12 +114,15 @@ class ProgressMonitor:
             done = min(counts["input_bytes"], self._total)
             if bar is not None:
                 bar.n = done
-                bar.set_postfix(docs=counts["documents"], tokens=counts["tokens"], refresh=False)
+                # What has been read and tokenized so far: a mix or a split then writes a share of it
+                # (the summary at the end says what the output holds).
+                bar.set_postfix(docs_read=counts["documents"], tokens_tokenized=counts["tokens"], refresh=False)
                 bar.refresh()
             elif time.monotonic() - last_log >= self._log_every:
                 last_log = time.monotonic()
                 elapsed = last_log - start
-                print(f"[easydata] {100 * done / self._total:5.1f}% of input read, {counts['documents']:,}"
-                      f" documents, {counts['tokens']:,} tokens, {elapsed:.0f}s", file=sys.stderr, flush=True)
+                print(f"[easydata] {100 * done / self._total:5.1f}% of input read: {counts['documents']:,}"
+                      f" documents read, {counts['tokens']:,} tokens tokenized, {elapsed:.0f}s", file=sys.stderr,
+                      flush=True)
         if bar is not None:
             bar.close()

@@ -167,6 +167,8 @@ def compute_stats(output_dir: str) -> dict[str, Any]:
         "output_dir": output_dir, "format": fmt, "packed": packed, "seq_length": schema.get("seq_length"),
         "vocab_size": (manifest.get("tokenizer") or {}).get("vocab_size"),
         "documents_in": manifest.get("documents_in"), "documents_rejected": manifest.get("documents_rejected"),
+        # Read but left out by a mix (subsampled): neither in the output nor rejected.
+        "documents_unused": sum(int(e.get("documents_unused", 0)) for e in (manifest.get("datasets") or {}).values()),
         "outputs": {name: acc.summary(unit, all_tokens) for name, acc in outputs.items()},
         "datasets": {name: acc.summary(unit, all_tokens) for name, acc in sorted(datasets.items())},
         "splits": {name: acc.summary(unit, all_tokens) for name, acc in sorted(splits.items())},
@@ -180,8 +182,11 @@ def format_stats(stats: dict[str, Any]) -> str:
     """A table of `compute_stats` results for the terminal."""
     length_unit = stats["total"]["length"]["unit"]
     shape = f"packed to {stats['seq_length']}" if stats["packed"] else "unpacked"
-    lines = [f"output: {stats['output_dir']}  ({stats['format']}, {shape}; documents in {stats['documents_in'] or 0:,},"
-             f" rejected {stats['documents_rejected'] or 0:,})",
+    unused = stats.get("documents_unused") or 0
+    read = (stats["documents_in"] or 0) + unused
+    lines = [f"output: {stats['output_dir']}  ({stats['format']}, {shape}; documents read {read:,},"
+             f" rejected {stats['documents_rejected'] or 0:,}"
+             + (f", left out by the mix {unused:,}" if unused else "") + ")",
              f"{'':24} {'documents':>10} {'rows':>10} {'tokens':>13} {'share':>7} {'padding':>8} {'unique':>8}"
              f"  {length_unit} length p50 / p90 / p99 / max"]
 

@@ -268,6 +268,9 @@ def _mix_problems(mix: dict[str, Any], mixed: dict[str, Any] | None) -> list[str
         if abs(share - source.get("realized_token_share", -1)) > 1e-5:
             found.append(f"mix: '{name}' realized_token_share {source.get('realized_token_share')} but its tokens"
                          f" are {share:.6f} of the mix")
-    if sum(s.get("documents_in", 0) for s in sources.values()) != mixed.get("documents_in"):
-        found.append(f"mix: sources' documents_in do not add up to '{MIXED_NAME}' documents_in")
+    read = mixed.get("documents_read", mixed.get("documents_in"))
+    if sum(s.get("documents_in", 0) for s in sources.values()) != read:
+        found.append(f"mix: sources' documents_in do not add up to the documents '{MIXED_NAME}' read")
+    if "documents_read" in mixed and read != mixed.get("documents_in", 0) + mixed.get("documents_unused", 0):
+        found.append(f"mix: '{MIXED_NAME}' documents_read {read} != documents_in + documents_unused")
     return found

@@ -215,3 +215,38 @@ def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tm
         "easydata: error: mix: dataset(s) empty have a positive weight but no tokens to mix (no documents, or all"
         " rejected); give them weight 0 or fix the input [while running 'Mix/Plan']"]
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_the_numbers_of_a_mix_count_what_the_output_holds(tmp_path, tokenizer_dir, capsys):
+    """A subsampled source: the summary said 11,472,412 tokens for 5,074,279 written and `stats` said
+    1,675 documents for 802 used. Now written documents are the selected ones, and what was read but
+    left out by the mix is counted apart (`documents_unused`), so every number is true."""
+    from easydata.cli import main
+    from tests.conftest import make_texts
+
+    write_jsonl(tmp_path / "big.jsonl", ({"text": t} for t in make_texts(300, seed=1)))
+    write_jsonl(tmp_path / "small.jsonl", ({"text": t} for t in make_texts(100, seed=2)))
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({
+        "default_tokenizer": str(tokenizer_dir),
+        "datasets": [{"name": "big", "data_files": str(tmp_path / "big.jsonl")},
+                     {"name": "small", "data_files": str(tmp_path / "small.jsonl")}],
+        "mix": {"weights": {"big": 0.5, "small": 0.5}},  # first_exhausted: `big` is subsampled
+        "save": {"output_dir": str(tmp_path / "out"), "num_shards": 1}}))
+    assert main(["run", str(job), "--quiet", "--direct_num_workers=1"]) == 0
+    summary = capsys.readouterr().out
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    mixed, sources = manifest["datasets"]["mixed"], manifest["mix"]["sources"]
+    selected = sum(s["documents_selected"] for s in sources.values())
+    assert sources["big"]["documents_selected"] < 300 and sources["small"]["documents_selected"] == 100
+    rows = pq.read_table(tmp_path / "out" / mixed["shards"][0]["path"]).num_rows
+    assert mixed["documents_written"] == selected == rows  # unpacked: one row per written document
+    assert mixed["documents_unused"] == 400 - selected and mixed["documents_read"] == 400
+    assert mixed["documents_in"] == mixed["documents_written"] + mixed["documents_rejected"]
+    assert f"mixed: {selected:,} documents (0 rejected; {400 - selected:,} read but left out by the mix)" in summary
+    assert f"total: 400 documents read, {mixed['tokens']:,} tokens written" in summary
+    assert main(["stats", str(tmp_path / "out")]) == 0
+    stats = capsys.readouterr().out
+    assert f"documents read 400, rejected 0, left out by the mix {400 - selected:,})" in stats
+    assert stats.splitlines()[2].split()[:2] == ["mixed", f"{selected:,}"]  # the output's documents
+    assert validate_output(str(tmp_path / "out")).ok

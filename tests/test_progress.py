@@ -106,7 +106,7 @@ def test_monitor_prints_plain_lines_off_a_terminal(tmp_path: Path, capsys: pytes
             err = capsys.readouterr().err
     assert monitor_threads() == []
     line = err.splitlines()[0]
-    assert re.fullmatch(r"\[easydata\]  25\.0% of input read, 1,003 documents, 1,001,234 tokens, \d+s", line), line
+    assert re.fullmatch(r"\[easydata\]  25\.0% of input read: 1,003 documents read, 1,001,234 tokens tokenized, \d+s", line), line
     time.sleep(0.6)
     assert capsys.readouterr().err == ""  # stopped: nothing more is printed
 
@@ -119,7 +119,7 @@ def test_monitor_caps_at_100_percent(tmp_path: Path, capsys: pytest.CaptureFixtu
         while not err and time.monotonic() < deadline:
             time.sleep(0.05)
             err = capsys.readouterr().err
-    assert err.startswith("[easydata] 100.0% of input read, 1 documents, 1 tokens, ")
+    assert err.startswith("[easydata] 100.0% of input read: 1 documents read, 1 tokens tokenized, ")
 
 
 def test_disabled_monitor_starts_no_thread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
