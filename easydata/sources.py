@@ -615,12 +615,14 @@ def _columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
     return [c for c in wanted if c in available]
 
 
-def _emit_table_batch(batch: Any, first_row: int, out: _Collector, dataset: DatasetConfig) -> None:
-    """Feeds the rows of an Arrow record batch into the collector."""
+def _emit_table_batch(batch: Any, first_row: Any, out: _Collector, dataset: DatasetConfig) -> None:
+    """Feeds the rows of an Arrow record batch into the collector; `first_row` is the first row's
+    position (the others follow it), or a list of every row's position."""
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     names = list(columns)
-    for i in range(batch.num_rows):
-        out.add_record(first_row + i, {n: columns[n][i] for n in names})
+    positions = first_row if isinstance(first_row, list) else range(first_row, first_row + batch.num_rows)
+    for i, position in zip(range(batch.num_rows), positions):
+        out.add_record(position, {n: columns[n][i] for n in names})
         if out.done:
             return
 
@@ -722,26 +724,64 @@ def _checked_arrow_batch(batch: Any, dataset: DatasetConfig) -> Any:
 
 
 def _read_csv(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    """CSV / TSV: records cut by `easydata.csv_records` (a malformed one is a dead letter and never
+    swallows the good ones after it), parsed by pyarrow in chunks; column types are inferred from
+    the first chunk and kept, the content field is always text."""
+    import csv
+
     import pyarrow as pa
     import pyarrow.csv as pcsv
+
+    from easydata.csv_records import csv_records
 
     delimiter = "\t" if strip_compression(split.path).lower().endswith(".tsv") else ","
     with open_file(split.path) as f:
         try:
-            # Read the content field as text even when it looks numeric, so no value is re-typed.
-            convert = pcsv.ConvertOptions(column_types={dataset.content_field: pa.string()},
-                                          strings_can_be_null=False)
-            reader = pcsv.open_csv(f, parse_options=pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
-                                   convert_options=convert)
-        except Exception as e:
-            raise InputError(f"'{split.path}' is not readable CSV: {e}") from None
-        row = 0
-        for batch in reader:
-            _emit_table_batch(batch, row, out, dataset)
-            row += batch.num_rows
-            yield batch.nbytes
+            header, records = csv_records(f, delimiter)
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise InputError(f"'{split.path}' is not readable CSV: its header is not a CSV line ({e})") from None
+        if header is None:
+            return
+        header = header if header.endswith(b"\n") else header + b"\n"
+        types: dict[str, Any] = {dataset.content_field: pa.string()}
+        chunk: list[bytes] = []
+        positions: list[int] = []
+
+        def parse() -> int:
+            data = b"".join(chunk)
+            parse_options = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+            try:
+                table = pcsv.read_csv(pa.py_buffer(header + data), parse_options=parse_options,
+                                      convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False))
+            except pa.ArrowInvalid:  # a value that does not fit the first chunk's types: this chunk as text
+                table = pcsv.read_csv(pa.py_buffer(header + data), parse_options=parse_options,
+                                      convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in types},
+                                                                          strings_can_be_null=False))
+            types.update({field.name: field.type for field in table.schema if field.name not in types})
+            start = 0
+            for batch in table.to_batches():
+                _emit_table_batch(batch, positions[start:start + batch.num_rows], out, dataset)
+                start += batch.num_rows
+            chunk.clear()
+            positions.clear()
+            return len(data)
+
+        size = 0
+        for record in records:
+            if record.reason is not None:
+                out.reject(record.index, record.reason, record.data[:_EXCERPT_CHARS].decode("utf-8", "replace"))
+                yield len(record.data)
+            else:
+                chunk.append(record.data if record.data.endswith(b"\n") else record.data + b"\n")
+                positions.append(record.index)
+                size += len(record.data)
+                if len(chunk) >= out.batch_size or size >= MAX_BATCH_CHARS:
+                    size = 0
+                    yield parse()
             if out.done:
                 return
+        if chunk:
+            yield parse()
 
 
 def total_input_bytes(splits: list[InputSplit]) -> int:
