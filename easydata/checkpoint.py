@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
-from easydata.filesystems import get_fs, join, open_arrow_file, open_file
+from easydata.filesystems import get_fs, join, open_arrow_file, open_file, temp_name, write_atomic
 from easydata.output import TEMP_PREFIX
 
 __all__ = ["run_signature", "write_run_info", "unfinished_runs", "find_resumable_run", "batch_path", "write_batch",
@@ -49,15 +49,6 @@ def run_signature(fingerprint: str, splits: dict[str, list[Any]]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    fs, target = get_fs(path)
-    temp = f"{target}.tmp"
-    fs.makedirs(posixpath.dirname(target), exist_ok=True)
-    with fs.open(temp, "wb") as f:
-        f.write(data)
-    fs.mv(temp, target)
-
-
 def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optional[dict[str, int]] = None, *,
                    fingerprint: Optional[str] = None, inputs: Optional[dict[str, str]] = None) -> None:
     """Records the run's signature, per dataset the split size its splits were planned with, the
@@ -70,7 +61,7 @@ def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optio
         info["fingerprint"] = fingerprint
     if inputs is not None:
         info["inputs"] = inputs
-    _write_atomic(join(staging, RUN_INFO), json.dumps(info).encode())
+    write_atomic(join(staging, RUN_INFO), json.dumps(info).encode())
 
 
 def unfinished_runs(output_dir: str) -> list[dict[str, Any]]:
@@ -111,9 +102,10 @@ def write_batch(path: str, rows: pa.RecordBatch, info: dict[str, Any]) -> None:
     fs, target = get_fs(path)
     fs.makedirs(posixpath.dirname(target), exist_ok=True)
     schema = rows.schema.with_metadata({**(rows.schema.metadata or {}), _META_KEY: json.dumps(info).encode()})
-    with open_arrow_file(f"{path}.tmp", "wb") as f, pa.ipc.new_file(f, schema) as writer:
+    temp = temp_name(path)  # its own per attempt: a retried or duplicate step may write the same batch
+    with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, schema) as writer:
         writer.write_batch(rows.replace_schema_metadata(schema.metadata))
-    fs.mv(f"{target}.tmp", target)
+    fs.mv(get_fs(temp)[1], target)
 
 
 def read_batch(path: str) -> tuple[pa.RecordBatch, dict[str, Any]]:
@@ -130,7 +122,7 @@ def write_unit(staging: str, dataset: str, unit: int, *, batches: int, stats: di
                rejected_file: Optional[str]) -> None:
     """Records that a unit was read to the end: its batch count, counters and dead-letter file."""
     info = {"batches": batches, "stats": stats, "rejected_file": rejected_file}
-    _write_atomic(join(_unit_dir(staging, dataset, unit), "unit.json"), json.dumps(info).encode())
+    write_atomic(join(_unit_dir(staging, dataset, unit), "unit.json"), json.dumps(info).encode())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["file_version", "remove_file", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
+__all__ = ["file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
            "file_size", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -241,6 +241,25 @@ def file_version(path: str) -> str:
     tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("crc32c")
     modified = info.get("mtime") or info.get("LastModified") or info.get("updated") or info.get("created")
     return f"size={info.get('size')}" + (f",etag={tag}" if tag else "") + (f",modified={modified}" if modified else "")
+
+
+def temp_name(path: str) -> str:
+    """A name beside `path` no other attempt uses: runners may run a retried or duplicate attempt of a
+    step at the same time, and each must write its own file before the rename."""
+    import uuid
+
+    return f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary name and a rename: readers and other attempts see
+    the old file or the whole new one, never part of one. Safe to run twice or at once."""
+    fs, target = get_fs(path)
+    fs.makedirs(posixpath.dirname(target), exist_ok=True)
+    temp = temp_name(target)
+    with fs.open(temp, "wb") as f:
+        f.write(data)
+    fs.mv(temp, target)
 
 
 def remove_file(path: str) -> None:

@@ -19,7 +19,7 @@ from typing import IO, Any, Iterable, Iterator, NamedTuple, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from easydata.filesystems import open_arrow_file, open_file
+from easydata.filesystems import get_fs, open_arrow_file, open_file, temp_name
 
 __all__ = [
     "SHARD_EXTENSIONS",
@@ -330,9 +330,13 @@ def count_shard_rows(path: str, fmt: str) -> int:
 
 
 def write_piece(table: pa.Table, path: str) -> None:
-    """Writes a staged piece (uncompressed Arrow IPC: cheapest to write and read back)."""
-    with open_arrow_file(path, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
+    """Writes a staged piece (uncompressed Arrow IPC: cheapest to write and read back), through a
+    temporary name of its own: a retried or duplicate attempt never leaves or reads half a piece."""
+    temp = temp_name(path)
+    with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
         writer.write_table(table)
+    fs, target = get_fs(path)
+    fs.mv(get_fs(temp)[1], target)
 
 
 def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str) -> tuple[int, Optional[pa.Schema]]:

@@ -189,10 +189,19 @@ def finish_commit(output_dir: str) -> None:
 
 
 def move_into_place(output_dir: str, moves: Iterable[tuple[str, str]]) -> None:
-    """Moves staged files to their paths relative to `output_dir` (renames on one filesystem)."""
+    """Moves staged files to their paths relative to `output_dir` (renames on one filesystem). Safe to
+    run again: a file already moved (gone from staging, in place) is skipped.
+
+    Raises:
+      OutputError: a staged file is neither in staging nor in place.
+    """
     fs, root = get_fs(output_dir)
     for src, rel in moves:
         _, src_path = get_fs(src)
         dest = join(root, rel)
+        if not fs.exists(src_path):
+            if fs.exists(dest):
+                continue  # an earlier attempt moved it
+            raise OutputError(f"cannot commit: staged file '{src}' is missing (and '{rel}' is not in place)")
         fs.makedirs(posixpath.dirname(dest), exist_ok=True)
         fs.mv(src_path, dest)

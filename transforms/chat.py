@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from typing import Any, Iterator, Optional
 
 import apache_beam as beam
@@ -24,7 +23,7 @@ import apache_beam as beam
 from easydata.chat import ChatRenderer
 from easydata.chat_stage import render_batch
 from easydata.config import TokenizerConfig
-from easydata.filesystems import join, open_file
+from easydata.dead_letters import dead_letter_path, write_dead_letters
 from easydata.sources import DocumentBatch
 from easydata.tokenizer import shared_tokenizer
 from transforms.read import REJECTED_TAG, STATS_TAG
@@ -51,9 +50,7 @@ class _RenderFn(beam.DoFn):
         rel = None
         if rejects:
             batch_id = hashlib.sha1(batch.keys[0].encode()).hexdigest()[:16]
-            rel = f"rejected/{self._dataset}/chat-{batch_id}.jsonl"
-            with open_file(join(self._staging, rel), "wb") as f:
-                f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
+            rel = write_dead_letters(self._staging, dead_letter_path(self._dataset, f"chat-{batch_id}"), rejects)
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
             yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset, {"documents_rejected": len(rejects)}))
         # An emptied batch still goes on: its checkpoint records the rejects (`easydata.checkpoint`).

@@ -15,14 +15,13 @@ Outputs (tagged):
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 
 from easydata.checkpoint import write_unit
 from easydata.config import DatasetConfig
-from easydata.filesystems import join, open_file
+from easydata.dead_letters import dead_letter_path, write_dead_letters
 from easydata.manifest import PARTIAL_INPUTS
 from easydata.progress import ProgressSink
 from easydata.sources import DocumentBatch, InputSplit, Reject, read_split
@@ -75,9 +74,8 @@ class _ReadSplitsFn(beam.DoFn):
                 remaining -= sum(r.records for r in rejects[before:])
         rel = None
         if rejects:
-            rel = f"rejected/{self._dataset.name}/split-{unit[0].index:05d}.jsonl"
-            with open_file(join(self._staging, rel), "wb") as f:
-                f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
+            rel = write_dead_letters(self._staging, dead_letter_path(self._dataset.name, f"split-{unit[0].index:05d}"),
+                                     rejects)
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
         rejected = sum(r.records for r in rejects)
         stats = {"documents_in": documents + rejected, "documents_rejected": rejected,

@@ -14,7 +14,6 @@ the manifest (`easydata.streaming.commit_window`).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Iterable, Iterator, Optional
 
@@ -28,7 +27,8 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from easydata.chat import ChatRenderer
 from easydata.chat_stage import render_batch
 from easydata.config import DatasetConfig, PipelineConfig, StreamingConfig, TokenizerConfig
-from easydata.filesystems import file_size, join, open_file, remove_file
+from easydata.dead_letters import dead_letter_path, write_dead_letters
+from easydata.filesystems import file_size, join, remove_file
 from easydata.formats import assemble_shard, shard_file_name, write_piece
 from easydata.pack_stage import pack_group
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
@@ -202,9 +202,7 @@ class _ProcessWindowFn(beam.DoFn):
             self._tokens.inc(tokens)
         rejected_files = []
         if rejects:
-            relative = f"rejected/{name}/{wid}.jsonl"
-            with open_file(join(self._staging, relative), "wb") as f:
-                f.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode())
+            relative = write_dead_letters(self._staging, dead_letter_path(name, wid), rejects)
             moves.append((join(self._staging, relative), relative))
             rejected_files.append(relative)
             self._rejected.inc(len(rejects))
