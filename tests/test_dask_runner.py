@@ -240,3 +240,71 @@ def test_without_an_address_a_run_starts_and_closes_its_own_cluster(tokenizer_di
     assert code == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["documents_written"] == len(texts)
     assert set(multiprocessing.active_children()) <= before  # the cluster's worker processes are gone
+
+
+# ---- a real engine fault: a worker killed mid-job ----------------------------------------------------------
+
+def _staged(out: Path, pattern: str) -> bool:
+    return any(out.glob(f".easydata-tmp-*/{pattern}"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("moment, ready", [
+    ("at once", lambda out: True),
+    ("while tokenizing", lambda out: _staged(out, "checkpoints/*/*/b*.arrow")),
+    ("while sorting and writing", lambda out: _staged(out, "sorted/*/*.arrow") or _staged(out, "mixed/*")),
+])
+def test_a_worker_killed_mid_job_never_changes_the_bytes(chat_tokenizer_dir, tmp_path, moment, ready):
+    """SIGKILL one of the two dask workers at a moment of the job: dask reschedules its tasks on the
+    other (and on the restarted one); every side effect is safe to run twice, so the job completes with
+    the local runner's bytes, or fails in one line with no manifest. Never other bytes."""
+    import os
+    import signal
+    import threading
+    import time
+
+    files = _corpus(tmp_path / "in")
+    plan = {"split_bytes": 8192, "group_bytes": 16384}
+    out = tmp_path / "out"
+    run_batch(_job(files, chat_tokenizer_dir, out), ["--direct_num_workers=1"], show_progress=False, **plan)
+    shutil.move(out, tmp_path / "local")
+    expected = _files(tmp_path / "local")
+    expected_manifest = json.loads(expected.pop("manifest.json"))
+
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0")
+    client = distributed.Client(cluster)
+    outcome: dict[str, Any] = {}
+
+    def job() -> None:
+        try:
+            outcome["manifest"] = run_batch(_job(files, chat_tokenizer_dir, out), _on(cluster), show_progress=False,
+                                            **plan).manifest
+        except BaseException as e:  # noqa: BLE001 - reported below
+            outcome["error"] = e
+
+    try:
+        pids = sorted(client.run(os.getpid).values())
+        thread = threading.Thread(target=job)
+        thread.start()
+        deadline = time.monotonic() + 240
+        while not ready(out) and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        killed = thread.is_alive()
+        if killed:
+            os.kill(pids[0], signal.SIGKILL)
+        thread.join(timeout=300)
+        assert not thread.is_alive(), "the job hangs after a worker was killed"
+    finally:
+        client.close()
+        cluster.close()
+    if "error" in outcome:  # a clean failure: one line, nothing committed
+        message = str(outcome["error"]).strip()
+        assert not (out / "manifest.json").exists(), message
+        pytest.fail(f"the job failed after the kill {moment} (allowed only in one line): {message.splitlines()[0]}")
+    got = _files(out)
+    got_manifest = json.loads(got.pop("manifest.json"))
+    assert sorted(got) == sorted(expected)
+    assert [name for name in expected if got[name] != expected[name]] == [], f"other bytes after the kill {moment}"
+    assert _without_run_fields(got_manifest) == _without_run_fields(expected_manifest)
+    assert killed or moment != "at once"
