@@ -14,17 +14,34 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from easydata.filesystems import expand_data_files
+from easydata.filesystems import expand_data_files, get_fs, join
 from easydata.formats import iter_shard_batches
+from easydata.manifest import MANIFEST_NAME, member_path, read_manifest
 
 __all__ = ["ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader"]
 
 
 class _ShardedSource:
+    """EasyData's `ShardedDataSource` over files (a path, glob or list) or an easydata output directory
+    (read through its manifest: its shards, never `manifest.json` or dead letters; `name=` picks one
+    dataset of the output, default all)."""
+
     fmt = ""
 
-    def __init__(self, data_files: str | list[str]):
-        self.shard_names = expand_data_files([data_files] if isinstance(data_files, str) else data_files)
+    def __init__(self, data_files: str | list[str], *, name: str | None = None):
+        if isinstance(data_files, str) and _is_output(data_files):
+            manifest = read_manifest(data_files)
+            datasets = manifest.get("datasets") or {}
+            if name is not None and name not in datasets:
+                raise ValueError(f"'{data_files}' has no dataset {name!r}; it has {sorted(datasets)}")
+            self.shard_names = [member_path(data_files, shard["path"], "shard path")
+                                for dataset, info in sorted(datasets.items()) if name in (None, dataset)
+                                for shard in info.get("shards", [])]
+        else:
+            self.shard_names = expand_data_files([data_files] if isinstance(data_files, str) else data_files)
+
+    def num_shards(self) -> int:
+        return len(self.shard_names)
 
     def open_shard(self, shard_name: str) -> Iterator[dict[str, Any]]:
         """Rows of one shard, in order."""
@@ -45,6 +62,15 @@ class _ShardedSource:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for name in self.shard_names:
             yield from self.open_shard(name)
+
+
+def _is_output(path: str) -> bool:
+    """`path` is a directory holding an easydata manifest."""
+    fs, inner = get_fs(path)
+    try:
+        return fs.isdir(inner) and fs.exists(join(inner, MANIFEST_NAME))
+    except Exception:  # a glob or an unreachable URL: not an output directory
+        return False
 
 
 class ParquetShardedSource(_ShardedSource):
