@@ -146,6 +146,10 @@ def _fractional_threshold(histogram: np.ndarray, wanted: float) -> tuple[int, in
     return best, int(cumulative[best])
 
 
+#: Copies of one document a mix may make (all_exhausted upsampling or a `total_tokens` budget).
+MAX_REPEAT_FACTOR = 10_000
+
+
 def plan_mix(histograms: Mapping[str, np.ndarray], weights: Mapping[str, float], *, stop_strategy: str,
              total_tokens: Optional[int] = None) -> MixPlan:
     """Plans the mix from each source's token histogram (`token_histogram`, summed over the source).
@@ -155,6 +159,9 @@ def plan_mix(histograms: Mapping[str, np.ndarray], weights: Mapping[str, float],
       weights: source name -> weight (normalised here).
       stop_strategy: `first_exhausted`, `all_exhausted` or `restart`.
       total_tokens: explicit budget (overrides the stop strategy).
+
+    Raises:
+      EasyDataError: a source would have to be repeated more than `MAX_REPEAT_FACTOR` times.
     """
     normalised = normalise_weights(weights)
     size = 1 << HISTOGRAM_BITS
@@ -165,6 +172,10 @@ def plan_mix(histograms: Mapping[str, np.ndarray], weights: Mapping[str, float],
     for name, weight in normalised.items():
         target = weight * budget
         rate = target / tokens[name] if tokens[name] else 0.0
+        if rate > MAX_REPEAT_FACTOR:  # each copy is a row: refused before any is made
+            raise EasyDataError(f"mix: the budget of {budget:,.0f} tokens needs dataset '{name}' ({tokens[name]:,}"
+                                f" tokens) repeated {rate:,.0f} times, more than {MAX_REPEAT_FACTOR:,}: lower"
+                                " mix.total_tokens or that dataset's weight")
         full = int(math.floor(rate))
         threshold, extra = _fractional_threshold(hist[name], (rate - full) * tokens[name])
         sources[name] = SourcePlan(weight=weight, tokens=tokens[name], target_tokens=target, repeat_factor=rate,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from easydata.errors import EasyDataError
 from easydata.mixing import mix_budget, mixed_keys, normalise_weights, plan_mix, select_copies, selection_buckets, \
     token_histogram
+from easydata.mixing import HISTOGRAM_BITS
 
 
 def _source(name: str, lengths: list[int], seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -133,3 +134,14 @@ def test_plan_reports_targets_for_the_manifest():
     assert math.isclose(sum(entry["target_weights"].values()), 1.0)
     assert entry["stop_strategy"] == "first_exhausted"
     assert set(entry["repeat_factors"]) == {"a", "b"}
+
+
+def test_a_budget_that_needs_absurd_repeats_is_refused_before_any_copy():
+    """`total_tokens: 10**15` over a small corpus ended in "Unable to allocate 3.64 TiB"."""
+    hist = np.zeros(1 << HISTOGRAM_BITS, np.int64)
+    hist[:10] = 100  # 1,000 tokens
+    with pytest.raises(EasyDataError, match=r"mix: the budget of 100,000,000,000 tokens needs dataset 'a' \(1,000"
+                                            r" tokens\) repeated 100,000,000 times, more than 10,000"):
+        plan_mix({"a": hist}, {"a": 1.0}, stop_strategy="first_exhausted", total_tokens=10**11)
+    plan = plan_mix({"a": hist}, {"a": 1.0}, stop_strategy="first_exhausted", total_tokens=10**7)  # 10,000 x: allowed
+    assert plan.sources["a"].full_copies == 10_000
