@@ -3,7 +3,7 @@
 #   - the Beam SDK worker container (--parameters sdk_container_image=IMAGE),
 # so the job graph is built and executed by the same Python, Beam, cloudpickle (vendored by Beam) and
 # easydata. Build:  docker build -t IMAGE .   or   gcloud builds submit --tag IMAGE .
-# README.md "Dataflow" has the whole workflow; tests/test_dataflow_template.py checks this file statically.
+# docs/dataflow.md has the whole workflow; tests/test_dataflow_template.py checks this file statically.
 #
 # Pinned: the base images by tag (for bit-for-bit rebuilds pin them by digest, `image@sha256:...`), every
 # Python package by templates/dataflow/requirements.txt, whose apache-beam pin equals the Beam tag below.

@@ -45,7 +45,7 @@ def short_state_sampling(period_ms: int = STATE_SAMPLING_PERIOD_MS) -> Iterator[
 
     Each bundle starts a thread that samples which step is running, sleeping up to
     `DEFAULT_SAMPLING_PERIOD_MS` (200 ms) between samples, and ending the bundle joins that thread:
-    a local job lost about a second, idle, over its dozen bundles (py-spy, README "Performance").
+    a local job lost about a second, idle, over its dozen bundles (py-spy, docs/performance.md).
     The sampler sleeps without the GIL, so a shorter period costs nothing measurable. A Beam whose
     sampler no longer looks like this is left alone.
     """
@@ -289,7 +289,7 @@ def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str,
     each tokenizing with one thread: everything a worker does besides tokenizing (reading, turning
     ids into rows, packing, writing) then runs on every core too, where one in-process worker runs
     it on one Python thread while the tokenizer's threads use the other cores. On 2 cores the two
-    measured about equal (README "Performance"); with more cores that one Python thread becomes the
+    measured about equal (docs/performance.md); with more cores that one Python thread becomes the
     limit. On a single usable core the job runs in-process. `--direct_num_workers=N` chooses N
     (1: in-process; N > 1: processes unless `--direct_running_mode` says otherwise).
     """

@@ -3,8 +3,8 @@ external worker pool.
 
 A local multi-process job (`--direct_num_workers=N`) used to start its N SDK worker processes when
 its first stage ran: each then spent about two seconds importing Beam, pyarrow and the tokenizer
-library while the job waited (py-spy and a per-process CPU trace of the 48 MB benchmark job, README
-"Performance"). `StandbyWorkers` starts one fork server (`python -m beam_pipelines.local_worker`) as
+library while the job waited (py-spy and a per-process CPU trace of the 48 MB benchmark job,
+docs/performance.md). `StandbyWorkers` starts one fork server (`python -m beam_pipelines.local_worker`) as
 early as the launching process knows it needs workers (the `easydata` command: right after parsing
 its arguments, before it imports Beam itself), so its import overlaps the launcher's own start-up and
 planning, and happens once however many workers the job has: each worker is a fork of it.
@@ -51,7 +51,7 @@ WORKER_EXIT_SECONDS = 30.0
 FAILURE_REPORT_SECONDS = 2.0
 
 #: Memory to allow per default worker process: its tokenizer, Beam, a few batches and one hash group
-#: being packed (~0.35 GB at rest plus about twice a 64 MB group, README "Performance").
+#: being packed (~0.35 GB at rest plus about twice a 64 MB group, docs/performance.md).
 WORKER_MEMORY_BYTES = 2**30
 
 #: The tokenizer library's thread-pool size variable; left alone when the user sets it.

@@ -11,7 +11,7 @@ than `LEASE_SECONDS` (any host).
 Creating the file is atomic where the filesystem offers create-if-absent: `O_EXCL` on local disks and
 `memory://`, `ifGenerationMatch=0` on Google Cloud Storage and `If-None-Match: *` on S3 (through
 fsspec's `xb` mode); on a filesystem without it the check and the create are two steps, and two runs
-started within the same instant could both pass (said in README).
+started within the same instant could both pass (said in docs/operations.md).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ HASH_COLUMN = "__hash__"
 KEY_COLUMN = "__key__"
 # Estimated bytes of token rows per hash group. A group is packed or sorted in one worker's memory
 # (about 2x its size while packing); 64 MB keeps that small next to a worker's baseline, and gives a
-# 40 MB corpus two groups, packed in parallel by two workers (README "Performance").
+# 40 MB corpus two groups, packed in parallel by two workers (docs/performance.md).
 DEFAULT_GROUP_BYTES = 64 * 2**20
 
 
