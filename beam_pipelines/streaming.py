@@ -49,7 +49,7 @@ def _base_manifest(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, tu
     base = {"config": config.to_dict(), "fingerprint": config.fingerprint(), "tokenizer": tokenizer,
             "schema": {"columns": {}, "packed": packed, "seq_length": config.pack.seq_length if packed else None,
                        "strategy": config.pack.strategy if packed else None},
-            "output_format": config.save.format, "compression": config.save.compression}
+            "output_format": config.save.format, "compression": config.save.codec}
     return base, per_dataset
 
 

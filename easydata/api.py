@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional, Sequence
 
-from easydata.config import TOKEN_FILE_FORMATS, DatasetConfig, MixStageConfig, PipelineConfig
+from easydata.config import DatasetConfig, MixStageConfig, PipelineConfig
 
 __all__ = ["Pipeline", "tokenize_and_save"]
 
@@ -51,8 +51,6 @@ class Pipeline:
         return self._with(pack=dataclasses.replace(self.config.pack, **settings))
 
     def save(self, **settings: Any) -> "Pipeline":
-        if settings.get("format") in TOKEN_FILE_FORMATS and "compression" not in settings:
-            settings["compression"] = "none"  # the default zstd is not a codec of bin / npz
         return self._with(save=dataclasses.replace(self.config.save, **settings))
 
     def build(self, beam_args: Optional[Sequence[str]] = None, *, show_progress: bool = False) -> Any:
@@ -73,7 +71,6 @@ def tokenize_and_save(data_files: str | Sequence[str], tokenizer: str, output_di
         "default_tokenizer": tokenizer,
         "datasets": [{"name": name, "data_files": data_files, "content_field": content_field, **dataset}],
         "tokenize": {"max_length": max_length, "truncation": "truncate" if max_length else "none"},
-        "save": {"output_dir": output_dir, "format": format, "num_shards": num_shards, "overwrite": overwrite,
-                 "compression": "none" if format in ("jsonl", *TOKEN_FILE_FORMATS) else "zstd"},
+        "save": {"output_dir": output_dir, "format": format, "num_shards": num_shards, "overwrite": overwrite},
     })
     return Pipeline(config).build(beam_args)

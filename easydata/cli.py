@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--content-field", default="text", help="field holding the text (default: text)")
     tok.add_argument("--format", default="parquet", help="parquet | arrow | jsonl | bin (flat token stream for"
                      " np.memmap) | npz (padded arrays)")
-    tok.add_argument("--compression", default=None, help="output compression (default: zstd; none for jsonl, bin"
+    tok.add_argument("--compression", default=None, help="output compression (default: the format's, save.compression null: zstd; none for jsonl, bin"
                      " and npz)")
     tok.add_argument("--max-length", type=int, default=None, help="truncate documents to N tokens")
     tok.add_argument("--stride", type=int, default=None, help="with --max-length: cut longer documents into windows"
@@ -131,7 +131,6 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
 
     if args.stride is not None and args.max_length is None:
         raise EasyDataError("--stride needs --max-length (the window length; the stride is the windows' overlap)")
-    compression = args.compression or ("none" if args.format in ("jsonl", "bin", "npz") else "zstd")
     data: dict[str, Any] = {
         "seed": args.seed,
         "default_tokenizer": args.tokenizer,
@@ -141,7 +140,7 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
                      "truncation": "none" if args.max_length is None else "window" if args.stride is not None
                      else "truncate"},
         "pack": {"enabled": args.pack, "seq_length": args.seq_length},
-        "save": {"output_dir": args.output, "format": args.format, "compression": compression,
+        "save": {"output_dir": args.output, "format": args.format, "compression": args.compression,
                  "num_shards": args.num_shards, "overwrite": args.overwrite,
                  "validation_fraction": args.validation_fraction},
     }

@@ -42,6 +42,7 @@ __all__ = [
     "apply_overrides",
     "INPUT_TYPES",
     "OUTPUT_FORMATS",
+    "DEFAULT_COMPRESSION",
 ]
 
 INPUT_TYPES = ("jsonl", "json", "parquet", "arrow", "csv", "txt")
@@ -49,6 +50,8 @@ OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz")
 # Formats of plain numpy token files (`easydata.token_files`): default compression `none`.
 TOKEN_FILE_FORMATS = ("bin", "npz")
 COMPRESSIONS = ("none", "zstd", "snappy", "gzip", "lz4")
+#: The compression of each output format when `save.compression` is not set.
+DEFAULT_COMPRESSION = {"parquet": "zstd", "arrow": "zstd", "jsonl": "none", "bin": "none", "npz": "none"}
 _FORMAT_COMPRESSIONS = {
     "parquet": COMPRESSIONS,
     "arrow": ("none", "zstd", "lz4"),
@@ -290,7 +293,9 @@ class SaveStageConfig:
       format: `parquet`, `arrow` (IPC file), `jsonl`, `bin` (flat token stream + document index, for
         `np.memmap`) or `npz` (padded `input_ids` / `attention_mask` arrays); see `easydata.token_files`.
       compression: codec the format supports (`parquet`: all; `arrow`: none/zstd/lz4; `jsonl`:
-        none/gzip/zstd; `bin`: none; `npz`: none/gzip). Default: zstd, or none for `bin` / `npz`.
+        none/gzip/zstd; `bin`: none; `npz`: none/gzip). null: the format's default
+        (`DEFAULT_COMPRESSION`: zstd for parquet and arrow, none for jsonl, bin and npz); `codec` is
+        the one in force.
       num_shards: exact number of shards per output (overrides `max_shard_size`).
       max_shard_size: upper bound of a shard's uncompressed size, e.g. `500MB`.
       overwrite: replace an existing output directory.
@@ -303,7 +308,7 @@ class SaveStageConfig:
 
     output_dir: str = "easydata_output"
     format: Literal["parquet", "arrow", "jsonl", "bin", "npz"] = "parquet"
-    compression: Literal["none", "zstd", "snappy", "gzip", "lz4"] = "zstd"
+    compression: Optional[Literal["none", "zstd", "snappy", "gzip", "lz4"]] = None
     num_shards: Optional[int] = None
     max_shard_size: Union[int, str] = "500MB"
     overwrite: bool = False
@@ -311,6 +316,11 @@ class SaveStageConfig:
     validation_fraction: Optional[float] = None
     splits: Optional[dict[str, float]] = None
     split_seed: int = 0
+
+    @property
+    def codec(self) -> str:
+        """The compression in force: `compression`, or the format's default (the one rule for it)."""
+        return self.compression or DEFAULT_COMPRESSION[self.format]
 
     @property
     def max_shard_bytes(self) -> int:
@@ -389,9 +399,6 @@ class PipelineConfig:
     def from_dict(cls, data: dict[str, Any]) -> "PipelineConfig":
         """Builds and validates a config; raises `ConfigError` listing every problem."""
         problems: list[str] = []
-        save = data.get("save") if isinstance(data, dict) else None
-        if isinstance(save, dict) and save.get("format") in TOKEN_FILE_FORMATS and "compression" not in save:
-            data = {**data, "save": {**save, "compression": "none"}}  # zstd, the default, is not theirs
         config = _convert(cls, data, "", problems)
         if not problems:
             problems.extend(config.validate())
@@ -496,8 +503,8 @@ class PipelineConfig:
         save = self.save
         if not save.output_dir:
             problems.append("save.output_dir is empty")
-        if save.compression not in _FORMAT_COMPRESSIONS[save.format]:
-            problems.append(f"save.compression '{save.compression}' is not supported by format"
+        if save.codec not in _FORMAT_COMPRESSIONS[save.format]:
+            problems.append(f"save.compression '{save.codec}' is not supported by format"
                             f" '{save.format}' (choose from {', '.join(_FORMAT_COMPRESSIONS[save.format])})")
         if save.num_shards is not None and not 0 < save.num_shards <= MAX_SHARDS:
             problems.append(f"save.num_shards must be in [1, {MAX_SHARDS:,}], got {save.num_shards}")

@@ -271,7 +271,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     manifest = build_manifest(
         config=config.to_dict(), fingerprint=config.fingerprint(), tokenizer=tokenizer,
         schema=output_schema(written, config), datasets=datasets, output_format=config.save.format,
-        compression=config.save.compression, rejected_files=rejected_files, tokenizers=per_dataset,
+        compression=config.save.codec, rejected_files=rejected_files, tokenizers=per_dataset,
         run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3),
              **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix,
         partial_inputs={name: sorted(entries, key=lambda e: (e["path"], e["offset"])) for name, entries in partial.items()})

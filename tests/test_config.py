@@ -487,3 +487,15 @@ def test_a_key_repeated_in_a_config_file_is_an_error(tmp_path, suffix, text, key
     path.write_text(text)
     with pytest.raises(ConfigError, match=f"duplicate key '{key}'"):
         PipelineConfig.from_yaml(path)
+
+
+@pytest.mark.parametrize("fmt, codec", [("parquet", "zstd"), ("arrow", "zstd"), ("jsonl", "none"), ("bin", "none"),
+                                        ("npz", "none")])
+def test_one_compression_default_rule(tmp_path, fmt, codec) -> None:
+    """`easydata tokenize` gave JSONL no compression while `easydata run` gave it zstd: one rule now."""
+    from easydata.api import Pipeline
+
+    base = {"default_tokenizer": "t", "datasets": [{"name": "web", "data_files": "x"}]}
+    assert PipelineConfig.from_dict({**base, "save": {"format": fmt}}).save.codec == codec
+    assert Pipeline.from_config(PipelineConfig.from_dict(base)).save(format=fmt).config.save.codec == codec
+    assert PipelineConfig.from_dict({**base, "save": {"format": fmt, "compression": "none"}}).save.codec == "none"

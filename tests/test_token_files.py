@@ -130,7 +130,7 @@ def test_config_problems_of_token_files(edit, problem):
     with pytest.raises(ConfigError, match=problem):
         PipelineConfig.from_dict(data)
     assert PipelineConfig.from_dict({**data, **{"pack": {}, "save": {"format": "npz"}},
-                                     "datasets": [{"name": "a", "data_files": "x"}]}).save.compression == "none"
+                                     "datasets": [{"name": "a", "data_files": "x"}]}).save.codec == "none"
 
 
 # ---- end to end ----------------------------------------------------------------------------------

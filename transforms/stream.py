@@ -187,11 +187,11 @@ class _ProcessWindowFn(beam.DoFn):
         if table is not None and table.num_rows:
             piece = join(self._staging, "pieces", name, f"{wid}.arrow")
             write_piece(table, piece)
-            relative = f"{name}/{wid}-{shard_file_name(0, 1, save.format, save.compression)}"
+            relative = f"{name}/{wid}-{shard_file_name(0, 1, save.format, save.codec)}"
             staged = join(self._staging, relative)
             schema = pa.schema([f for f in table.schema if f.name not in _HIDDEN])
             rows, tokens, padding = assemble_shard([piece], staged, save.format, table.schema,
-                                                   compression=save.compression, row_group_size=save.row_group_size,
+                                                   compression=save.codec, row_group_size=save.row_group_size,
                                                    drop_columns=_HIDDEN)[:3]
             remove_file(piece)  # assembled: the staging area keeps no uncompressed copy of the window
             shards.append({"path": relative, "rows": rows, "tokens": tokens, "padding_tokens": padding,

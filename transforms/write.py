@@ -113,10 +113,10 @@ class _AssembleShardFn(beam.DoFn):
         shard, pieces = element
         pieces = sorted(pieces, key=lambda p: p.group)
         num_shards = pieces[0].num_shards
-        relative = f"{self._name}/{shard_file_name(shard, num_shards, self._save.format, self._save.compression)}"
+        relative = f"{self._name}/{shard_file_name(shard, num_shards, self._save.format, self._save.codec)}"
         dest = join(self._staging, relative)
         done = assemble_shard([(p.path, p.start, p.start + p.rows) for p in pieces], dest, self._save.format, schema,
-                              compression=self._save.compression, row_group_size=self._save.row_group_size,
+                              compression=self._save.codec, row_group_size=self._save.row_group_size,
                               drop_columns=HIDDEN_COLUMNS, token_files=self._token_files)
         expected = sum(p.rows for p in pieces)
         if done.rows != expected:  # a bug guard: never commit a shard that lost rows
