@@ -16,6 +16,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import json
 import random
+import re
 import socket
 import subprocess
 import time
@@ -175,3 +176,25 @@ def wait_for_port(port: int, server: subprocess.Popen, what: str, timeout: float
             if time.monotonic() > deadline or server.poll() is not None:
                 pytest.fail(f"{what} did not start")
             time.sleep(0.2)
+
+
+# ---- CI: no test may skip for a missing file -----------------------------------------------------------
+
+# A skip whose reason points at a file, folder or fixture data means the repository lacks what its tests
+# need (a fresh clone elsewhere would skip it silently); in CI (`CI=true`) that fails the run.
+_MISSING_FILE = re.compile(r"\b(file|files|folder|directory|fixture)\b|\bnot available at\b", re.IGNORECASE)
+_missing_file_skips: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if _MISSING_FILE.search(reason):
+            _missing_file_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes") and _missing_file_skips:
+        for skip in _missing_file_skips:
+            print(f"\nCI: skipped for a missing file: {skip}")
+        session.exitstatus = 1
