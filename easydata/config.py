@@ -420,10 +420,13 @@ class PipelineConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
     def fingerprint(self) -> str:
-        """A hash of every setting that shapes the output (everything but `save.overwrite`)."""
+        """A hash of every setting that shapes the output: not `save.overwrite`, nor what only readers
+        (`load`, `schedule`) or the run's checks (`max_rejected_fraction`, `allow_empty_datasets`) use,
+        so editing those does not block `--resume`."""
         data = self.to_dict()
         data["save"].pop("overwrite", None)
-        data.pop("load", None)
+        for reader_or_check in ("load", "schedule", "max_rejected_fraction", "allow_empty_datasets"):
+            data.pop(reader_or_check, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> "PipelineConfig":

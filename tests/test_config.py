@@ -382,6 +382,9 @@ def test_fingerprint_is_stable_and_tracks_what_shapes_the_output() -> None:
     # Not shaping the output: overwrite and the reader defaults.
     assert variant("save.overwrite=true") == fingerprint
     assert variant("load.batch_size=64", "load.shuffle=false") == fingerprint
+    # Nor what only readers or the run's checks use (editing them must not block `--resume`).
+    assert variant("schedule=[{step: 0, weights: {code: 1}}]") == fingerprint
+    assert variant("max_rejected_fraction=0.5", "allow_empty_datasets=true") == fingerprint
     # Shaping the output.
     changed = {variant("seed=8"), variant("seed=9"), variant("tokenize.add_eos=false"),
                variant("save.row_group_size=10"), variant("datasets.0.content_field=body")}
