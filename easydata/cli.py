@@ -363,6 +363,14 @@ def _stop_local_workers() -> None:
         pool.stop_all_workers()
 
 
+def _quiet_broken_pipe() -> None:
+    """The reader of our output went away (`easydata inspect OUT | head`): stop quietly, as Unix tools
+    do (exit 141, 128 + SIGPIPE), instead of a BrokenPipeError traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+    os._exit(128 + 13)
+
+
 def console_main() -> None:
     """The `easydata` command: `main`, then exit without tearing the interpreter down.
 
@@ -376,7 +384,11 @@ def console_main() -> None:
 
     signal.signal(signal.SIGTERM, _interrupt)  # both end the same way: workers stopped, two lines
     signal.signal(signal.SIGINT, _interrupt)
-    code = main(whole_process=True)
+    try:
+        code = main(whole_process=True)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
     import logging
     import multiprocessing
     import threading

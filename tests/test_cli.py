@@ -204,3 +204,13 @@ def test_tokenize_and_pack_with_real_tokenizer(tmp_path, mistral_tokenizer_dir):
     assert collections.Counter(ids[seg > 0].tolist()) == expected
     check = _cli("validate", str(tmp_path / "out"))
     assert check.returncode == 0, check.stdout
+
+
+def test_a_closed_pipe_ends_quietly(job, tmp_path):
+    """`easydata inspect OUT | head` ended in a BrokenPipeError traceback when `head` had gone first."""
+    assert main(["run", str(job), "--quiet", "--direct_num_workers=1"]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "easydata", "inspect", str(tmp_path / "out"), "-n", "40"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader goes away (as `head` does) before the command writes its output
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err and err == ""
