@@ -68,7 +68,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         stats.extend([read[STATS_TAG], chat[STATS_TAG]])
         rejected.extend([read[REJECTED_TAG], chat[REJECTED_TAG]])
         tokenized[name] = chat.documents | f"Tokenize[{name}]" >> Tokenize(
-            tokenizer=ds_plan.tokenizer, config=config.tokenize, seed=config.seed, progress_dir=progress_dir,
+            tokenizer=ds_plan.tokenizer, config=config.tokenize_for(datasets[name]), seed=config.seed, progress_dir=progress_dir,
             checkpoint_staging=plan.staging)
         if ds_plan.resumed_units:  # a resumed run: done work units come from their checkpoints
             loaded = pipeline | f"Resume[{name}]" >> LoadCheckpoints(units=list(ds_plan.resumed_units),
@@ -79,9 +79,9 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     outputs = {name: (rows, ds_plan.num_groups, ds_plan.pad_id)
                for (name, rows), ds_plan in zip(tokenized.items(), plan.datasets)}
     mix_plan = None
-    if config.mix is not None:
+    if config.static_mix is not None:
         mixed = tokenized | "Mix" >> WeightedMix(weights=config.mix.weights, stop_strategy=config.mix.stop_strategy,
-                                                 total_tokens=config.mix.total_tokens, seed=config.seed)
+                                                 total_tokens=config.mix.total_tokens, seed=config.mix_seed)
         stats.append(mixed[MIX_STATS_TAG])
         mix_plan = mixed[MIX_PLAN_TAG]
         outputs = {MIXED_NAME: (mixed["rows"], plan.mix_num_groups, plan.datasets[0].pad_id)}

@@ -92,7 +92,7 @@ def _check(config: PipelineConfig) -> None:
             problems.append(f"dataset '{ds.name}': pubsub_subscription '{ds.pubsub_subscription}' is not"
                             " projects/PROJECT/subscriptions/NAME (a project id is 6-30 lowercase letters, digits"
                             " or hyphens, starting with a letter)")
-    if config.mix is not None:
+    if config.static_mix is not None:
         problems.append("mixing is not available in the streaming pipeline; mix the outputs with the reader's"
                         " MixedReader")
     if problems:

@@ -259,6 +259,15 @@ class ChatRenderer:
         spans = self._prefix_spans(text, conversation)
         return text, spans if spans is not None else self._locate(text, conversation.messages)
 
+    def render_text(self, conversation: Conversation, *, generation_prompt: bool = False) -> str:
+        """Only the rendered text (what `transformers`' `apply_chat_template(..., tokenize=False)` gives).
+
+        Raises:
+          ChatError: when the template fails.
+        """
+        text = self._render(conversation.messages, conversation.tools, generation_prompt)
+        return _strip_generation_marks(text)[0] if self._uses_generation else text
+
     def _render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[Any]], generation_prompt: bool) -> str:
         try:
             text = self._template.render(messages=list(messages), tools=tools,

@@ -34,6 +34,7 @@ __all__ = [
     "PackStageConfig",
     "SaveStageConfig",
     "LoadStageConfig",
+    "RayConfig",
     "WeightSchedulePoint",
     "PipelineConfig",
     "parse_size",
@@ -100,18 +101,42 @@ def parse_size(value: int | str) -> int:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TokenizerConfig:
-    """Which tokenizer to use and optional special-token overrides.
+    """Which tokenizer to use, optional special-token overrides, and (EasyData's spelling) how a
+    dataset's documents are encoded.
 
     Attributes:
       name_or_path: a directory holding `tokenizer.json` (and optionally `tokenizer_config.json`),
-        a `tokenizer.json` file, or a Hugging Face hub id resolved from the local cache only.
+        a `tokenizer.json` file, or a Hugging Face hub id (downloaded into the standard cache when
+        online, read from it with `HF_HUB_OFFLINE=1`).
       bos_token, eos_token, pad_token: override the special tokens the tokenizer declares.
+      eos_token_id: override the EOS id itself (set from `pack.eos_token_id`).
+      max_length, truncation: this dataset's documents are cut to `max_length` tokens (`truncation`
+        true, or unset); they override `tokenize.max_length` / `tokenize.truncation` for the dataset.
+      padding: `False`/`"longest"`: rows keep their length; `"max_length"`/`True`: rows are read
+        padded to `max_length` (`Pipeline.load()`; the stored rows are not padded, padding is free
+        at read time and marked by `segment_ids == 0`).
+      add_special_tokens: False: no BOS (EOS between documents follows `tokenize.add_eos`).
+      return_attention_mask, trust_remote_code: accepted for EasyData configs. Unpacked rows always
+        carry `attention_mask`; tokenizers load from `tokenizer.json` and never run repository code.
     """
 
     name_or_path: str
     bos_token: Optional[str] = None
     eos_token: Optional[str] = None
     pad_token: Optional[str] = None
+    eos_token_id: Optional[int] = None
+    max_length: Optional[int] = None
+    truncation: Union[bool, Literal["none", "truncate", "window"], None] = None
+    padding: Union[bool, Literal["longest", "max_length", "do_not_pad"]] = False
+    add_special_tokens: bool = True
+    return_attention_mask: bool = True
+    trust_remote_code: bool = False
+
+    def loading_key(self) -> "TokenizerConfig":
+        """The part that decides which tokenizer is loaded (datasets that differ only in how they
+        encode share one loaded tokenizer)."""
+        return TokenizerConfig(name_or_path=self.name_or_path, bos_token=self.bos_token, eos_token=self.eos_token,
+                               pad_token=self.pad_token, eos_token_id=self.eos_token_id)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -120,33 +145,66 @@ class DatasetConfig:
 
     Attributes:
       name: output sub-directory and manifest key: letters, digits, `_`, `-`, `.`, starting with a
-        letter or digit; not `rejected`, `mixed` or `manifest.json`.
-      data_files: path, glob, or list of them; any fsspec URL (local, file://, gs://, s3://, memory://).
+        letter or digit; not `rejected`, `mixed` or `manifest.json`. Derived from `data_files` (the
+        last directory, or the file's stem) when not given.
+      data_files: path, glob, or list of them; any fsspec URL (local, file://, gs://, s3://, hf://,
+        memory://). For `type: huggingface`, the hub dataset id (`owner/name`).
       type: input format; inferred from the file extension when null (`.gz/.zst/.bz2` stripped first).
+        `huggingface`: `data_files` is a hub dataset id, read from its `split`.
+      split: the split of a `huggingface` dataset (default `train`).
       content_field: the field holding the document text.
-      additional_fields: fields copied to unpacked output next to the tokens.
+      additional_fields: fields kept next to the tokens (unpacked rows: as columns; packed rows: per
+        segment, with where the document came from).
       tokenizer: per-dataset tokenizer (defaults to `PipelineConfig.default_tokenizer`).
+      tokenizer_kwargs: EasyData's `AutoTokenizer.from_pretrained` arguments; accepted and recorded
+        (tokenizers are always the fast `tokenizer.json` ones; `revision` is not supported yet).
       num_rows: read at most this many documents (in input order), for quick trials.
       sample_by: for `txt` input, what one document is: a `line`, a `paragraph` (blank-line
         separated), or the whole `document` (file).
       pubsub_subscription: streaming source instead of `data_files` (streaming pipeline only).
+      cache_path, cache_enabled: where `Pipeline(...).load().build()` keeps the prepared output of a
+        job (the first dataset's `cache_path` wins; default `~/.cache/easydata/pipelines`), and
+        whether a prepared output may be reused.
+      save_path, save_format: the Python API's `save()` also writes this dataset's output there, as a
+        standalone output (its shards at the top level and its own manifest), in `save_format`.
+      format_fields: rename record fields before anything else reads them (`{old: new}`; also the
+        keys of messages).
+      format_callback: a function (or `"module:function"`) turning each record dict into the record
+        to use (a dict, or a string: the document text); None or an error dead-letters the record.
     """
 
-    name: str
+    name: Optional[str] = None
     data_files: Union[str, list[str], None] = None
-    type: Optional[Literal["jsonl", "json", "parquet", "arrow", "csv", "txt"]] = None
+    type: Optional[Literal["jsonl", "json", "parquet", "arrow", "csv", "txt", "huggingface"]] = None
+    split: Optional[str] = None
     content_field: str = "text"
     additional_fields: list[str] = dataclasses.field(default_factory=list)
     tokenizer: Union[str, TokenizerConfig, None] = None
+    tokenizer_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     num_rows: Optional[int] = None
     sample_by: Literal["line", "paragraph", "document"] = "line"
     pubsub_subscription: Optional[str] = None
+    cache_path: Optional[str] = None
+    cache_enabled: bool = True
+    save_path: Optional[str] = None
+    save_format: Optional[Literal["parquet", "arrow", "jsonl"]] = None
+    format_fields: dict[str, str] = dataclasses.field(default_factory=dict)
+    format_callback: Any = None
 
     @property
     def data_file_list(self) -> list[str]:
         if self.data_files is None:
             return []
         return [self.data_files] if isinstance(self.data_files, str) else list(self.data_files)
+
+    def record_formatter(self) -> Optional[Any]:
+        """`format_fields` then `format_callback` as one function of a record (None when neither is
+        set); see `easydata.record_format`."""
+        if not self.format_fields and self.format_callback is None:
+            return None
+        from easydata.record_format import RecordFormatter
+
+        return RecordFormatter(self.format_fields, self.format_callback, self.content_field)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -156,7 +214,9 @@ class TokenizeStageConfig:
     Attributes:
       max_length: documents longer than this many tokens are truncated (null: never).
       truncation: `none`, `truncate` (keep the first `max_length` tokens) or `window` (cut longer
-        documents into overlapping windows of `max_length` tokens; `easydata.windows`).
+        documents into overlapping windows of `max_length` tokens; `easydata.windows`). Unset: `truncate`
+        when `max_length` is set (EasyData's meaning), else `none`; `true`/`false` are EasyData's
+        spellings of `truncate`/`none`. `truncation_mode` is the one in force.
       stride: tokens shared by consecutive windows (`window` only; null: 0, no overlap).
       add_bos: prepend BOS (null: the tokenizer's own convention).
       add_eos: append EOS to every document unless it already ends with it.
@@ -164,15 +224,35 @@ class TokenizeStageConfig:
       max_document_bytes: larger documents (UTF-8 bytes of their text) are rejected to the dead-letter
         output; a size (`32MiB`, `1GB` or bytes). Default 32 MiB; null: no limit (a single huge document
         then holds many times its size in memory while it is tokenized).
+      default_tokenizer: tokenizer of datasets that name none (before `PipelineConfig.default_tokenizer`).
+      num_workers: worker processes of the local runner (null: one per core); other runners size
+        themselves.
+      cache_tokenized: `Pipeline(...).load().build()` may reuse an output prepared earlier with the same
+        config (false: prepare it again).
+      remove_columns: fields not to keep next to the tokens (taken out of `additional_fields`; the
+        text itself is never kept).
     """
 
     max_length: Optional[int] = None
-    truncation: Literal["none", "truncate", "window"] = "none"
+    truncation: Union[Literal["none", "truncate", "window"], bool, None] = None
     stride: Optional[int] = None
     add_bos: Optional[bool] = None
     add_eos: bool = True
     batch_size: int = 1000
     max_document_bytes: Union[int, str, None] = DEFAULT_MAX_DOCUMENT_BYTES
+    default_tokenizer: Union[str, TokenizerConfig, None] = None
+    num_workers: Optional[int] = None
+    cache_tokenized: bool = True
+    remove_columns: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def truncation_mode(self) -> str:
+        """`none`, `truncate` or `window`: the truncation in force (see `truncation`)."""
+        if self.truncation is None:
+            return "truncate" if self.max_length is not None else "none"
+        if isinstance(self.truncation, bool):
+            return "truncate" if self.truncation else "none"
+        return self.truncation
 
     @property
     def max_document_byte_limit(self) -> Optional[int]:
@@ -211,15 +291,42 @@ class MixStageConfig:
       weights: dataset name -> relative weight (normalised).
       stop_strategy: `first_exhausted`, `all_exhausted` or its alias `restart`.
       total_tokens: an explicit output token budget instead of a stop strategy.
+      weight_schedule: weights that change with the training step (EasyData's curriculum). The job
+        then writes each dataset as its own output and the reader mixes them step by step
+        (`easydata.reader.MixedReader`; `Pipeline(...).load()` does it); `weights` are not used.
+      weight_schedule_type: `step`, `linear` or `cosine` interpolation between schedule points.
+      block_size: accepted for EasyData configs: selection here is per document and exact in tokens,
+        so no block granularity is needed.
+      seed: the mix's own seed (default: the pipeline's `seed`).
     """
 
     weights: dict[str, float] = dataclasses.field(default_factory=dict)
     stop_strategy: Literal["first_exhausted", "all_exhausted", "restart"] = "first_exhausted"
     total_tokens: Optional[int] = None
+    weight_schedule: list[WeightSchedulePoint] = dataclasses.field(default_factory=list)
+    weight_schedule_type: Literal["step", "linear", "cosine"] = "step"
+    block_size: int = 1000
+    seed: Optional[int] = None
+
+    @property
+    def static(self) -> bool:
+        """True when the job itself mixes (fixed weights), False when the reader does (a schedule)."""
+        return not self.weight_schedule
 
     def problems(self, dataset_names: list[str]) -> list[str]:
         """What is wrong with these settings for a run over `dataset_names`."""
         found = []
+        for i, point in enumerate(self.weight_schedule):
+            for name in point.weights:
+                if name not in dataset_names:
+                    found.append(f"mix.weight_schedule[{i}]: '{name}' is not a dataset (datasets:"
+                                 f" {', '.join(dataset_names)})")
+        if [p.step for p in self.weight_schedule] != sorted({p.step for p in self.weight_schedule}):
+            found.append("mix.weight_schedule: steps must be strictly increasing")
+        if self.block_size <= 0:
+            found.append(f"mix.block_size must be positive, got {self.block_size}")
+        if not self.static:
+            return found
         if not self.weights:
             found.append("mix.weights is empty: give each dataset a weight (or remove the `mix` section)")
         for name in self.weights:
@@ -273,7 +380,12 @@ class PackStageConfig:
       pad_token_id: padding id (default: the tokenizer's pad token, else its EOS, else 0); padding
         is marked by `segment_ids == 0` whatever its id.
       max_segments_per_row: optional cap on documents per row.
-      pool_size: open rows kept by the `pool` strategy.
+      pool_size: open rows kept by the `pool` strategy (`num_packers` is EasyData's name for it).
+      eos_token_id: the id that ends every document (default: the tokenizer's EOS).
+      include_segment_ids: packed rows always store `segment_ids` and `positions` (they are what
+        keeps documents apart); false leaves them out of the batches `Pipeline(...).load()` gives.
+      shuffle_packed, shuffle_buffer_factor: accepted for EasyData configs: packed rows are always
+        shuffled globally and deterministically (`seed`), which a shuffle buffer only approximates.
     """
 
     enabled: bool = False
@@ -282,6 +394,16 @@ class PackStageConfig:
     pad_token_id: Optional[int] = None
     max_segments_per_row: Optional[int] = None
     pool_size: int = 8
+    num_packers: Optional[int] = None
+    eos_token_id: Optional[int] = None
+    include_segment_ids: bool = True
+    shuffle_packed: bool = True
+    shuffle_buffer_factor: int = 10
+
+    @property
+    def pool_rows(self) -> int:
+        """Open rows of the `pool` strategy: `num_packers` when given, else `pool_size`."""
+        return self.num_packers if self.num_packers is not None else self.pool_size
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -304,6 +426,9 @@ class SaveStageConfig:
         fraction in `validation` (outputs `<name>/train`, `<name>/validation`); see `easydata.splits`.
       splits: any split instead, `{name: fraction}` (normalised), e.g. `{train: 98, validation: 1, test: 1}`.
       split_seed: changes which documents land in which split (the pipeline `seed` does not).
+      enabled: whether the Python API's `save()` stage writes (`easydata run` always writes).
+      push_to_hub, hub_repo_id, hub_private, hub_token: after the commit, upload the output to this
+        Hugging Face dataset repo (token default: the environment's, as huggingface_hub finds it).
     """
 
     output_dir: str = "easydata_output"
@@ -316,6 +441,11 @@ class SaveStageConfig:
     validation_fraction: Optional[float] = None
     splits: Optional[dict[str, float]] = None
     split_seed: int = 0
+    enabled: bool = True
+    push_to_hub: bool = False
+    hub_repo_id: Optional[str] = None
+    hub_private: bool = True
+    hub_token: Optional[str] = None
 
     @property
     def codec(self) -> str:
@@ -355,7 +485,20 @@ class SaveStageConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LoadStageConfig:
-    """Defaults for reading the output back with `easydata.reader.TokenReader`."""
+    """How `Pipeline(...).load().build()` reads the prepared output (`easydata.reader.TokenReader`).
+
+    Attributes:
+      batch_size: rows per batch.
+      shuffle: read rows in a deterministic shuffled order (seed: `seed`, else the pipeline's).
+      num_epochs: passes over the data (null: 1 for `Pipeline.load()`, as EasyData's loader).
+      drop_remainder / drop_last: drop the last, smaller batch.
+      layout: column names of the batches: `raw`, `maxtext` or `hf` (see `easydata.reader`).
+      prefetch_enabled, prefetch_buffer_size: read this many batches ahead on a background thread.
+      prefetch_workers: accepted for EasyData configs (one read-ahead thread does the work).
+      shuffle_buffer_size: EasyData's shuffle buffer; 0 turns shuffling off, any other value means
+        the reader's exact global shuffle.
+      prefetch_to_device: batches as JAX device arrays instead of numpy.
+    """
 
     batch_size: int = 8
     shuffle: bool = True
@@ -363,6 +506,32 @@ class LoadStageConfig:
     num_epochs: Optional[int] = None
     drop_remainder: bool = True
     layout: Literal["raw", "maxtext", "hf"] = "raw"
+    prefetch_enabled: bool = True
+    prefetch_workers: int = 2
+    prefetch_buffer_size: int = 4
+    shuffle_buffer_size: Optional[int] = None
+    drop_last: Optional[bool] = None
+    prefetch_to_device: bool = False
+
+    @property
+    def shuffled(self) -> bool:
+        return self.shuffle and self.shuffle_buffer_size != 0
+
+    @property
+    def drops_remainder(self) -> bool:
+        return self.drop_remainder if self.drop_last is None else self.drop_last
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RayConfig:
+    """EasyData's Ray settings, accepted and mapped: there is no Ray here. `enabled` with
+    `num_workers` runs that many worker processes on the local runner; for more machines use
+    `--runner=DaskRunner` or `DataflowRunner` (docs/runners.md)."""
+
+    enabled: bool = False
+    num_workers: Optional[int] = None
+    resources_per_worker: dict[str, float] = dataclasses.field(default_factory=dict)
+    address: Optional[str] = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -375,8 +544,11 @@ class PipelineConfig:
       allow_empty_datasets: commit a run in which a dataset ends with no document (all rejected, or no
         records); by default that fails the run, naming the most common rejection reason.
       default_tokenizer: tokenizer for datasets that do not name their own.
-      datasets: the inputs.
+      datasets: the inputs (`DatasetConfig`s or plain dicts; unnamed ones get a derived name).
       tokenize, chat, mix, pack, save, load: stage settings.
+      streaming: the streaming pipeline's windowing; EasyData's `streaming=True/False` is accepted
+        (input is always read as a stream, never loaded whole) and means the defaults.
+      ray: EasyData's `RayConfig`, mapped onto local worker processes (see `RayConfig`).
     """
 
     seed: int = 42
@@ -390,8 +562,24 @@ class PipelineConfig:
     pack: PackStageConfig = dataclasses.field(default_factory=PackStageConfig)
     save: SaveStageConfig = dataclasses.field(default_factory=SaveStageConfig)
     load: LoadStageConfig = dataclasses.field(default_factory=LoadStageConfig)
-    streaming: StreamingConfig = dataclasses.field(default_factory=StreamingConfig)
+    streaming: Union[StreamingConfig, bool] = dataclasses.field(default_factory=StreamingConfig)
     schedule: list[WeightSchedulePoint] = dataclasses.field(default_factory=list)
+    ray: Optional[RayConfig] = None
+
+    def __post_init__(self) -> None:
+        # EasyData spellings, normalised once so the engine reads one form: dataset dicts become
+        # configs, unnamed datasets get a name, `streaming=True/False` becomes the default windowing.
+        if not isinstance(self.datasets, list):  # a conversion problem already reported
+            return
+        datasets = [DatasetConfig(**d) if isinstance(d, dict) else d for d in self.datasets]
+        removed = set(self.tokenize.remove_columns) if isinstance(self.tokenize, TokenizeStageConfig) else set()
+        if removed:
+            datasets = [dataclasses.replace(d, additional_fields=[f for f in d.additional_fields if f not in removed])
+                        for d in datasets]
+        if all(isinstance(d, DatasetConfig) for d in datasets):
+            object.__setattr__(self, "datasets", name_datasets(datasets))
+        if isinstance(self.streaming, bool):
+            object.__setattr__(self, "streaming", StreamingConfig())
 
     # ---- loading -------------------------------------------------------------------------------
 
@@ -416,17 +604,27 @@ class PipelineConfig:
         return cls.from_yaml(path, overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config as plain JSON-compatible data (written into the manifest)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """The resolved config as plain JSON-compatible data (written into the manifest); a
+        `format_callback` function appears as its `"module:qualname"`."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=callable_name))
 
     def fingerprint(self) -> str:
-        """A hash of every setting that shapes the output: not `save.overwrite`, nor what only readers
-        (`load`, `schedule`) or the run's checks (`max_rejected_fraction`, `allow_empty_datasets`) use,
-        so editing those does not block `--resume`."""
-        data = self.to_dict()
-        data["save"].pop("overwrite", None)
-        for reader_or_check in ("load", "schedule", "max_rejected_fraction", "allow_empty_datasets"):
+        """A hash of every setting that shapes the output: not `save.overwrite` nor the Python API's
+        `save.enabled` / hub upload, nor what only readers (`load`, `schedule`, a mix's schedule) or the
+        run's checks (`max_rejected_fraction`, `allow_empty_datasets`) use, so editing those does not
+        block `--resume`. A `format_callback` counts with its code."""
+        data = json.loads(json.dumps(dataclasses.asdict(self), default=_callable_identity))
+        for key in ("overwrite", "enabled", "push_to_hub", "hub_repo_id", "hub_private", "hub_token"):
+            data["save"].pop(key, None)
+        if data.get("mix"):
+            data["mix"].pop("weight_schedule_type", None)
+        for reader_or_check in ("load", "schedule", "max_rejected_fraction", "allow_empty_datasets", "ray"):
             data.pop(reader_or_check, None)
+        for ds in data["datasets"]:
+            for key in ("cache_path", "cache_enabled", "save_path", "save_format"):
+                ds.pop(key, None)
+        for key in ("num_workers", "cache_tokenized"):
+            data["tokenize"].pop(key, None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> "PipelineConfig":
@@ -434,11 +632,48 @@ class PipelineConfig:
 
     # ---- semantic checks -----------------------------------------------------------------------
 
+    def _tokenizer_spec(self, dataset: DatasetConfig) -> Union[str, TokenizerConfig, None]:
+        for spec in (dataset.tokenizer, self.tokenize.default_tokenizer, self.default_tokenizer):
+            if spec is not None:
+                return spec
+        return None
+
     def tokenizer_for(self, dataset: DatasetConfig) -> TokenizerConfig:
-        spec = dataset.tokenizer if dataset.tokenizer is not None else self.default_tokenizer
+        """Which tokenizer `dataset` loads: its own, else `tokenize.default_tokenizer`, else
+        `default_tokenizer`; with `pack.eos_token_id` as its EOS id when packing."""
+        spec = self._tokenizer_spec(dataset)
         if spec is None:
             raise ConfigError(f"dataset '{dataset.name}' has no tokenizer and `default_tokenizer` is not set")
-        return spec if isinstance(spec, TokenizerConfig) else TokenizerConfig(name_or_path=spec)
+        config = spec if isinstance(spec, TokenizerConfig) else TokenizerConfig(name_or_path=spec)
+        if self.pack.enabled and self.pack.eos_token_id is not None:
+            config = dataclasses.replace(config, eos_token_id=self.pack.eos_token_id)
+        return config.loading_key()
+
+    def tokenize_for(self, dataset: DatasetConfig) -> TokenizeStageConfig:
+        """The tokenize settings of `dataset`: the stage's, with what its `TokenizerConfig` says about
+        length (`max_length`, `truncation`) and special tokens (`add_special_tokens`)."""
+        spec = self._tokenizer_spec(dataset)
+        stage = self.tokenize
+        if not isinstance(spec, TokenizerConfig):
+            return stage
+        changes: dict[str, Any] = {}
+        if spec.max_length is not None:
+            changes["max_length"] = spec.max_length
+            changes["truncation"] = spec.truncation if spec.truncation is not None else None
+        elif spec.truncation is not None:
+            changes["truncation"] = spec.truncation
+        if not spec.add_special_tokens:
+            changes["add_bos"] = False
+        return dataclasses.replace(stage, **changes) if changes else stage
+
+    @property
+    def static_mix(self) -> Optional[MixStageConfig]:
+        """The mix the job itself performs: `mix` unless it is a weight schedule (read-time mixing)."""
+        return self.mix if self.mix is not None and self.mix.static else None
+
+    @property
+    def mix_seed(self) -> int:
+        return self.mix.seed if self.mix is not None and self.mix.seed is not None else self.seed
 
     def validate(self) -> list[str]:
         """Returns every semantic problem of this config; empty when it is usable."""
@@ -456,8 +691,12 @@ class PipelineConfig:
                                 " directory of the output)")
             if not ds.data_file_list and not ds.pubsub_subscription:
                 problems.append(f"{where}: set `data_files` (or `pubsub_subscription` for streaming)")
-            if ds.tokenizer is None and self.default_tokenizer is None:
+            spec = self._tokenizer_spec(ds)
+            if spec is None:
                 problems.append(f"{where}: no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`")
+            elif isinstance(spec, TokenizerConfig) and spec.max_length is not None and spec.max_length <= 0:
+                problems.append(f"{where}: tokenizer max_length must be positive, got {spec.max_length}")
+            problems.extend(f"{where}: {p}" for p in _dataset_source_problems(ds))
             if ds.num_rows is not None and ds.num_rows < 0:
                 problems.append(f"{where}: `num_rows` must be >= 0, got {ds.num_rows}")
             if ds.content_field in ds.additional_fields:
@@ -470,12 +709,16 @@ class PipelineConfig:
             problems.append(f"tokenize.batch_size must be in [1, {MAX_BATCH_SIZE:,}], got {tok.batch_size}")
         if tok.max_length is not None and tok.max_length <= 0:
             problems.append(f"tokenize.max_length must be positive, got {tok.max_length}")
-        if tok.truncation != "none" and tok.max_length is None:
-            problems.append(f"tokenize.truncation '{tok.truncation}' needs tokenize.max_length")
+        if tok.truncation_mode != "none" and tok.max_length is None:
+            problems.append(f"tokenize.truncation '{tok.truncation_mode}' needs tokenize.max_length")
         if tok.max_length is not None and tok.truncation == "none":
             problems.append("tokenize.max_length is set but tokenize.truncation is 'none': set truncation to"
                             " 'truncate' (or remove max_length)")
-        if tok.stride is not None and tok.truncation != "window":
+        if tok.num_workers is not None and tok.num_workers <= 0:
+            problems.append(f"tokenize.num_workers must be positive, got {tok.num_workers}")
+        if self.ray is not None and self.ray.num_workers is not None and self.ray.num_workers <= 0:
+            problems.append(f"ray.num_workers must be positive, got {self.ray.num_workers}")
+        if tok.stride is not None and tok.truncation_mode != "window":
             problems.append("tokenize.stride only applies to truncation 'window'")
         elif tok.stride is not None and tok.max_length is not None and not 0 <= tok.stride < tok.max_length:
             problems.append(f"tokenize.stride (the overlap of consecutive windows) must be in [0, max_length ="
@@ -494,6 +737,15 @@ class PipelineConfig:
             problems.append(f"pack.pool_size must be in [1, {MAX_POOL_SIZE}], got {self.pack.pool_size}")
         if self.pack.pad_token_id is not None and self.pack.pad_token_id < 0:
             problems.append(f"pack.pad_token_id must be >= 0, got {self.pack.pad_token_id}")
+        if self.pack.eos_token_id is not None and self.pack.eos_token_id < 0:
+            problems.append(f"pack.eos_token_id must be >= 0, got {self.pack.eos_token_id}")
+        if self.pack.num_packers is not None and not 0 < self.pack.num_packers <= MAX_POOL_SIZE:
+            problems.append(f"pack.num_packers must be in [1, {MAX_POOL_SIZE}], got {self.pack.num_packers}")
+        load = self.load
+        if load.batch_size <= 0:
+            problems.append(f"load.batch_size must be positive, got {load.batch_size}")
+        if load.prefetch_buffer_size < 0:
+            problems.append(f"load.prefetch_buffer_size must be >= 0, got {load.prefetch_buffer_size}")
         if self.mix is not None:
             problems.extend(self.mix.problems(names))
         stream = self.streaming
@@ -523,7 +775,9 @@ class PipelineConfig:
         if save.split_fractions() is not None and any(ds.pubsub_subscription for ds in self.datasets):
             problems.append("save.validation_fraction / save.splits are for batch runs; the streaming pipeline does"
                             " not split yet")
-        if self.mix is not None and save.split_fractions() is not None:
+        if save.push_to_hub and not save.hub_repo_id:
+            problems.append("save.push_to_hub needs save.hub_repo_id (e.g. 'username/dataset')")
+        if self.static_mix is not None and save.split_fractions() is not None:
             problems.append("save.validation_fraction / save.splits with a `mix` section is not supported yet: split"
                             " each dataset in its own run and mix at read time (MixedReader)")
         return problems
@@ -543,6 +797,95 @@ class PipelineConfig:
                 found.append(f"datasets[{i}] ('{ds.name}'): save.format '{fmt}' is for batch runs; the streaming"
                              " pipeline writes parquet, arrow or jsonl")
         return found
+
+
+def _dataset_source_problems(ds: DatasetConfig) -> list[str]:
+    """What is wrong with a dataset's EasyData-style source options."""
+    found = []
+    if ds.type == "huggingface" and (not isinstance(ds.data_files, str) or ds.data_files.count("/") != 1):
+        found.append(f"type 'huggingface' takes the hub dataset id as `data_files` ('owner/name'), got {ds.data_files!r}")
+    if ds.split is not None and ds.type != "huggingface":
+        found.append("`split` is for type 'huggingface' (local files are listed in `data_files`)")
+    callback = ds.format_callback
+    if isinstance(callback, str):
+        try:
+            resolve_callable(callback)
+        except (ImportError, AttributeError, ValueError) as e:
+            found.append(f"format_callback {callback!r}: {e}")
+    elif callback is not None and not callable(callback):
+        found.append(f"format_callback must be a function or 'module:function', got {type(callback).__name__}")
+    return found
+
+
+def resolve_callable(spec: str) -> Any:
+    """`"package.module:function"` -> the function (a `format_callback` given in YAML)."""
+    import importlib
+
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError("expected 'module:function'")
+    target: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"'{spec}' is not callable")
+    return target
+
+
+def callable_name(value: Any) -> str:
+    """JSON form of a function in a config: its `"module:qualname"` (what `resolve_callable` reads)."""
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', type(value).__name__)}"
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _callable_identity(value: Any) -> str:
+    """`callable_name` plus a hash of the function's code, so the fingerprint changes with it."""
+    name = callable_name(value)
+    code = getattr(value, "__code__", None)
+    if code is None:
+        return name
+    digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode() + repr(code.co_names).encode())
+    return f"{name}#{digest.hexdigest()[:12]}"
+
+
+def _derived_name(ds: DatasetConfig) -> str:
+    """A dataset name from its files: the last directory without glob characters, else the file's
+    stem (`data/web/*.jsonl` -> `web`, `corpus.jsonl.gz` -> `corpus`, hub `owner/name` -> `name`)."""
+    files = ds.data_file_list
+    if not files:
+        return "dataset"
+    first = files[0].split("://", 1)[-1].rstrip("/")
+    if ds.type == "huggingface":
+        return first.split("/")[-1]
+    parts = [p for p in first.split("/") if p not in ("", ".", "..")]
+    if not parts:
+        return "dataset"
+    stem = parts[-1]
+    if any(c in stem for c in "*?[") or len(parts) > 1 and "." in stem:
+        directories = [p for p in parts[:-1] if not any(c in p for c in "*?[")]
+        if directories:
+            return directories[-1]
+    return re.sub(r"(\.(gz|zst|bz2|jsonl|json|parquet|arrow|csv|tsv|txt))+$", "", stem) or stem
+
+
+def name_datasets(datasets: list[DatasetConfig]) -> list[DatasetConfig]:
+    """Gives every unnamed dataset a name (`_derived_name`, made a safe, unique path component)."""
+    taken = {d.name for d in datasets if d.name is not None}
+    named = []
+    for i, ds in enumerate(datasets):
+        if ds.name is None:
+            base = re.sub(r"[^A-Za-z0-9_.\-]", "_", _derived_name(ds)).lstrip("_.-") or f"dataset_{i}"
+            if not safe_name(base):
+                base = f"dataset_{i}"
+            name, n = base, 1
+            while name in taken:
+                n += 1
+                name = f"{base}_{n}"
+            taken.add(name)
+            ds = dataclasses.replace(ds, name=name)
+        named.append(ds)
+    return named
 
 
 def safe_name(name: str) -> bool:
@@ -589,8 +932,10 @@ def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
             if not trial:
                 return result
         non_none = [a for a in args if a is not type(None)]
-        if len(non_none) == 1:  # Optional[X]: report X's own, more precise, problem
-            return _convert(non_none[0], value, where, problems)
+        literals = [a for a in non_none if typing.get_origin(a) is Literal]
+        if len(non_none) == 1 or isinstance(value, str) and len(literals) == 1:
+            # Optional[X], or a string for a Literal-or-bool field: report X's own, more precise, problem
+            return _convert(literals[0] if isinstance(value, str) and literals else non_none[0], value, where, problems)
         problems.append(f"{where}: expected {_type_name(tp)}, got {value!r}")
         return None
     if origin is Literal:

@@ -55,6 +55,14 @@ def _shard_entry(s: ShardInfo) -> dict[str, Any]:
     return entry
 
 
+def _truncation(config: PipelineConfig, dataset: str) -> str:
+    """The truncation in force for `dataset` (its tokenizer settings may override the stage's)."""
+    for ds in config.datasets:
+        if ds.name == dataset:
+            return config.tokenize_for(ds).truncation_mode
+    return config.tokenize.truncation_mode
+
+
 def _cut_entry(truncation: str, infos: list[ShardInfo], c: collections.Counter, packed: bool) -> dict[str, Any]:
     """How many documents `tokenize.truncation` cut (and, for windows, the extra rows they made)."""
     if truncation == "none":
@@ -154,7 +162,7 @@ def _split_entries(config: PipelineConfig, plan: RunPlan, by_output: dict[str, l
             if index == 0:
                 c.update(documents_rejected=source["documents_rejected"], input_bytes=source["input_bytes"])
             c["documents_in"] = written + c["documents_rejected"]
-            entries[name] = _dataset_entry(name, infos, c, packed, written, config.tokenize.truncation)
+            entries[name] = _dataset_entry(name, infos, c, packed, written, _truncation(config, d.name))
             entries[name]["split"] = {"dataset": d.name, "name": split, "fraction": round(fraction, 9)}
             written_total += written
         if written_total + source["documents_rejected"] != source["documents_in"]:
@@ -227,7 +235,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     elif mix_plan is None:
         for name, infos in by_dataset.items():
             written = counters[name]["packed_documents"] if packed else _shard_documents(infos)
-            datasets[name] = _dataset_entry(name, infos, counters[name], packed, written, config.tokenize.truncation)
+            datasets[name] = _dataset_entry(name, infos, counters[name], packed, written, _truncation(config, name))
     else:
         mix = _mix_entry(mix_plan, counters, plan, by_dataset.get(MIXED_NAME, []), packed)
         combined = collections.Counter(counters.get(MIXED_NAME, {}))
@@ -240,7 +248,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         unused = sum(counters[d.name]["mix_documents"] - counters[d.name]["mix_selected"] for d in plan.datasets)
         combined["documents_in"] -= unused
         datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written,
-                                              config.tokenize.truncation)
+                                              config.tokenize.truncation_mode)
         datasets[MIXED_NAME]["documents_read"] = combined["documents_in"] + unused
         datasets[MIXED_NAME]["documents_unused"] = unused
         datasets[MIXED_NAME]["document_copies"] = sum(counters[d.name]["mix_copies"] for d in plan.datasets)

@@ -70,7 +70,7 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
     tokens, offsets = list_column_values(table.column("input_ids"))
     loss_mask = list_column_values(table.column("loss_mask"))[0] if "loss_mask" in table.column_names else None
     plan = plan_packing(document_lengths(offsets, order), config.seq_length, config.strategy,
-                        max_segments=config.max_segments_per_row, pool_size=config.pool_size)
+                        max_segments=config.max_segments_per_row, pool_size=config.pool_rows)
     keys, hashes, by_hash = _row_keys(plan.num_rows, seed=seed, dataset=dataset, group=group, num_groups=num_groups)
     slots = np.empty(plan.num_rows, dtype=np.int64)
     slots[by_hash] = np.arange(plan.num_rows)  # planned row by_hash[i] is written as row i

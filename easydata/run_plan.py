@@ -162,7 +162,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
     mix_num_groups = None
-    if config.mix is not None:
+    if config.static_mix is not None:
         _check_shared_vocabulary(config, handles)
         mix_num_groups = _mix_num_groups(config, datasets, group_bytes)
     prepare_output(config.save.output_dir, config.save.overwrite)

@@ -31,6 +31,7 @@ from easydata.errors import InputError
 from easydata.filesystems import compression_of, expand_data_files, file_size, open_arrow_file, open_file, \
     strip_compression
 from easydata.machine import usable_cores
+from easydata.record_format import FormatError
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "infer_type", "total_input_bytes", "key_names", "split_size", "default_split_count", "MAX_BATCH_CHARS",
@@ -193,7 +194,12 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
                exclude_dirs: tuple[str, ...] = ()) -> SplitPlan:
     """`plan_splits`, with the split size used; files inside `exclude_dirs` (the run's output) are
     never inputs."""
-    files = expand_data_files(dataset.data_file_list, exclude_dirs)
+    if dataset.type == "huggingface":  # a Hub dataset id: its split's files, from the HF cache
+        from easydata.hub import resolve_hub_dataset
+
+        files = resolve_hub_dataset(str(dataset.data_files), dataset.split or "train")
+    else:
+        files = expand_data_files(dataset.data_file_list, exclude_dirs)
     names = key_names(files)
     seen: dict[str, str] = {}
     for path, name in names.items():
@@ -206,7 +212,7 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
         target_bytes = split_size(sum(sizes.values()))
     splits: list[InputSplit] = []
     for path in files:
-        kind = dataset.type or infer_type(path)
+        kind = dataset.type if dataset.type not in (None, "huggingface") else infer_type(path)
         size = sizes[path]
         whole = (compression_of(path) is not None or kind in ("csv", "json")
                  or (kind == "txt" and dataset.sample_by != "line") or dataset.num_rows is not None)
@@ -294,6 +300,7 @@ class _Collector:
                  max_document_bytes: Optional[int], limit: Optional[int], messages_field: str = "messages"):
         self.ds, self.source, self.key_name, self.batch_size = dataset, source, key_name, batch_size
         self.messages_field = messages_field
+        self.formatter = dataset.record_formatter()
         self.max_bytes, self.limit = max_document_bytes, limit
         self.rejects: list[Reject] = []
         self.count = 0
@@ -334,6 +341,11 @@ class _Collector:
             return
         if not isinstance(record, dict):
             return self.reject(position, f"record is a {type(record).__name__}, not an object", record)
+        if self.formatter is not None:
+            try:
+                record = self.formatter(record)
+            except FormatError as e:
+                return self.reject(position, str(e), record)
         text = record.get(self.ds.content_field, record.get(self.messages_field))
         is_pair = text is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str)
         if isinstance(text, list) or is_pair:
@@ -360,7 +372,9 @@ class _Collector:
             self.fields[f].append(record.get(f))
 
     def add_text(self, position: int, text: str) -> None:
-        """Adds one plain-text document (text input: no fields)."""
+        """Adds one plain-text document (text input: no fields but the content field)."""
+        if self.formatter is not None:
+            return self.add_record(position, {self.ds.content_field: text})
         if not self.done:
             self._accept(position, text, None)
 
@@ -612,6 +626,11 @@ def _read_json(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> It
 
 def _columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
     wanted = [dataset.content_field, *dataset.additional_fields]
+    formatter = dataset.record_formatter()
+    if formatter is not None:
+        if formatter.needs_all_columns:
+            return list(available)
+        wanted = formatter.source_columns(wanted)
     return [c for c in wanted if c in available]
 
 

@@ -201,7 +201,7 @@ class NpzShardWriter:
 def token_file_spec(config: Any, vocab_size: Optional[int], pad_id: int) -> TokenFileSpec:
     """The spec a run's config implies: dtype from the vocabulary, width from packing or `max_length`."""
     width = config.pack.seq_length if config.pack.enabled else (
-        config.tokenize.max_length if config.tokenize.truncation != "none" else None)
+        config.tokenize.max_length if config.tokenize.truncation_mode != "none" else None)
     return TokenFileSpec(token_dtype=token_dtype_for(vocab_size), width=width, pad_id=pad_id)
 
 

@@ -120,9 +120,9 @@ def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer
         parts.append((chat, flat, chat_offsets, chat_mask))
         ids, offsets, mask = _interleave(parts, len(batch))
     keys, fields, extra = batch.keys, batch.fields, {}
-    if config.truncation != "none" and config.max_length is not None:
+    if config.truncation_mode != "none" and config.max_length is not None:
         eos = tokenizer.eos_token_id if config.add_eos else None
-        pieces = cut_documents(ids, offsets, mode=config.truncation, max_length=config.max_length,
+        pieces = cut_documents(ids, offsets, mode=config.truncation_mode, max_length=config.max_length,
                                stride=config.stride or 0, eos=eos, mask=mask)
         ids, offsets, mask = pieces.ids, pieces.offsets, pieces.mask
         doc, piece = pieces.doc.tolist(), pieces.piece.tolist()

@@ -1,8 +1,8 @@
 """Loading Hugging Face fast tokenizers offline, and batched encoding to int32 token arrays.
 
 `load_tokenizer` accepts a directory with `tokenizer.json` (plus optional `tokenizer_config.json` /
-`special_tokens_map.json`), a `tokenizer.json` file, or a hub id that is already in the local
-Hugging Face cache; it never touches the network. Special-token ids (BOS/EOS/PAD) come from the
+`special_tokens_map.json`), a `tokenizer.json` file, or a hub id `owner/name` (read from the local
+Hugging Face cache, else downloaded into it by `easydata.hub` unless `HF_HUB_OFFLINE=1`). Special-token ids (BOS/EOS/PAD) come from the
 tokenizer's own files or from explicit overrides, never from hard-coded numbers.
 
 `TokenizerHandle.encode_batch` runs the Rust tokenizer on a whole batch (it releases the GIL and
@@ -68,13 +68,20 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
             return path / "tokenizer.json", path
         raise TokenizerError(f"tokenizer directory '{name_or_path}' has no tokenizer.json"
                              " (only fast tokenizers are supported; convert with transformers first)")
-    if "/" in name_or_path or not path.suffix:
+    if name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~")):
+        cached = _from_hf_cache(name_or_path)
+        if cached is None:
+            from easydata.hub import download_tokenizer
+
+            cached = download_tokenizer(name_or_path)
+        return cached, cached.parent
+    if not path.suffix:
         cached = _from_hf_cache(name_or_path)
         if cached is not None:
             return cached, cached.parent
     raise TokenizerError(
         f"tokenizer '{name_or_path}' not found: give a directory with tokenizer.json, a tokenizer.json file,"
-        " or a hub id already in the local Hugging Face cache (nothing is downloaded)")
+        " or a hub id 'owner/name' (downloaded into the Hugging Face cache; from the cache with HF_HUB_OFFLINE=1)")
 
 
 def _from_hf_cache(repo_id: str) -> Optional[Path]:
@@ -125,6 +132,11 @@ class TokenizerHandle:
                     raise TokenizerError(f"'{file}' is not valid JSON: {e}") from None
         self.bos_token_id = self._special_id(config.bos_token, meta.get("bos_token"), _BOS_CANDIDATES, "bos")
         self.eos_token_id = self._special_id(config.eos_token, meta.get("eos_token"), _EOS_CANDIDATES, "eos")
+        if config.eos_token_id is not None:  # `pack.eos_token_id`: an id, checked against the vocabulary
+            if self.tokenizer.id_to_token(config.eos_token_id) is None:
+                raise TokenizerError(f"pack.eos_token_id {config.eos_token_id} is not an id of '{config.name_or_path}'"
+                                     f" (vocabulary of {self.tokenizer.get_vocab_size(with_added_tokens=True)})")
+            self.eos_token_id = config.eos_token_id
         self.pad_token_id = self._special_id(config.pad_token, meta.get("pad_token"), _PAD_CANDIDATES, "pad")
         template = meta.get("chat_template")
         self.info = TokenizerInfo(
@@ -325,7 +337,7 @@ def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int]
 
 
 def load_tokenizer(spec: str | TokenizerConfig) -> TokenizerHandle:
-    """Loads a tokenizer from a path, hub id (local cache only) or `TokenizerConfig`."""
+    """Loads a tokenizer from a path, hub id or `TokenizerConfig`."""
     config = spec if isinstance(spec, TokenizerConfig) else TokenizerConfig(name_or_path=spec)
     return TokenizerHandle(config)
 

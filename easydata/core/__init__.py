@@ -1,0 +1,1 @@
+"""EasyData's core abstractions under their documented import path (`easydata.core.protocols`)."""

@@ -1,0 +1,164 @@
+"""The interfaces EasyData code is written against: `ShardedDataSource`, `BaseStage`, `PipelineContext`.
+
+A `ShardedDataSource` is a dataset cut into named shards, each opened as an iterator of row dicts,
+and resumable at a row (`open_shard_at_row`); EasyDeL's trainers and `AsyncDataLoader` take any of
+them. Every source class of `easydata` (files, Hub datasets, transforms, mixes, prepared outputs)
+subclasses it, and so can a user's own. A custom stage subclasses `BaseStage` and maps the
+pipeline's `{name: source}` dict to a new one; `Pipeline.apply(stage)` runs it in the chain.
+Nothing here imports Apache Beam, JAX or `datasets`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+__all__ = ["ShardInfo", "ShardedDataSource", "BaseStage", "PipelineContext"]
+
+
+@dataclasses.dataclass
+class ShardInfo:
+    """What is known about one shard without reading it."""
+
+    shard_id: int
+    shard_name: str
+    num_rows: Optional[int] = None
+    byte_size: Optional[int] = None
+    url: Optional[str] = None
+
+
+class ShardedDataSource(ABC):
+    """Rows (dicts) in named shards; each shard can be read from its start or from any row.
+
+    Subclasses implement `shard_names` and `open_shard`; the rest has working defaults.
+    """
+
+    @property
+    @abstractmethod
+    def shard_names(self) -> Sequence[str]:
+        """The shards, in order (paths, URLs or any names `open_shard` understands)."""
+
+    @abstractmethod
+    def open_shard(self, shard_name: str) -> Iterator[dict[str, Any]]:
+        """The rows of one shard, in order."""
+
+    def num_shards(self) -> int:
+        return len(self.shard_names)
+
+    def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[dict[str, Any]]:
+        """The rows of one shard from `row` on (resume). The default skips rows one by one; file
+        sources skip whole record batches instead."""
+        rows = self.open_shard(shard_name)
+        for _ in range(row):
+            if next(rows, None) is None:
+                break
+        return rows
+
+    def get_shard_info(self, shard_name: str) -> Optional[ShardInfo]:
+        return None
+
+    def iter_shards(self, shard_indices: Optional[Sequence[int]] = None, start_shard: int = 0,
+                    start_row: int = 0) -> Iterator[dict[str, Any]]:
+        """Rows of the chosen shards (all by default), resuming at `(start_shard, start_row)`."""
+        indices = list(shard_indices) if shard_indices is not None else list(range(self.num_shards()))
+        names = self.shard_names
+        for i, index in enumerate(indices[start_shard:], start=start_shard):
+            if i == start_shard and start_row > 0:
+                yield from self.open_shard_at_row(names[index], start_row)
+            else:
+                yield from self.open_shard(names[index])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.iter_shards()
+
+    def __len__(self) -> int:
+        raise TypeError(f"{type(self).__name__} does not know its length without reading it")
+
+    # ---- lazy transforms (EasyData's helpers) ------------------------------------------------------
+
+    def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> "ShardedDataSource":
+        from easydata.compat.transforms import MapTransform, TransformedShardedSource
+
+        return TransformedShardedSource(self, MapTransform(fn))
+
+    def filter(self, predicate: Callable[[dict[str, Any]], bool]) -> "ShardedDataSource":
+        from easydata.compat.transforms import FilterTransform, TransformedShardedSource
+
+        return TransformedShardedSource(self, FilterTransform(predicate))
+
+    def transform(self, transform: Callable[[dict[str, Any]], Any]) -> "ShardedDataSource":
+        from easydata.compat.transforms import TransformedShardedSource
+
+        return TransformedShardedSource(self, transform)
+
+    def rename_fields(self, mapping: dict[str, str]) -> "ShardedDataSource":
+        from easydata.compat.transforms import RenameFields, TransformedShardedSource
+
+        return TransformedShardedSource(self, RenameFields(mapping))
+
+    def select_fields(self, fields: list[str]) -> "ShardedDataSource":
+        from easydata.compat.transforms import SelectFields, TransformedShardedSource
+
+        return TransformedShardedSource(self, SelectFields(fields))
+
+    def drop_fields(self, fields: list[str]) -> "ShardedDataSource":
+        from easydata.compat.transforms import DropFields, TransformedShardedSource
+
+        return TransformedShardedSource(self, DropFields(fields))
+
+    def apply_chat_template(self, tokenizer: Any, messages_field: str = "messages", output_field: str = "text",
+                            **kwargs: Any) -> "ShardedDataSource":
+        from easydata.compat.transforms import ChatTemplateTransform, TransformedShardedSource
+
+        return TransformedShardedSource(self, ChatTemplateTransform(tokenizer, messages_field=messages_field,
+                                                                    output_field=output_field, **kwargs))
+
+
+class BaseStage(ABC):
+    """A pipeline stage: `process(data, context)` maps `{name: ShardedDataSource}` to a new dict."""
+
+    def __init__(self, config: Any = None):
+        self._config = config if config is not None else {}
+        self._metrics: dict[str, Any] = {}
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The stage's name (what `Pipeline.get_stages()` lists)."""
+
+    @abstractmethod
+    def process(self, data: dict[str, ShardedDataSource], context: "PipelineContext") -> dict[str, ShardedDataSource]:
+        """The stage's output for `data`."""
+
+    def validate_config(self, config: Any) -> bool:
+        return True
+
+    def get_metrics(self) -> dict[str, Any]:
+        return dict(self._metrics)
+
+    def _update_metric(self, key: str, value: Any) -> None:
+        self._metrics[key] = value
+
+
+@dataclasses.dataclass
+class PipelineContext:
+    """What every stage of one pipeline shares: its config, seed, position and metrics."""
+
+    config: Any
+    seed: Optional[int] = None
+    step: int = 0
+    epoch: int = 0
+    metrics: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def update_step(self, step: int) -> None:
+        self.step = step
+
+    def update_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def record_metric(self, stage: str, key: str, value: Any) -> None:
+        self.metrics.setdefault(stage, {})[key] = value
+
+    def get_metrics(self) -> dict[str, dict[str, Any]]:
+        return {stage: dict(values) for stage, values in self.metrics.items()}

@@ -1,0 +1,166 @@
+"""The Hugging Face Hub, as every Hugging Face tool uses it: tokenizers and datasets by hub id.
+
+Files are fetched with `huggingface_hub` into its standard cache (`HF_HOME` / `HF_HUB_CACHE`), with
+the token it finds in the environment (`HF_TOKEN`, `huggingface-cli login`); with `HF_HUB_OFFLINE=1`
+only the cache is read. Every failure (offline and not cached, gated, not found, no network) is
+one line naming the cause. `push_output` uploads a committed output to a dataset repo.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+from easydata.errors import InputError, OutputError, TokenizerError
+
+__all__ = ["hub_offline", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow", ".txt", ".jsonl.gz", ".json.gz",
+                   ".jsonl.zst", ".csv.gz", ".txt.gz")
+_SPLIT_ALIASES = {"validation": ("validation", "valid", "val", "dev"), "test": ("test", "testing", "eval")}
+
+
+def hub_offline() -> bool:
+    """`HF_HUB_OFFLINE` as huggingface_hub reads it (set at any time, not only before import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def _why(error: Exception, what: str) -> str:
+    """One line for a hub failure."""
+    name = type(error).__name__
+    if name in ("GatedRepoError",) or "401" in str(error) or "403" in str(error):
+        return f"{what} is gated or private: accept its terms on the Hub and set HF_TOKEN (or `huggingface-cli login`)"
+    if name in ("RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError"):
+        return f"{what} was not found on the Hugging Face Hub"
+    if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or hub_offline():
+        return f"{what} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it"
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"cannot reach the Hugging Face Hub for {what} ({name}: {first[:200]}); check the network or set HF_HUB_OFFLINE=1"
+
+
+def download_tokenizer(repo_id: str, revision: Optional[str] = None) -> Path:
+    """The local `tokenizer.json` of a hub model (downloaded with its config files when online).
+
+    Raises:
+      TokenizerError: one line: offline and not cached, gated, not found, no network, or the repo
+        has no `tokenizer.json` (a slow tokenizer: convert it with transformers first).
+    """
+    from huggingface_hub import hf_hub_download
+
+    what = f"tokenizer '{repo_id}'"
+    try:
+        found = Path(hf_hub_download(repo_id, "tokenizer.json", revision=revision, local_files_only=hub_offline()))
+    except Exception as e:  # noqa: BLE001 - every hub failure becomes one line
+        if type(e).__name__ == "EntryNotFoundError":
+            raise TokenizerError(f"{what} has no tokenizer.json on the Hub (only fast tokenizers are supported;"
+                                 " convert it with transformers first)") from None
+        raise TokenizerError(_why(e, what)) from None
+    for name in TOKENIZER_FILES[1:]:
+        try:
+            hf_hub_download(repo_id, name, revision=revision, local_files_only=hub_offline())
+        except Exception:  # noqa: BLE001 - optional files
+            pass
+    return found
+
+
+def _readme_split_patterns(readme: Path, split: str) -> Optional[list[str]]:
+    """The `data_files` patterns of `split` in a dataset card's YAML `configs` (default config first)."""
+    import yaml
+
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    match = re.match(r"^---\s*\n(.*?)\n---\s*\n", text, re.S)
+    if not match:
+        return None
+    try:
+        meta = yaml.safe_load(match.group(1)) or {}
+    except yaml.YAMLError:
+        return None
+    configs = meta.get("configs") if isinstance(meta, dict) else None
+    if not isinstance(configs, list) or not configs:
+        return None
+    config = next((c for c in configs if isinstance(c, dict) and c.get("default")), None) or \
+        next((c for c in configs if isinstance(c, dict) and c.get("config_name") == "default"), configs[0])
+    files = config.get("data_files") if isinstance(config, dict) else None
+    if isinstance(files, (str, list)) and not (isinstance(files, list) and files and isinstance(files[0], dict)):
+        return ([files] if isinstance(files, str) else list(files)) if split == "train" else []
+    for entry in files or []:
+        if isinstance(entry, dict) and entry.get("split") == split:
+            path = entry.get("path")
+            return [path] if isinstance(path, str) else list(path or [])
+    return []
+
+
+def _split_files(files: Sequence[str], split: str) -> list[str]:
+    """The data files of `split`, by the `datasets` library's naming conventions: a directory or a
+    file-name part equal to the split (`train/`, `data/train-00000-of-00002.parquet`, `test.jsonl`);
+    a repo whose files name no split at all is all `train`."""
+    data = [f for f in files if f.lower().endswith(DATA_EXTENSIONS) and not f.split("/")[-1].startswith(".")]
+    names = _SPLIT_ALIASES.get(split, (split,))
+
+    def parts(path: str) -> list[str]:
+        return [p for p in re.split(r"[/_.\-]", path.lower()) if p]
+
+    chosen = [f for f in data if any(n in parts(f) for n in names)]
+    if chosen or split != "train":
+        return sorted(chosen)
+    every_split = {n for aliases in _SPLIT_ALIASES.values() for n in aliases}
+    return sorted(f for f in data if not every_split.intersection(parts(f)))
+
+
+def resolve_hub_dataset(repo_id: str, split: str = "train", revision: Optional[str] = None) -> list[str]:
+    """Local paths of the data files of `split` of a Hub dataset repo (downloaded when online).
+
+    Raises:
+      InputError: one line: offline and not cached, gated, not found, no network, or no files for
+        that split.
+    """
+    import fnmatch
+
+    from huggingface_hub import HfApi, snapshot_download
+
+    what = f"dataset '{repo_id}'"
+    try:
+        if hub_offline():
+            root = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, local_files_only=True))
+            listed = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+        else:
+            listed = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision)
+            root = None
+        patterns = None
+        if "README.md" in listed:
+            readme = root / "README.md" if root is not None else Path(snapshot_download(
+                repo_id, repo_type="dataset", revision=revision, allow_patterns=["README.md"])) / "README.md"
+            patterns = _readme_split_patterns(readme, split)
+        chosen = sorted({f for f in listed for p in patterns if fnmatch.fnmatch(f, p)}) if patterns is not None \
+            else _split_files(listed, split)
+        if not chosen:
+            raise InputError(f"{what} has no data files for split '{split}' (files: {', '.join(sorted(listed)[:8])})")
+        if root is None:
+            root = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=chosen))
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every hub failure becomes one line
+        raise InputError(_why(e, what)) from None
+    return [str(root / f) for f in chosen]
+
+
+def push_output(output_dir: str, repo_id: str, *, private: bool = True, token: Optional[str] = None) -> str:
+    """Uploads a committed output (manifest, shards, dead letters; not hidden lock or staging files)
+    to the Hub dataset repo `repo_id`; returns the repo URL.
+
+    Raises:
+      OutputError: one line naming why the upload failed.
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    try:
+        url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        api.upload_folder(folder_path=output_dir, repo_id=repo_id, repo_type="dataset",
+                          ignore_patterns=[".*", "**/.*"], commit_message="easydata-beam output")
+    except Exception as e:  # noqa: BLE001 - every hub failure becomes one line
+        raise OutputError(f"push_to_hub: {_why(e, f'dataset repo {repo_id!r}')}") from None
+    return str(url)
