@@ -680,6 +680,11 @@ class PipelineConfig:
         problems: list[str] = []
         if not self.datasets:
             problems.append("`datasets` is empty: add at least one dataset")
+        for i, ds in enumerate(self.datasets):
+            if not isinstance(ds, DatasetConfig):
+                problems.append(f"datasets[{i}] must be a DatasetConfig (or a mapping of its fields), got {ds!r}")
+        if problems and self.datasets:
+            return problems
         names = [d.name for d in self.datasets]
         for name in sorted({n for n in names if names.count(n) > 1}):
             problems.append(f"dataset name '{name}' is used more than once")

@@ -15,12 +15,22 @@ from typing import Optional, Sequence
 
 from easydata.errors import InputError, OutputError, TokenizerError
 
-__all__ = ["hub_offline", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
+__all__ = ["cache_dir", "hub_offline", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow", ".txt", ".jsonl.gz", ".json.gz",
                    ".jsonl.zst", ".csv.gz", ".txt.gz")
 _SPLIT_ALIASES = {"validation": ("validation", "valid", "val", "dev"), "test": ("test", "testing", "eval")}
+
+
+def cache_dir() -> Optional[str]:
+    """The hub cache as the environment names it now (`HF_HUB_CACHE`, else `HF_HOME/hub`); None:
+    huggingface_hub's default. Read per call: huggingface_hub reads it only when first imported."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.environ["HF_HOME"], "hub")
+    return None
 
 
 def hub_offline() -> bool:
@@ -35,8 +45,10 @@ def _why(error: Exception, what: str) -> str:
         return f"{what} is gated or private: accept its terms on the Hub and set HF_TOKEN (or `huggingface-cli login`)"
     if name in ("RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError"):
         return f"{what} was not found on the Hugging Face Hub"
-    if name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or hub_offline():
+    if hub_offline():
         return f"{what} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it"
+    if name == "LocalEntryNotFoundError":
+        return f"{what} is not in the Hugging Face cache and the Hub cannot be reached (no network?)"
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"cannot reach the Hugging Face Hub for {what} ({name}: {first[:200]}); check the network or set HF_HUB_OFFLINE=1"
 
@@ -52,7 +64,8 @@ def download_tokenizer(repo_id: str, revision: Optional[str] = None) -> Path:
 
     what = f"tokenizer '{repo_id}'"
     try:
-        found = Path(hf_hub_download(repo_id, "tokenizer.json", revision=revision, local_files_only=hub_offline()))
+        found = Path(hf_hub_download(repo_id, "tokenizer.json", revision=revision, local_files_only=hub_offline(),
+                                     cache_dir=cache_dir()))
     except Exception as e:  # noqa: BLE001 - every hub failure becomes one line
         if type(e).__name__ == "EntryNotFoundError":
             raise TokenizerError(f"{what} has no tokenizer.json on the Hub (only fast tokenizers are supported;"
@@ -60,7 +73,8 @@ def download_tokenizer(repo_id: str, revision: Optional[str] = None) -> Path:
         raise TokenizerError(_why(e, what)) from None
     for name in TOKENIZER_FILES[1:]:
         try:
-            hf_hub_download(repo_id, name, revision=revision, local_files_only=hub_offline())
+            hf_hub_download(repo_id, name, revision=revision, local_files_only=hub_offline(),
+                                     cache_dir=cache_dir())
         except Exception:  # noqa: BLE001 - optional files
             pass
     return found
@@ -124,7 +138,8 @@ def resolve_hub_dataset(repo_id: str, split: str = "train", revision: Optional[s
     what = f"dataset '{repo_id}'"
     try:
         if hub_offline():
-            root = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, local_files_only=True))
+            root = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, local_files_only=True,
+                                               cache_dir=cache_dir()))
             listed = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
         else:
             listed = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision)
@@ -132,14 +147,15 @@ def resolve_hub_dataset(repo_id: str, split: str = "train", revision: Optional[s
         patterns = None
         if "README.md" in listed:
             readme = root / "README.md" if root is not None else Path(snapshot_download(
-                repo_id, repo_type="dataset", revision=revision, allow_patterns=["README.md"])) / "README.md"
+                repo_id, repo_type="dataset", revision=revision, allow_patterns=["README.md"], cache_dir=cache_dir())) / "README.md"
             patterns = _readme_split_patterns(readme, split)
         chosen = sorted({f for f in listed for p in patterns if fnmatch.fnmatch(f, p)}) if patterns is not None \
             else _split_files(listed, split)
         if not chosen:
             raise InputError(f"{what} has no data files for split '{split}' (files: {', '.join(sorted(listed)[:8])})")
         if root is None:
-            root = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=chosen))
+            root = Path(snapshot_download(repo_id, repo_type="dataset", revision=revision, allow_patterns=chosen,
+                                               cache_dir=cache_dir()))
     except InputError:
         raise
     except Exception as e:  # noqa: BLE001 - every hub failure becomes one line

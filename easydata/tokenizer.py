@@ -90,7 +90,9 @@ def _from_hf_cache(repo_id: str) -> Optional[Path]:
     except ImportError:
         return None
     try:
-        found = try_to_load_from_cache(repo_id, "tokenizer.json")
+        from easydata.hub import cache_dir
+
+        found = try_to_load_from_cache(repo_id, "tokenizer.json", cache_dir=cache_dir())
     except Exception:  # invalid repo ids raise a validation error: treat as "not cached"
         return None
     return Path(found) if isinstance(found, str) else None

@@ -13,6 +13,8 @@ import os
 
 # JAX tests run on 8 simulated CPU devices; must be set before JAX first initialises.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Tests never touch the network: the Hugging Face Hub is read from (test-built) caches only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json
 import random

@@ -16,13 +16,14 @@ from tests.conftest import make_texts, write_jsonl
 def test_fluent_builder_runs_the_pipeline(tmp_path, tokenizer_dir):
     write_jsonl(tmp_path / "a.jsonl", ({"text": t, "n": i} for i, t in enumerate(make_texts(30))))
     base = PipelineConfig(default_tokenizer=str(tokenizer_dir))
-    builder = (Pipeline.from_config(base)
+    builder = (Pipeline.from_config(base, beam_args=["--direct_num_workers=1"])
                .source({"name": "web", "data_files": str(tmp_path / "a.jsonl"), "additional_fields": ["n"]})
                .tokenize(batch_size=8)
-               .save(output_dir=str(tmp_path / "out"), num_shards=2))
+               .save(output_dir=str(tmp_path / "out"), num_shards=2))  # save() writes now, as in EasyData
     assert base.datasets == []  # the config given is never changed
     assert builder.get_stages() == ["source", "tokenize", "save"]
-    result = builder.build(["--direct_num_workers=1"])
+    assert read_manifest(str(tmp_path / "out"))["totals"]["rows"] == 30
+    result = builder.build()
     assert result.manifest["totals"]["rows"] == 30
     assert result.manifest["schema"]["columns"] == {"input_ids": "list<item: int32>",
                                                     "attention_mask": "list<item: int32>", "n": "int64"}
@@ -37,17 +38,17 @@ def test_only_the_stages_called_shape_the_job(tmp_path, tokenizer_dir):
     config = PipelineConfig.from_dict({
         "default_tokenizer": str(tokenizer_dir), "datasets": [{"name": "web", "data_files": str(tmp_path / "a.jsonl")}],
         "pack": {"enabled": True, "seq_length": 64}, "save": {"output_dir": str(tmp_path / "out"), "overwrite": True}})
-    unpacked = Pipeline(config).source().tokenize().save().build(["--direct_num_workers=1"])
+    one = ["--direct_num_workers=1"]
+    unpacked = Pipeline(config, beam_args=one).source().tokenize().save().build()
     assert unpacked.manifest["schema"]["packed"] is False
-    packed = Pipeline(config).source().tokenize().pack().save().build(["--direct_num_workers=1"])
+    packed = Pipeline(config, beam_args=one).source().tokenize().pack().save().build()
     assert packed.manifest["schema"]["packed"] is True
     assert Pipeline(config).run(["--direct_num_workers=1"]).manifest["schema"]["packed"] is True
 
 
 def test_build_reports_every_problem(tokenizer_dir):
-    builder = Pipeline.from_config(PipelineConfig()).source().tokenize(batch_size=0).save()
     with pytest.raises(ConfigError) as info:
-        builder.build()
+        Pipeline.from_config(PipelineConfig()).source().tokenize(batch_size=0).save()
     assert "`datasets` is empty" in str(info.value) and "tokenize.batch_size must be in [1, 1,000,000], got 0" in str(info.value)
 
 

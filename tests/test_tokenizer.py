@@ -355,9 +355,13 @@ def test_loads_from_directory_file_and_config(tokenizer_dir: Path) -> None:
     assert by_file.info.content_hash == by_dir.info.content_hash == by_config.info.content_hash
 
 
-@pytest.mark.parametrize("name", ["no-such-org/no-such-tokenizer-xyz", "surely_not_a_tokenizer_xyz"])
-def test_unknown_tokenizer_is_a_tokenizer_error(name: str) -> None:
-    with pytest.raises(TokenizerError, match=f"tokenizer '{name}' not found.*nothing is downloaded"):
+@pytest.mark.parametrize("name, message", [
+    ("no-such-org/no-such-tokenizer-xyz", "is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it"),
+    ("surely_not_a_tokenizer_xyz", "not found: give a directory"),
+])
+def test_unknown_tokenizer_is_a_tokenizer_error(name: str, message: str, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(TokenizerError, match=f"tokenizer '{name}' {message}"):
         load_tokenizer(name)
 
 

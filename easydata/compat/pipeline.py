@@ -57,8 +57,10 @@ def _stage_config(cls: type, current: Any, config: Any, settings: dict[str, Any]
 class Pipeline:
     """Fluent builder over a `PipelineConfig`; each stage method returns the pipeline itself."""
 
-    def __init__(self, config: PipelineConfig):
+    def __init__(self, config: PipelineConfig, *, beam_args: Optional[Sequence[str]] = None,
+                 show_progress: bool = False):
         self._config = config
+        self.beam_args, self.show_progress = list(beam_args or []), show_progress
         self._context = PipelineContext(config=config, seed=config.seed)
         self._data: Optional[dict[str, Any]] = None
         self._stages: list[str] = []
@@ -66,13 +68,14 @@ class Pipeline:
         self._job: Optional["_Job"] = None
 
     @classmethod
-    def from_config(cls, config: PipelineConfig | dict[str, Any] | str) -> "Pipeline":
-        """From a config object, a plain dict, or a YAML/JSON file path."""
+    def from_config(cls, config: PipelineConfig | dict[str, Any] | str, **options: Any) -> "Pipeline":
+        """From a config object, a plain dict, or a YAML/JSON file path; `beam_args=[...]` (Beam flags
+        such as `--runner`) and `show_progress=True` apply to the job."""
         if isinstance(config, str):
             config = PipelineConfig.from_yaml(config)
         elif isinstance(config, dict):
             config = PipelineConfig.from_dict(config)
-        return cls(config)
+        return cls(config, **options)
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -129,7 +132,8 @@ class Pipeline:
         return TokenizedShardedSource(source, self._config.tokenizer_for(ds),
                                       max_length=tok.max_length if tok.truncation_mode != "none" else None,
                                       content_field=ds.content_field, add_special_tokens=tok.add_bos is not False,
-                                      add_eos=tok.add_eos, batch_size=tok.batch_size)
+                                      add_eos=tok.add_eos, remove_columns=tok.remove_columns,
+                                      batch_size=tok.batch_size)
 
     def mix(self, config: Optional[MixStageConfig] = None, **settings: Any) -> "Pipeline":
         """Mixes the datasets into one output, `mixed` (a single dataset: nothing to mix). Fixed
@@ -155,11 +159,14 @@ class Pipeline:
         return self
 
     def save(self, config: Optional[SaveStageConfig] = None, **settings: Any) -> "Pipeline":
-        """Writes the output to `save.output_dir`, and each dataset with a `save_path` there."""
+        """Writes the output now (when `enabled`): to `save.output_dir`, and each dataset with a
+        `save_path` there; then uploads it when `push_to_hub`."""
         self._ensure_data()
         self._update("save", save=_stage_config(SaveStageConfig, self._config.save, config, settings))
         job = self._ensure_job()
         self._data = {name: JobOutputSource(job, name) for name in job.outputs}
+        if job.saving:
+            job.run()
         return self
 
     def load(self, config: Optional[LoadStageConfig] = None, **settings: Any) -> "Pipeline":
@@ -185,8 +192,11 @@ class Pipeline:
         `load()`, an iterator of training batches; after `pack()`/`mix()`/`save()`, the output as a
         `JobOutputSource` (with `.manifest` and `.output_dir`); otherwise the lazy source."""
         data = self._ensure_data()
+        if beam_args is not None:
+            self.beam_args = list(beam_args)
+        self.show_progress = self.show_progress or show_progress
         if self._job is not None:
-            self._job.beam_args, self._job.show_progress = list(beam_args or []), show_progress
+            self._job.beam_args, self._job.show_progress = self.beam_args, self.show_progress
             self._job.run()
         first = next(iter(data.values()), None)
         return iter(first) if isinstance(first, BatchLoader) else first
@@ -205,6 +215,7 @@ class Pipeline:
     def _ensure_job(self) -> "_Job":
         if self._job is None:
             self._job = _Job(self._config, self._called)
+            self._job.beam_args, self._job.show_progress = self.beam_args, self.show_progress
         return self._job
 
 
@@ -507,4 +518,4 @@ def tokenize_and_save(data_files: str | Sequence[str], tokenizer: str, output_pa
     if output_dir is not None:
         return _run_job(config, beam_args, False)
     config = config.replace(datasets=[dataclasses.replace(config.datasets[0], save_path=output_path)])
-    return Pipeline(config).source().tokenize().save().build(beam_args)
+    return Pipeline(config, beam_args=beam_args).source().tokenize().save().build()
