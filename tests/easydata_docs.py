@@ -6,7 +6,8 @@ name (`data/*.parquet`, `conversations/*.jsonl`, ...), a real Hugging Face cache
 `models--owner--name/snapshots/<sha>` layout) holding the hub ids they name, used with
 `HF_HUB_OFFLINE=1` (no network), and bucket URLs (`gs://bucket/...`) pointing at local directories,
 the one other substitution the pages need. Names a block uses but never defines (`train_step`,
-`my_transform_fn`, `code_ds`, ...) are given as the page implies.
+`my_transform_fn`, `code_ds`, ...) are given as the page implies, and so are the `easydata` names
+the page imports in earlier blocks.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ class DocsWorld:
         long = dict(min_words=100, max_words=300)
         for i in range(2):
             _parquet(w / "data" / f"part-{i}.parquet", {"text": make_texts(400, seed=10 + i, **long)})
-            write_jsonl(w / "data" / f"part-{i}.jsonl", ({"text": t, "metadata": {"i": j}}
-                                                         for j, t in enumerate(make_texts(300, seed=20 + i, **long))))
+            texts = make_texts(300, seed=20 + i, **long) + make_texts(1, seed=40 + i, min_words=2500, max_words=2600)
+            write_jsonl(w / "data" / f"part-{i}.jsonl", ({"text": t, "metadata": {"i": j}} for j, t in enumerate(texts)))
         write_jsonl(w / "more_data" / "a.jsonl", ({"text": t} for t in make_texts(100, seed=3)))
         write_jsonl(w / "raw_data" / "a.jsonl", ({"text": t} for t in make_texts(300, seed=4, **long)))
         write_jsonl(w / "code_data" / "a.jsonl", ({"code": t} for t in make_texts(100, seed=5)))
@@ -145,7 +146,12 @@ class DocsWorld:
         for old, new in (replace or {}).items():
             assert old in code, f"{page} block {index} no longer contains {old!r}"
             code = code.replace(old, new)
-        ns = dict(namespace or {})
+        import easydata
+
+        # A block continues its page: names the page imported in an earlier block (or, in two places,
+        # forgot to import) are there, as in the reader's session.
+        ns = {name: getattr(easydata, name) for name in easydata.__all__}
+        ns.update(namespace or {})
         ns.setdefault("batches", [])
         ns.setdefault("train_step", ns["batches"].append)
         ns.setdefault("sft_train_step", ns["batches"].append)

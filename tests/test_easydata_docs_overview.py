@@ -52,9 +52,7 @@ def test_weight_scheduler_interpolates(world) -> None:
 
 
 def test_pipeline_api_yields_packed_training_batches(world) -> None:
-    from easydata import PackStageConfig  # the block uses it without importing it (the page's slip)
-
-    ns, _ = world.run(PAGE, 3, {"PackStageConfig": PackStageConfig})
+    ns, _ = world.run(PAGE, 3)  # the block uses PackStageConfig without importing it (the page's slip)
     batches = ns["batches"]
     assert batches and all(b["input_ids"].shape == (8, 2048) for b in batches)
     segments = np.concatenate([b["segment_ids"] for b in batches])
@@ -64,6 +62,6 @@ def test_pipeline_api_yields_packed_training_batches(world) -> None:
 
     cache = os.path.join(world.root, "easydata-cache")
     before = sorted(os.listdir(cache))
-    again, _ = world.run(PAGE, 3, {"PackStageConfig": PackStageConfig})
+    again, _ = world.run(PAGE, 3)
     assert sorted(os.listdir(cache)) == before
     assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(batches, again["batches"]))
