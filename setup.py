@@ -43,7 +43,10 @@ setup(
                 # dask + distributed: the DaskRunner test on a real local cluster
                 "dask>=2024.4.2", "distributed>=2024.4.2",
                 # jsonschema: the Dataflow Flex Template metadata.json files are validated against their schema
-                "jsonschema>=4.18"],
+                "jsonschema>=4.18",
+                # transformers: EasyData's documented blocks use AutoTokenizer / apply_chat_template, and
+                # the chat-template tests compare our rendering with it
+                "transformers>=4.40"],
     },
     entry_points={"console_scripts": ["easydata=easydata.cli:console_main"]},
 )

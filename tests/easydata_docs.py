@@ -113,7 +113,8 @@ class DocsWorld:
         for repo in MODELS:
             if repo.endswith("-chat-hf"):
                 config = {**config, "chat_template": LLAMA2_CHAT_TEMPLATE}
-            _snapshot(self.cache, "model", repo, {"tokenizer.json": tokenizer,
+            model = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32000}
+            _snapshot(self.cache, "model", repo, {"tokenizer.json": tokenizer, "config.json": json.dumps(model).encode(),
                                                   "tokenizer_config.json": json.dumps(config).encode()})
         table = io.BytesIO()
         pq.write_table(pa.table({"text": make_texts(200, seed=9), "id": list(range(200))}), table)
@@ -131,9 +132,17 @@ class DocsWorld:
         os.environ.update(HF_HUB_CACHE=str(self.cache), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                           EASYDATA_CACHE=str(self.root / "easydata-cache"))
         os.chdir(self.work)
+        # huggingface_hub (and transformers through it) read these once, at import: a reader's fresh
+        # session would have them from its environment.
+        from huggingface_hub import constants
+
+        hub_saved = {k: getattr(constants, k) for k in ("HF_HUB_CACHE", "HF_HUB_OFFLINE")}
+        constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(self.cache), True
         try:
             yield
         finally:
+            for key, value in hub_saved.items():
+                setattr(constants, key, value)
             os.chdir(cwd)
             os.environ.clear()
             os.environ.update(saved)
