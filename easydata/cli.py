@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="override a config value, e.g. --set save.num_shards=8 (repeatable)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing output (save.overwrite)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
+    run.add_argument("--dry-run", action="store_true", help="validate and show the inputs, splits, tokenizers, output"
+                     " layout and an estimate of tokens and time, without running anything")
     run.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
     run.add_argument("--resume", action="store_true", help="continue an interrupted run of the same job in the output directory:"
                           " input already tokenized is not tokenized again")
@@ -73,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--overwrite", action="store_true", help="replace an existing output")
     tok.add_argument("--resume", action="store_true", help="continue an interrupted run of the same command")
     tok.add_argument("--quiet", action="store_true", help="no progress display")
+    tok.add_argument("--dry-run", action="store_true", help="show what would be done, without running anything")
     tok.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
 
     val = sub.add_parser("validate", help="check an output directory against its manifest")
@@ -207,6 +210,14 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
     return 0
 
 
+def _dry_run(config: Any) -> int:
+    """`--dry-run`: the plan, printed; nothing runs and nothing is written."""
+    from easydata.dry_run import plan_report
+
+    print(plan_report(config).to_text())
+    return 0
+
+
 def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -> int:
     if args.command in ("validate", "inspect", "stats", "train-tokenizer") and extra:
         raise EasyDataError(f"unrecognized arguments: {' '.join(extra)}")
@@ -217,10 +228,14 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
         if args.streaming:
             return _run_streaming(_config_for_run(args), extra, args.verbose)
         config = _config_for_run(args)
+        if args.dry_run:
+            return _dry_run(config)
         args._output_dir = config.save.output_dir  # for the resume hint of an interrupted run
         return _run_pipeline(config, extra, args.quiet, args.verbose, resume=args.resume,
                              whole_process=whole_process)
     if args.command == "tokenize":
+        if args.dry_run:
+            return _dry_run(_config_for_tokenize(args))
         return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose, resume=args.resume,
                              whole_process=whole_process)
     if args.command == "validate":

@@ -53,6 +53,10 @@ def expand_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ())
     """
     files: list[str] = []
     for pattern in patterns:
+        if pattern.startswith("hf://"):  # offline: the cached snapshot of the Hub repo, like every HF tool
+            from easydata.hub import offline_hf_path
+
+            pattern = offline_hf_path(pattern)
         fs, path = get_fs(pattern)
         if any(ch in path for ch in "*?["):
             try:

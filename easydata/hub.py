@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from easydata.errors import InputError, OutputError, TokenizerError
 
-__all__ = ["cache_dir", "hub_offline", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
+__all__ = ["cache_dir", "hub_offline", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow", ".txt", ".jsonl.gz", ".json.gz",
@@ -51,6 +51,30 @@ def _why(error: Exception, what: str) -> str:
         return f"{what} is not in the Hugging Face cache and the Hub cannot be reached (no network?)"
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     return f"cannot reach the Hugging Face Hub for {what} ({name}: {first[:200]}); check the network or set HF_HUB_OFFLINE=1"
+
+
+def offline_hf_path(url: str) -> str:
+    """`hf://datasets/owner/name[@rev]/path` -> the same path in the cached snapshot when
+    `HF_HUB_OFFLINE=1` (huggingface_hub's `hf://` file system always asks the Hub); unchanged online.
+
+    Raises:
+      InputError: offline and the repo is not in the cache.
+    """
+    if not hub_offline():
+        return url
+    match = re.fullmatch(r"hf://(datasets/|spaces/)?([^/@]+/[^/@]+)(?:@([^/]+))?(?:/(.*))?", url)
+    if not match:
+        raise InputError(f"'{url}' is not an hf:// path (hf://datasets/owner/name/path)")
+    kind, repo_id, revision, rest = match.groups()
+    from huggingface_hub import snapshot_download
+
+    repo_type = {"datasets/": "dataset", "spaces/": "space"}.get(kind or "", "model")
+    try:
+        root = snapshot_download(repo_id, repo_type=repo_type, revision=revision, local_files_only=True,
+                                 cache_dir=cache_dir())
+    except Exception as e:  # noqa: BLE001 - every hub failure becomes one line
+        raise InputError(_why(e, f"'{url}'")) from None
+    return str(Path(root) / rest) if rest else root
 
 
 def download_tokenizer(repo_id: str, revision: Optional[str] = None) -> Path:

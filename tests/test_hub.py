@@ -1,0 +1,121 @@
+"""Hub ids like every Hugging Face tool: tokenizers, `type: huggingface` datasets and `hf://` paths
+from a real cache layout with HF_HUB_OFFLINE=1 (no network in tests), one-line errors, and
+`push_to_hub` up to the call with the network refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from easydata.errors import InputError, OutputError
+from easydata.hub import _split_files, resolve_hub_dataset
+from tests.conftest import free_port, make_texts, write_jsonl
+from tests.easydata_docs import _snapshot
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def hub_cache(tmp_path, mistral_tokenizer_dir, monkeypatch) -> Path:
+    cache = tmp_path / "hf-cache"
+    _snapshot(cache, "model", "acme/tok", {
+        "tokenizer.json": (mistral_tokenizer_dir / "tokenizer.json").read_bytes(),
+        "tokenizer_config.json": (mistral_tokenizer_dir / "tokenizer_config.json").read_bytes()})
+    table = io.BytesIO()
+    pq.write_table(pa.table({"text": make_texts(40, seed=1)}), table)
+    _snapshot(cache, "dataset", "acme/web", {
+        "data/train-00000-of-00001.parquet": table.getvalue(),
+        "data/test-00000-of-00001.parquet": table.getvalue(),
+    })
+    readme = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: texts/main_*.jsonl\n" \
+             "  - split: validation\n    path: texts/held_out.jsonl\n---\n# a card\n"
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in make_texts(10, seed=2)).encode()
+    _snapshot(cache, "dataset", "acme/carded", {"README.md": readme.encode(), "texts/main_0.jsonl": lines,
+                                               "texts/main_1.jsonl": lines, "texts/held_out.jsonl": lines})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "easydata", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def test_split_files_follow_the_datasets_conventions() -> None:
+    files = ["README.md", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
+             "data/validation-00000-of-00001.parquet", "test.jsonl", ".gitattributes"]
+    assert _split_files(files, "train") == files[1:3]
+    assert _split_files(files, "validation") == ["data/validation-00000-of-00001.parquet"]
+    assert _split_files(files, "test") == ["test.jsonl"]
+    assert _split_files(["a.jsonl", "b.jsonl"], "train") == ["a.jsonl", "b.jsonl"]  # no split named: all train
+
+
+def test_hub_dataset_split_files_from_the_cache(hub_cache) -> None:
+    assert [Path(p).name for p in resolve_hub_dataset("acme/web", "test")] == ["test-00000-of-00001.parquet"]
+    assert [Path(p).name for p in resolve_hub_dataset("acme/carded")] == ["main_0.jsonl", "main_1.jsonl"]  # the card
+    assert [Path(p).name for p in resolve_hub_dataset("acme/carded", "validation")] == ["held_out.jsonl"]
+    with pytest.raises(InputError, match="^dataset 'acme/missing' is not in the Hugging Face cache and HF_HUB_OFFLINE=1"):
+        resolve_hub_dataset("acme/missing")
+    with pytest.raises(InputError, match="no data files for split 'nope'"):
+        resolve_hub_dataset("acme/web", "nope")
+
+
+def test_cli_run_with_hub_tokenizer_hub_dataset_and_hf_paths_offline(hub_cache, tmp_path) -> None:
+    config = {
+        "default_tokenizer": "acme/tok",
+        "datasets": [{"name": "web", "type": "huggingface", "data_files": "acme/web", "split": "train"},
+                     {"name": "files", "data_files": "hf://datasets/acme/carded/texts/main_*.jsonl"}],
+        "save": {"output_dir": str(tmp_path / "out")},
+    }
+    (tmp_path / "job.yaml").write_text(json.dumps(config))
+    done = _cli("run", "job.yaml", "--quiet", "--direct_num_workers=1", env={}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["datasets"]["web"]["documents_written"] == 40
+    assert manifest["datasets"]["files"]["documents_written"] == 20
+    assert manifest["tokenizer"]["name_or_path"] == "acme/tok" and manifest["tokenizer"]["vocab_size"] == 32000
+
+
+def test_missing_hub_tokenizer_offline_is_one_line(hub_cache, tmp_path) -> None:
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
+    done = _cli("tokenize", "--data-files", "a.jsonl", "--tokenizer", "acme/absent", "--output", "out", env={},
+                cwd=tmp_path)
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "easydata: error: tokenizer 'acme/absent' is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids"
+        " downloading it"]
+
+
+def test_push_to_hub_with_the_network_refused_is_one_line(tmp_path, tokenizer_dir) -> None:
+    """Up to the upload call: `create_repo` reaches a closed port and the run ends in one line."""
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(10)))
+    script = (
+        "from easydata import *\n"
+        f"config = PipelineConfig(datasets=[DatasetConfig(data_files={str(tmp_path / 'a.jsonl')!r})],"
+        f" default_tokenizer={str(tokenizer_dir)!r})\n"
+        f"Pipeline(config, beam_args=['--direct_num_workers=1']).source().tokenize().save(SaveStageConfig("
+        f"output_dir={str(tmp_path / 'out')!r}, push_to_hub=True, hub_repo_id='me/data', hub_token='hf_x'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{free_port()}", PYTHONPATH=str(ROOT), HF_HUB_ETAG_TIMEOUT="2")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("easydata.errors.OutputError: push_to_hub: cannot reach the Hugging Face Hub for dataset"
+                           " repo 'me/data'"), done.stderr
+    assert (tmp_path / "out" / "manifest.json").exists()  # the output itself was committed first
+
+
+def test_push_output_offline_is_one_line(tmp_path, monkeypatch) -> None:
+    from easydata.hub import push_output
+
+    with pytest.raises(OutputError, match="^push_to_hub: .*HF_HUB_OFFLINE=1"):
+        push_output(str(tmp_path), "me/data")
