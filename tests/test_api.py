@@ -3,6 +3,7 @@ config, and `tokenize_and_save` in both its forms."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow.parquet as pq
@@ -82,3 +83,89 @@ def test_tokenize_and_save_output_path_is_flat_and_cut(tmp_path, tokenizer_dir, 
     tokenize_and_save(str(tmp_path / "in" / "*.jsonl"), str(tokenizer_dir), str(tmp_path / "tok"), "parquet", 16)
     with pytest.raises(ConfigError, match="output_path"):
         tokenize_and_save(str(tmp_path / "in" / "*.jsonl"), str(tokenizer_dir))
+
+
+def _texts_file(path, n: int, seed: int = 0, **fields) -> str:
+    write_jsonl(path, ({"text": t, **{k: f(i) for k, f in fields.items()}} for i, t in enumerate(make_texts(n, seed=seed))))
+    return str(path)
+
+
+def test_format_fields_and_format_callback(tmp_path, tokenizer_dir, monkeypatch):
+    """Renames, then the callback, before anything reads the record; a record it refuses is a dead letter."""
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    write_jsonl(tmp_path / "a.jsonl", ({"body": t, "n": i} for i, t in enumerate(make_texts(20))))
+
+    def keep_even(record):
+        if record["n"] % 2:
+            raise ValueError("odd")
+        return {"content": record["content"].upper(), "n": record["n"]}
+
+    from easydata import DatasetConfig, SaveStageConfig
+
+    config = PipelineConfig(default_tokenizer=str(tokenizer_dir), datasets=[DatasetConfig(
+        name="web", data_files=str(tmp_path / "a.jsonl"), content_field="content", additional_fields=["n"],
+        format_fields={"body": "content"}, format_callback=keep_even)])
+    out = Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().save(
+        SaveStageConfig(output_dir=str(tmp_path / "out"))).build()
+    assert sorted(r["n"] for r in out) == list(range(0, 20, 2))
+    assert out.manifest["documents_rejected"] == 10
+    rejected = [json.loads(line) for f in (tmp_path / "out" / "rejected").rglob("*.jsonl") for line in open(f)]
+    assert {r["reason"] for r in rejected} == {"format_callback raised ValueError: odd"}
+
+
+def test_load_builds_batches_from_a_cache_that_follows_the_inputs(tmp_path, tokenizer_dir, monkeypatch):
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    data = _texts_file(tmp_path / "a.jsonl", 200)
+    from easydata import DatasetConfig, LoadStageConfig, PackStageConfig
+
+    config = PipelineConfig(default_tokenizer=str(tokenizer_dir), datasets=[DatasetConfig(name="web", data_files=data)],
+                            pack=PackStageConfig(enabled=True, seq_length=64, include_segment_ids=False),
+                            load=LoadStageConfig(batch_size=4, shuffle_buffer_size=0))
+    one = ["--direct_num_workers=1"]
+    first = list(Pipeline(config, beam_args=one).source().tokenize().pack().load().build())
+    assert first and all(set(b) == {"input_ids"} and b["input_ids"].shape == (4, 64) for b in first)
+    again = list(Pipeline(config, beam_args=one).source().tokenize().pack().load().build())
+    assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(first, again))
+    assert len(list((tmp_path / "cache").iterdir())) == 2  # one prepared output (+ its inputs record)
+    _texts_file(tmp_path / "a.jsonl", 300, seed=5)  # the input changed: prepared again
+    changed = list(Pipeline(config, beam_args=one).source().tokenize().pack().load().build())
+    assert len(changed) > len(first)
+
+
+def test_weight_schedule_mixes_at_read_time(tmp_path, tokenizer_dir, monkeypatch):
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    from easydata import DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, WeightSchedulePoint
+
+    config = PipelineConfig(
+        default_tokenizer=str(tokenizer_dir),
+        datasets=[DatasetConfig(name="a", data_files=_texts_file(tmp_path / "a.jsonl", 300)),
+                  DatasetConfig(name="b", data_files=_texts_file(tmp_path / "b.jsonl", 300, seed=1))],
+        mix=MixStageConfig(weight_schedule=[WeightSchedulePoint(step=0, weights={"a": 1.0, "b": 0.0}),
+                                            WeightSchedulePoint(step=3, weights={"a": 0.0, "b": 1.0})]),
+        pack=PackStageConfig(enabled=True, seq_length=32), load=LoadStageConfig(batch_size=4))
+    pipeline = Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().mix().pack().load()
+    assert list(pipeline.get_data()) == ["mixed"]
+    batches = [b for _, b in zip(range(6), pipeline.build())]
+    assert len(batches) == 6 and all(b["input_ids"].shape == (4, 32) for b in batches)
+
+
+def test_tokenizer_config_per_dataset_and_pack_eos(tmp_path, tokenizer_dir, monkeypatch):
+    """`TokenizerConfig(max_length=...)` cuts that dataset only; `pack.eos_token_id` ends documents."""
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    from easydata import DatasetConfig, TokenizerConfig
+
+    long = dict(min_words=40, max_words=60)
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(20, **long)))
+    write_jsonl(tmp_path / "b.jsonl", ({"text": t} for t in make_texts(20, seed=1, **long)))
+    config = PipelineConfig(default_tokenizer=str(tokenizer_dir), datasets=[
+        DatasetConfig(name="cut", data_files=str(tmp_path / "a.jsonl"),
+                      tokenizer=TokenizerConfig(name_or_path=str(tokenizer_dir), max_length=10)),
+        DatasetConfig(name="whole", data_files=str(tmp_path / "b.jsonl"))])
+    pipeline = Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().save(
+        output_dir=str(tmp_path / "out"))
+    cut, whole = (list(pipeline.get_data()[name]) for name in ("cut", "whole"))
+    assert max(len(r["input_ids"]) for r in cut) == 10 and min(len(r["input_ids"]) for r in whole) > 10
+    packed = Pipeline(config.replace(datasets=config.datasets[1:]), beam_args=["--direct_num_workers=1"]).source()
+    rows = list(packed.tokenize().pack(enabled=True, seq_length=128, eos_token_id=3).build())
+    ids = [i for r in rows for i, s in zip(r["input_ids"], r["segment_ids"]) if s]
+    assert ids.count(3) == 20  # every document ends with the given id

@@ -44,12 +44,14 @@ class AsyncDataLoader:
         self.collate_fn = collate_fn or collate_rows
 
     def _rows(self) -> Iterator[dict[str, Any]]:
+        # EasyDeL's own sources iterate through `iter_shards`; ours, lists and `datasets` objects directly
+        rows = self.source.iter_shards() if hasattr(self.source, "iter_shards") else iter(self.source)
         if self.shuffle_buffer_size <= 1:
-            yield from self.source
+            yield from rows
             return
         rng = np.random.default_rng(self.seed)
         buffer: list[dict[str, Any]] = []
-        for row in self.source:
+        for row in rows:
             if len(buffer) < self.shuffle_buffer_size:
                 buffer.append(row)
                 continue
