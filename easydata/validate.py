@@ -128,6 +128,10 @@ def _value_problems(batch: pa.RecordBatch, schema: dict[str, Any]) -> list[str]:
         expected = index - np.maximum.accumulate(np.where(starts, index, 0), axis=1)
         if np.any((pos != expected) & real):
             problems.append("positions do not restart at 0 for every segment")
+    if "segment_sources" in batch.schema.names:  # provenance: one entry per segment of the row
+        entries = pc.list_value_length(batch.column("segment_sources")).to_numpy(zero_copy_only=False)
+        if np.any(entries != seg.max(axis=1, initial=0)):
+            problems.append("segment_sources does not hold one entry per segment of its row")
     return problems
 
 
