@@ -14,7 +14,7 @@ from easydata.checkpoint import UnitCheckpoint, completed_units, run_signature, 
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.chat import ChatRenderer
 from easydata.errors import ConfigError, InputError
-from easydata.filesystems import file_version, open_file
+from easydata.filesystems import file_version, join, open_file
 from easydata.mixing import mix_budget, normalise_weights
 from easydata.pack_stage import resolve_pad_id
 from easydata.output import new_run_id, prepare_output, staging_dir
@@ -178,9 +178,32 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     else:
         write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets},
                        fingerprint=config.fingerprint(), inputs=_input_versions(datasets))
+    datasets = _ship_hub_tokenizers(datasets, config.save.output_dir, staging)
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
                    mix_num_groups=mix_num_groups, resumed=previous is not None,
                    unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
+
+
+def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str) -> list[DatasetPlan]:
+    """Hub tokenizers of a job whose output is remote (gs://, s3://: workers on other machines, e.g.
+    Dataflow) are resolved here, once, and their files copied into the run's staging directory;
+    the workers load them from there and never ask the Hub. Local jobs share this machine's cache."""
+    from easydata.filesystems import local_path
+    from easydata.tokenizer import is_hub_id, resolve_tokenizer_files, stage_tokenizer_files
+
+    if local_path(output_dir) is not None:
+        return datasets
+    shipped: dict[str, str] = {}
+    out = []
+    for d in datasets:
+        name = d.tokenizer.name_or_path
+        if is_hub_id(name):
+            if name not in shipped:
+                tokenizer_file, _ = resolve_tokenizer_files(name)
+                shipped[name] = stage_tokenizer_files(tokenizer_file.parent, join(staging, "tokenizers", name))
+            d = dataclasses.replace(d, tokenizer=dataclasses.replace(d.tokenizer, name_or_path=shipped[name]))
+        out.append(d)
+    return out
 
 
 def _signature(config: PipelineConfig, datasets: list[DatasetPlan]) -> str:

@@ -60,6 +60,8 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
     Raises:
       TokenizerError: when nothing matching is found locally.
     """
+    if "://" in name_or_path and not name_or_path.startswith("file://"):
+        return _fetched(name_or_path)
     path = Path(os.path.expanduser(name_or_path))
     if path.is_file():
         return path, path.parent
@@ -68,7 +70,7 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
             return path / "tokenizer.json", path
         raise TokenizerError(f"tokenizer directory '{name_or_path}' has no tokenizer.json"
                              " (only fast tokenizers are supported; convert with transformers first)")
-    if name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~")):
+    if is_hub_id(name_or_path):
         cached = _from_hf_cache(name_or_path)
         if cached is None:
             from easydata.hub import download_tokenizer
@@ -82,6 +84,53 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
     raise TokenizerError(
         f"tokenizer '{name_or_path}' not found: give a directory with tokenizer.json, a tokenizer.json file,"
         " or a hub id 'owner/name' (downloaded into the Hugging Face cache; from the cache with HF_HUB_OFFLINE=1)")
+
+
+def is_hub_id(name_or_path: str) -> bool:
+    """`owner/name` that is not a local path: a Hugging Face hub id."""
+    return (name_or_path.count("/") == 1 and "://" not in name_or_path and not name_or_path.startswith((".", "/", "~"))
+            and not Path(os.path.expanduser(name_or_path)).exists())
+
+
+#: Tokenizer files next to `tokenizer.json` that loading reads.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+_FETCHED: dict[str, tuple[Path, Path]] = {}
+
+
+def stage_tokenizer_files(directory: Path, url: str) -> str:
+    """Copies a tokenizer's files into `url` (a directory on any file system); returns `url`."""
+    from easydata.filesystems import get_fs, join
+
+    fs, root = get_fs(url)
+    fs.makedirs(root, exist_ok=True)
+    for name in _TOKENIZER_FILES:
+        if (directory / name).is_file():
+            with fs.open(join(root, name), "wb") as f:
+                f.write((directory / name).read_bytes())
+    return url
+
+
+def _fetched(url: str) -> tuple[Path, Path]:
+    """A tokenizer directory on a remote file system (one the launcher staged), copied to a local
+    temporary directory once per process."""
+    import tempfile
+
+    from easydata.filesystems import get_fs, join
+
+    if url not in _FETCHED:
+        fs, root = get_fs(url)
+        local = Path(tempfile.mkdtemp(prefix="easydata-tokenizer-"))
+        for name in _TOKENIZER_FILES:
+            try:
+                with fs.open(join(root, name), "rb") as f:
+                    (local / name).write_bytes(f.read())
+            except FileNotFoundError:
+                if name == "tokenizer.json":
+                    raise TokenizerError(f"tokenizer '{url}' has no tokenizer.json") from None
+            except OSError as e:
+                raise TokenizerError(f"cannot read tokenizer '{url}': {e}") from None
+        _FETCHED[url] = (local / "tokenizer.json", local)
+    return _FETCHED[url]
 
 
 def _from_hf_cache(repo_id: str) -> Optional[Path]:

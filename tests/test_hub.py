@@ -119,3 +119,22 @@ def test_push_output_offline_is_one_line(tmp_path, monkeypatch) -> None:
 
     with pytest.raises(OutputError, match="^push_to_hub: .*HF_HUB_OFFLINE=1"):
         push_output(str(tmp_path), "me/data")
+
+
+def test_remote_jobs_ship_hub_tokenizers_to_their_workers(hub_cache, tmp_path, memory_fs) -> None:
+    """A job whose output is remote (Dataflow) copies a hub tokenizer into its staging directory once;
+    workers load it from there, not from the Hub (here: not even from the cache)."""
+    from easydata.config import PipelineConfig
+    from easydata.run_plan import prepare_run
+    from easydata.tokenizer import load_tokenizer
+
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(5)))
+    config = PipelineConfig.from_dict({"default_tokenizer": "acme/tok", "save": {"output_dir": "memory://job/out"},
+                                       "datasets": [{"name": "web", "data_files": str(tmp_path / "a.jsonl")}]})
+    plan = prepare_run(config)
+    shipped = plan.datasets[0].tokenizer.name_or_path
+    assert shipped.startswith("memory://job/out/.easydata-tmp-") and shipped.endswith("/tokenizers/acme/tok")
+    assert plan.datasets[0].tokenizer_info.name_or_path == "acme/tok"  # the manifest names the hub id
+    os.environ["HF_HUB_CACHE"] = str(tmp_path / "empty-cache")  # a worker without the launcher's cache
+    worker = load_tokenizer(plan.datasets[0].tokenizer)
+    assert worker.info.content_hash == plan.datasets[0].tokenizer_info.content_hash
