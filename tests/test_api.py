@@ -169,3 +169,17 @@ def test_tokenizer_config_per_dataset_and_pack_eos(tmp_path, tokenizer_dir, monk
     rows = list(packed.tokenize().pack(enabled=True, seq_length=128, eos_token_id=3).build())
     ids = [i for r in rows for i, s in zip(r["input_ids"], r["segment_ids"]) if s]
     assert ids.count(3) == 20  # every document ends with the given id
+
+
+def test_prefetch_to_device_gives_jax_arrays(tmp_path, tokenizer_dir, monkeypatch):
+    import jax
+
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    from easydata import DatasetConfig, LoadStageConfig, PackStageConfig
+
+    config = PipelineConfig(default_tokenizer=str(tokenizer_dir),
+                            datasets=[DatasetConfig(name="web", data_files=_texts_file(tmp_path / "a.jsonl", 100))],
+                            pack=PackStageConfig(enabled=True, seq_length=32),
+                            load=LoadStageConfig(batch_size=4, prefetch_to_device=True))
+    batch = next(Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().pack().load().build())
+    assert isinstance(batch["input_ids"], jax.Array) and batch["input_ids"].shape == (4, 32)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from easydata import (ConfigError, DatasetConfig, JsonShardedSource, ParquetShardedSource, Pipeline,
+from easydata import (ConfigError, DatasetConfig, JsonShardedSource, ParquetShardedSource,
                       PipelineConfig, TokenizedShardedSource)
 from easydata.compat.pipeline import BatchLoader, JobOutputSource
 from easydata.core.protocols import ShardedDataSource

@@ -27,7 +27,8 @@ import json
 import os
 from typing import Any, Iterator, Optional, Sequence
 
-from easydata.compat.sources import HuggingFaceShardedSource, ParquetShardedSource, source_for_files
+from easydata.compat.sources import (FilesBackedSource, HuggingFaceShardedSource, ParquetShardedSource,
+                                     source_for_files)
 from easydata.compat.transforms import TokenizedShardedSource
 from easydata.config import (DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, PipelineConfig,
                              SaveStageConfig, TokenizeStageConfig)
@@ -363,7 +364,7 @@ class _Job:
         return self.output_dir, name
 
 
-class JobOutputSource(ShardedDataSource):
+class JobOutputSource(FilesBackedSource):
     """One output of a pipeline's job as a sharded source (the job runs on first access)."""
 
     def __init__(self, job: _Job, name: str):
@@ -389,16 +390,6 @@ class JobOutputSource(ShardedDataSource):
             fmt = self.job.config.save.format
             self._files = _BY_TYPE.get(fmt, ParquetShardedSource)(directory, name=name)
         return self._files
-
-    @property
-    def shard_names(self) -> list[str]:
-        return self.files.shard_names
-
-    def open_shard(self, shard_name: str) -> Iterator[dict[str, Any]]:
-        return self.files.open_shard(shard_name)
-
-    def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[dict[str, Any]]:
-        return self.files.open_shard_at_row(shard_name, row)
 
     def __len__(self) -> int:
         return int(self.manifest["datasets"][self.name]["rows"])

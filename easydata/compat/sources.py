@@ -18,8 +18,8 @@ from easydata.formats import iter_shard_batches
 from easydata.manifest import MANIFEST_NAME, member_path, read_manifest
 
 __all__ = ["FileShardedSource", "ParquetShardedSource", "ArrowShardedSource", "JsonShardedSource",
-           "CsvShardedSource", "TextShardedSource", "HuggingFaceShardedSource", "HFDatasetShardedSource",
-           "source_for_files"]
+           "CsvShardedSource", "TextShardedSource", "FilesBackedSource", "HuggingFaceShardedSource",
+           "HFDatasetShardedSource", "source_for_files"]
 
 
 def _is_output(path: str) -> bool:
@@ -214,7 +214,25 @@ class _AnyFormatSource(FileShardedSource):
         return _BY_TYPE[_type_of(path)]([path])._rows_from(path, row)
 
 
-class HuggingFaceShardedSource(ShardedDataSource):
+class FilesBackedSource(ShardedDataSource):
+    """A source whose files are found on first use (`files`): a Hub dataset, a job's output."""
+
+    @property
+    def files(self) -> FileShardedSource:
+        raise NotImplementedError
+
+    @property
+    def shard_names(self) -> list[str]:
+        return self.files.shard_names
+
+    def open_shard(self, shard_name: str) -> Iterator[dict[str, Any]]:
+        return self.files.open_shard(shard_name)
+
+    def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[dict[str, Any]]:
+        return self.files.open_shard_at_row(shard_name, row)
+
+
+class HuggingFaceShardedSource(FilesBackedSource):
     """A Hugging Face Hub dataset: its data files of `split`, one shard per file, read like local files.
 
     The files are found and downloaded with `huggingface_hub` into the standard cache (read from the
@@ -234,16 +252,6 @@ class HuggingFaceShardedSource(ShardedDataSource):
 
             self._files = source_for_files(resolve_hub_dataset(self.dataset_name, self.split, self.revision))
         return self._files
-
-    @property
-    def shard_names(self) -> list[str]:
-        return self.files.shard_names
-
-    def open_shard(self, shard_name: str) -> Iterator[dict[str, Any]]:
-        return self.files.open_shard(shard_name)
-
-    def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[dict[str, Any]]:
-        return self.files.open_shard_at_row(shard_name, row)
 
     def __repr__(self) -> str:
         return f"HuggingFaceShardedSource({self.dataset_name!r}, split={self.split!r})"
