@@ -47,17 +47,19 @@ __all__ = [
 ]
 
 INPUT_TYPES = ("jsonl", "json", "parquet", "arrow", "csv", "txt")
-OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz")
+OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz", "megatron")
 # Formats of plain numpy token files (`easydata.token_files`): default compression `none`.
-TOKEN_FILE_FORMATS = ("bin", "npz")
+TOKEN_FILE_FORMATS = ("bin", "npz", "megatron")
 COMPRESSIONS = ("none", "zstd", "snappy", "gzip", "lz4")
 #: The compression of each output format when `save.compression` is not set.
-DEFAULT_COMPRESSION = {"parquet": "zstd", "arrow": "zstd", "jsonl": "none", "bin": "none", "npz": "none"}
+DEFAULT_COMPRESSION = {"parquet": "zstd", "arrow": "zstd", "jsonl": "none", "bin": "none", "npz": "none",
+                       "megatron": "none"}
 _FORMAT_COMPRESSIONS = {
     "parquet": COMPRESSIONS,
     "arrow": ("none", "zstd", "lz4"),
     "jsonl": ("none", "gzip", "zstd"),
     "bin": ("none",),
+    "megatron": ("none",),
     "npz": ("none", "gzip"),
 }
 # Resource bounds: settings beyond these are refused before any work starts (they would only end in
@@ -413,7 +415,9 @@ class SaveStageConfig:
     Attributes:
       output_dir: local path or fsspec URL of the output directory.
       format: `parquet`, `arrow` (IPC file), `jsonl`, `bin` (flat token stream + document index, for
-        `np.memmap`) or `npz` (padded `input_ids` / `attention_mask` arrays); see `easydata.token_files`.
+        `np.memmap`), `npz` (padded `input_ids` / `attention_mask` arrays) or `megatron` (Megatron-LM's
+        indexed dataset, `.bin` + `MMIDIDX` `.idx`, for Megatron-LM, NeMo, GPT-NeoX and MaxText); see
+        `easydata.token_files`.
       compression: codec the format supports (`parquet`: all; `arrow`: none/zstd/lz4; `jsonl`:
         none/gzip/zstd; `bin`: none; `npz`: none/gzip). null: the format's default
         (`DEFAULT_COMPRESSION`: zstd for parquet and arrow, none for jsonl, bin and npz); `codec` is
@@ -432,7 +436,7 @@ class SaveStageConfig:
     """
 
     output_dir: str = "easydata_output"
-    format: Literal["parquet", "arrow", "jsonl", "bin", "npz"] = "parquet"
+    format: Literal["parquet", "arrow", "jsonl", "bin", "npz", "megatron"] = "parquet"
     compression: Optional[Literal["none", "zstd", "snappy", "gzip", "lz4"]] = None
     num_shards: Optional[int] = None
     max_shard_size: Union[int, str] = "500MB"
@@ -791,6 +795,9 @@ class PipelineConfig:
         """`bin` and `npz` hold token arrays only; `bin` is a stream readers cut windows from."""
         found = []
         fmt = self.save.format
+        if fmt == "megatron" and self.pack.enabled:
+            found.append("save.format 'megatron' holds documents (Megatron-LM, NeMo and MaxText build their own"
+                         " samples from them): set pack.enabled to false")
         if fmt == "bin" and self.pack.enabled:
             found.append("save.format 'bin' writes a flat token stream (readers cut windows from it): set"
                          " pack.enabled to false, or use a row format (parquet, arrow, npz) for packed rows")

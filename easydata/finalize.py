@@ -38,7 +38,7 @@ def output_schema(shards: Iterable[ShardInfo], config: PipelineConfig) -> dict[s
     schema = {"columns": columns, "token_columns": [c for c in TOKEN_COLUMNS if c in columns],
               "packed": packed, "seq_length": config.pack.seq_length if packed else None,
               "strategy": config.pack.strategy if packed else None}
-    if config.save.format == "bin":  # raw files: the dtypes np.memmap needs (easydata.token_files)
+    if config.save.format in ("bin", "megatron"):  # raw files: the dtypes np.memmap needs (easydata.token_files)
         schema.update(token_dtype=columns.get("input_ids"), index_dtype="int64")
     return schema
 

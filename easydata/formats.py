@@ -43,7 +43,8 @@ __all__ = [
     "SLICE_MIN_VALUES_PER_ROW",
 ]
 
-SHARD_EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl", "bin": ".bin", "npz": ".npz"}
+SHARD_EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl", "bin": ".bin", "npz": ".npz",
+                    "megatron": ".bin"}
 _JSONL_COMPRESSION_SUFFIX = {"none": "", "gzip": ".gz", "zstd": ".zst"}
 # Token-aligned columns: int32 lists whose lengths equal the row's length.
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "loss_mask", "segment_ids", "positions")
@@ -292,7 +293,7 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
             for i in range(reader.num_record_batches):
                 batch = reader.get_batch(i)
                 yield batch.select(columns) if columns else batch
-    elif fmt in ("bin", "npz"):
+    elif fmt in ("bin", "npz", "megatron"):
         from easydata.token_files import iter_token_file_batches
 
         yield from iter_token_file_batches(path, fmt, columns)
@@ -413,7 +414,7 @@ def assemble_shard(pieces: Sequence[str | tuple[str, int, int]], dest: str, fmt:
 
     drop = {*drop_columns, PIECE_COLUMN}  # hidden bookkeeping of cut documents is never written
     out_schema = pa.schema([f for f in schema if f.name not in drop])
-    if fmt in ("bin", "npz"):
+    if fmt in ("bin", "npz", "megatron"):
         from easydata.token_files import open_token_file_writer
 
         writer: Any = open_token_file_writer(dest, fmt, out_schema, token_files, compression)

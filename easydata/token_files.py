@@ -9,6 +9,20 @@
   the token stream starting at 0: document `i` is `tokens[idx[i]:idx[i + 1]]`.
 * `part-00000-of-00004.mask` (chat data only): the `loss_mask`, one `uint8` per token.
 
+`megatron` (Megatron-LM's indexed dataset, `MMIDIDX` version 1, read by Megatron-LM, NeMo,
+GPT-NeoX and MaxText's Grain `mmap` source), per shard:
+
+* `part-00000-of-00004.bin`: every document's `input_ids` back to back, little-endian `uint16` when
+  the vocabulary fits in 16 bits, else `int32` (Megatron's codes 8 and 4; it has no `uint32`).
+* `part-00000-of-00004.idx`: `b"MMIDIDX\x00\x00"`, version `<Q` 1, dtype code `<B`, sequence
+  count `<Q` N, document count `<Q` N + 1, then N `int32` sequence lengths, N `int64` byte offsets
+  into the `.bin`, and N + 1 `int64` document indices `0, 1, ..., N` (one sequence per document).
+* `part-00000-of-00004.mask` (chat data only, our addition; Megatron ignores it): as for `bin`.
+
+Megatron's readers take the path without extension (`.../part-00000-of-00004`). The sequence lengths
+are kept in memory while a shard is written (4 bytes per document) and the index is written at
+`close()`, when the counts its header needs are known.
+
 `npz` (`np.load`-compatible, as standalone tokenize scripts write it), per shard one
 `part-00000-of-00004.npz` with int32 `[rows, W]` arrays: `input_ids` (padded with the pad id),
 `attention_mask` (1 on real tokens), plus `segment_ids` / `positions` for packed rows and `loss_mask`
@@ -26,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import struct
 import tempfile
 import zipfile
 from typing import IO, Any, Iterator, Optional
@@ -37,10 +52,13 @@ from easydata.filesystems import file_size, get_fs, open_arrow_file, open_file
 from easydata.formats import list_column_values, token_list_array
 
 __all__ = ["TOKEN_FILE_FORMATS", "TokenFileSpec", "token_dtype_for", "companion_path", "BinShardWriter",
-           "NpzShardWriter", "open_token_file_writer", "token_file_spec", "iter_token_file_batches", "read_bin_index",
-           "bin_token_dtype"]
+           "MegatronShardWriter", "NpzShardWriter", "open_token_file_writer", "token_file_spec",
+           "iter_token_file_batches", "read_bin_index", "read_megatron_index", "bin_token_dtype", "MEGATRON_HEADER"]
 
-TOKEN_FILE_FORMATS = ("bin", "npz")
+TOKEN_FILE_FORMATS = ("bin", "npz", "megatron")
+MEGATRON_HEADER = b"MMIDIDX\x00\x00"
+#: Megatron-LM's dtype codes (`megatron.core.datasets.indexed_dataset.DType`) of the dtypes written here.
+_MEGATRON_CODES = {"uint16": 8, "int32": 4}
 _COMPANIONS = {"index": ".idx", "loss_mask": ".mask"}
 _CHUNK_BYTES = 16 * 2**20
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -112,6 +130,60 @@ class BinShardWriter:
     def close(self) -> int:
         for f in self._files.values():
             f.close()
+        return self.rows
+
+
+class MegatronShardWriter:
+    """Streams documents into a Megatron `.bin` and writes its `MMIDIDX` `.idx` at `close()`.
+
+    Args:
+      path: the `.bin` destination (the `.idx`, and for chat data a `.mask`, go beside it).
+      schema: the rows' schema.
+      token_dtype: `uint16` when the vocabulary fits, else `uint32` (written as Megatron's `int32`).
+    """
+
+    def __init__(self, path: str, schema: pa.Schema, token_dtype: str):
+        self.path, self.rows = path, 0
+        name = "uint16" if token_dtype == "uint16" else "int32"
+        self.dtype = np.dtype(name).newbyteorder("<")
+        self._limit = 2**16 if name == "uint16" else 2**31
+        self.companions = {"index": companion_path(path, "index")}
+        if "loss_mask" in schema.names:
+            self.companions["loss_mask"] = companion_path(path, "loss_mask")
+        self.columns = (("input_ids", name),) + ((("loss_mask", "uint8"),) if "loss_mask" in self.companions else ())
+        self._bin = open_arrow_file(path, "wb")
+        self._mask = open_arrow_file(self.companions["loss_mask"], "wb") if "loss_mask" in self.companions else None
+        self._lengths: list[np.ndarray] = []
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        ids, offsets = list_column_values(batch.column("input_ids"))
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self._limit):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise ValueError(f"{self.path}: token id {bad} does not fit {self.dtype.name}")
+        self._bin.write(ids.astype(self.dtype).tobytes())
+        if self._mask is not None:
+            self._mask.write(list_column_values(batch.column("loss_mask"))[0].astype(np.uint8).tobytes())
+        self._lengths.append(np.diff(offsets).astype("<i4"))
+        self.rows += batch.num_rows
+
+    def close(self) -> int:
+        self._bin.close()
+        if self._mask is not None:
+            self._mask.close()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, "<i4")
+        pointers = np.zeros(len(lengths), dtype="<i8")
+        np.cumsum(lengths[:-1].astype(np.int64) * self.dtype.itemsize, out=pointers[1:])
+        with open_arrow_file(self.companions["index"], "wb") as f:
+            f.write(MEGATRON_HEADER)
+            f.write(struct.pack("<Q", 1))
+            f.write(struct.pack("<B", _MEGATRON_CODES[self.dtype.name]))
+            f.write(struct.pack("<Q", len(lengths)))
+            f.write(struct.pack("<Q", len(lengths) + 1))
+            f.write(lengths.tobytes())
+            f.write(pointers.tobytes())
+            f.write(np.arange(len(lengths) + 1, dtype="<i8").tobytes())
         return self.rows
 
 
@@ -206,11 +278,13 @@ def token_file_spec(config: Any, vocab_size: Optional[int], pad_id: int) -> Toke
 
 
 def open_token_file_writer(path: str, fmt: str, schema: pa.Schema, spec: Optional[TokenFileSpec],
-                           compression: str) -> BinShardWriter | NpzShardWriter:
-    """The writer of a `bin` or `npz` shard."""
+                           compression: str) -> BinShardWriter | MegatronShardWriter | NpzShardWriter:
+    """The writer of a `bin`, `megatron` or `npz` shard."""
     spec = spec or TokenFileSpec()
     if fmt == "bin":
         return BinShardWriter(path, schema, spec.token_dtype)
+    if fmt == "megatron":
+        return MegatronShardWriter(path, schema, spec.token_dtype)
     if fmt == "npz":
         return NpzShardWriter(path, schema, spec, compression)
     raise ValueError(f"unknown token file format {fmt!r}")
@@ -223,6 +297,34 @@ def read_bin_index(path: str) -> np.ndarray:
     """The `int64` document offsets of a `.bin` shard (from its `.idx`)."""
     with open_file(companion_path(path, "index"), "rb", decompress=False) as f:
         return np.frombuffer(f.read(), dtype="<i8").astype(np.int64)
+
+
+def read_megatron_index(path: str) -> tuple[np.dtype, np.ndarray, np.ndarray]:
+    """A Megatron shard's token dtype, sequence lengths and byte pointers (from its `.idx`).
+
+    Raises:
+      ValueError: not an `MMIDIDX` version 1 index, or counts that do not match its size.
+    """
+    with open_file(companion_path(path, "index"), "rb", decompress=False) as f:
+        data = f.read()
+    if data[:9] != MEGATRON_HEADER or struct.unpack_from("<Q", data, 9)[0] != 1:
+        raise ValueError(f"{companion_path(path, 'index')}: not a Megatron MMIDIDX version 1 index")
+    code, count, documents = struct.unpack_from("<BQQ", data, 17)
+    names = {v: k for k, v in _MEGATRON_CODES.items()}
+    if code not in names or len(data) != 34 + 20 * count + 8 * (documents - count):
+        raise ValueError(f"{companion_path(path, 'index')}: unexpected dtype code {code} or size")
+    lengths = np.frombuffer(data, dtype="<i4", count=count, offset=34).astype(np.int64)
+    pointers = np.frombuffer(data, dtype="<i8", count=count, offset=34 + 4 * count)
+    return np.dtype(names[code]).newbyteorder("<"), lengths, pointers
+
+
+def _iter_megatron(path: str, columns: Optional[list[str]]) -> Iterator[pa.RecordBatch]:
+    """A Megatron shard's documents, one chunk of about 16 MB at a time."""
+    dtype, lengths, pointers = read_megatron_index(path)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if len(pointers) and np.any(pointers != offsets[:-1] * dtype.itemsize):
+        raise ValueError(f"{companion_path(path, 'index')}: sequence pointers are not contiguous")
+    yield from _iter_stream(path, offsets, dtype, columns)
 
 
 def bin_token_dtype(path: str, tokens: int) -> np.dtype:
@@ -247,7 +349,12 @@ def _iter_bin(path: str, columns: Optional[list[str]]) -> Iterator[pa.RecordBatc
     offsets = read_bin_index(path)
     if len(offsets) == 0 or offsets[0] != 0 or np.any(np.diff(offsets) < 0):
         raise ValueError(f"{companion_path(path, 'index')}: not a valid document index")
-    dtype = bin_token_dtype(path, int(offsets[-1]))
+    yield from _iter_stream(path, offsets, bin_token_dtype(path, int(offsets[-1])), columns)
+
+
+def _iter_stream(path: str, offsets: np.ndarray, dtype: np.dtype, columns: Optional[list[str]]
+                 ) -> Iterator[pa.RecordBatch]:
+    """Documents `tokens[offsets[i]:offsets[i + 1]]` of a token stream (and its `.mask`) as batches."""
     mask_path = companion_path(path, "loss_mask")
     fs, inner = get_fs(mask_path)
     wanted = columns or ["input_ids", "attention_mask", "loss_mask"]
@@ -308,10 +415,12 @@ def _iter_npz(path: str, columns: Optional[list[str]]) -> Iterator[pa.RecordBatc
 
 
 def iter_token_file_batches(path: str, fmt: str, columns: Optional[list[str]] = None) -> Iterator[pa.RecordBatch]:
-    """A `bin` / `npz` shard's rows as Arrow batches of `list<int32>` columns (unpacked rows cut to their
+    """A `bin` / `megatron` / `npz` shard's rows as Arrow batches of `list<int32>` columns (unpacked rows cut to their
     length; packed rows whole), one chunk of about 16 MB at a time."""
     if fmt == "bin":
         yield from _iter_bin(path, columns)
+    elif fmt == "megatron":
+        yield from _iter_megatron(path, columns)
     elif fmt == "npz":
         yield from _iter_npz(path, columns)
     else:

@@ -21,6 +21,7 @@ import random
 import re
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
@@ -158,6 +159,23 @@ def trained_runs(ids: Any, mask: Any) -> list[list[int]]:
             runs.append(current)
             current = []
     return runs + ([current] if current else [])
+
+
+def pip_site(requirement: str, *, no_deps: bool = False) -> Path:
+    """A directory holding `requirement` installed with `pip --target` (for packages that must not
+    enter the test environment itself), installed once per machine and reused; a partial install is
+    never taken for a whole one."""
+    root = Path(os.environ.get("EASYDATA_TEST_VENVS", Path.home() / ".cache" / "easydata-test-venvs"))
+    name = re.sub(r"[^A-Za-z0-9.]+", "-", requirement)
+    target = root / name
+    if not (target / ".complete").is_file():
+        staging = root / f"{name}.partial-{os.getpid()}"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        *(["--no-deps"] if no_deps else []), "--target", str(staging), requirement], check=True)
+        (staging / ".complete").write_text(requirement)
+        if not (target / ".complete").is_file():
+            staging.rename(target)
+    return target
 
 
 def free_port() -> int:

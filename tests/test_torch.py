@@ -18,7 +18,7 @@ import pytest
 
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
-from tests.conftest import REPO_ROOT, make_texts, write_jsonl
+from tests.conftest import REPO_ROOT, make_texts, pip_site, write_jsonl
 
 TORCH_VERSION = "2.13.0"
 
@@ -68,16 +68,7 @@ print(json.dumps(seen))
 @pytest.fixture(scope="session")
 def torch_site() -> Path:
     """A directory holding the CPU build of torch (pip --target), installed once and reused."""
-    root = Path(os.environ.get("EASYDATA_TEST_VENVS", Path.home() / ".cache" / "easydata-test-venvs"))
-    target = root / f"torch-{TORCH_VERSION}"
-    if not (target / ".complete").is_file():
-        staging = root / f"torch-{TORCH_VERSION}.partial-{os.getpid()}"
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        "--target", str(staging), f"torch=={TORCH_VERSION}"], check=True)
-        (staging / ".complete").write_text(TORCH_VERSION)
-        if not (target / ".complete").is_file():
-            staging.rename(target)  # whole or not at all: an interrupted install is never taken for one
-    return target
+    return pip_site(f"torch=={TORCH_VERSION}")
 
 
 def test_torch_dataloader_trains_on_int64_hf_batches(tmp_path, tokenizer_dir, torch_site):
