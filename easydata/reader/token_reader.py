@@ -49,7 +49,7 @@ def resolve_processes(process_index: Optional[int], process_count: Optional[int]
 
 
 class JaxBatches:
-    """`as_jax` / `as_pmap` for any reader that iterates `[batch_size // process_count, L]` numpy batches.
+    """`as_jax` / `as_pmap` (and `as_tf_dataset`) for any reader that iterates `[batch_size // process_count, L]` numpy batches.
 
     Shared by `TokenReader` and `MixedReader`; the host class provides `batch_size`, `seq_length`,
     `local_batch_size`, `process_count`, `drop_remainder` and `__iter__`. JAX is imported on call only.
@@ -76,6 +76,13 @@ class JaxBatches:
         shape = (self.batch_size, self.seq_length)
         for batch in self:
             yield {k: jax.make_array_from_process_local_data(sharding, v, shape) for k, v in batch.items()}
+
+    def as_tf_dataset(self) -> Any:
+        """A `tf.data.Dataset` of these batches (same rows, order, sharding, resume);
+        `easydata.reader.tf_data`. TensorFlow is imported on call only."""
+        from easydata.reader.tf_data import as_tf_dataset
+
+        return as_tf_dataset(self)
 
     def as_pmap(self) -> Iterator[dict[str, Any]]:
         """Batches `[local_device_count, batch_size // process_count // local_device_count, L]` (numpy,
