@@ -27,6 +27,9 @@ setup(
         "s3": ["s3fs>=2023.6"],
         "streaming": ["google-cloud-pubsub>=2"],
         "jax": ["jax>=0.4.20"],
+        # tf.data (TokenReader.as_tf_dataset): the newest tensorflow-io and the TensorFlow it supports. TensorFlow
+        # 2.16 needs numpy < 2 and so pyarrow < 21: install it in an environment of its own (docs/trainers.md).
+        "tf": ["tensorflow==2.16.2", "tensorflow-io==0.37.1"],
         "plot": ["matplotlib>=3.7"],  # easydata stats --plot
         # --runner=DaskRunner (the versions apache-beam[dask] asks for)
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
