@@ -122,3 +122,31 @@ def test_stock_mmap_route(corpus, mistral_tokenizer_dir, maxtext_python) -> None
     whole = len(stream) // LENGTH * LENGTH
     assert (inputs[:whole] == stream[:whole]).all()  # the samples are our stream, in order
     assert (inputs[whole:] == 2).all() and len(stream) - whole < LENGTH  # then EOD padding
+
+
+def test_packed_rows_keep_their_segments_for_maxtext(corpus, mistral_tokenizer_dir, maxtext_python) -> None:
+    """Our packed rows, read with `TokenReader(layout="maxtext-stock", pad_id=0)`, are exactly what
+    MaxText's own shift (`shift_and_refine`) makes of them: MaxText's train step gets our segments and
+    positions intact. `layout="maxtext"` differs only where we choose to: the position whose target is
+    the next document's first token is not trained, and padding keeps the output's pad id."""
+    from easydata.reader import TokenReader
+
+    out = _run(corpus, mistral_tokenizer_dir, "packed", pack={"enabled": True, "seq_length": LENGTH})
+    raw = next(iter(TokenReader(str(out), batch_size=16, shuffle=False, pad_id=0, process_index=0, process_count=1)))
+    done = subprocess.run([maxtext_python, str(Path(__file__).parent / "maxtext" / "shift.py"), "0"],
+                          input=json.dumps({k: v.tolist() for k, v in raw.items()}), capture_output=True, text=True,
+                          timeout=600, env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "XLA_FLAGS")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    stock = next(iter(TokenReader(str(out), batch_size=16, shuffle=False, pad_id=0, layout="maxtext-stock",
+                                  process_index=0, process_count=1)))
+    assert set(stock) == KEYS and all(stock[k].tolist() == theirs[k] for k in KEYS)
+    ours = next(iter(TokenReader(str(out), batch_size=16, shuffle=False, layout="maxtext", process_index=0,
+                                 process_count=1)))
+    seg = stock["inputs_segmentation"]
+    boundary = np.zeros_like(seg, dtype=bool)
+    boundary[:, :-1] = (seg[:, :-1] != seg[:, 1:]) & (seg[:, 1:] != 0)
+    assert boundary.any() and (np.asarray(theirs["targets_segmentation"])[boundary] != 0).all()  # MaxText trains it
+    assert (ours["targets_segmentation"][boundary] == 0).all()  # our default does not
+    same = ~boundary & (seg != 0)
+    assert (ours["targets_segmentation"][same] == stock["targets_segmentation"][same]).all()

@@ -8,6 +8,12 @@ padding), `positions`, and `loss_mask` when the data has one.
   one (last column padded), `targets_segmentation` = the segment id where the target is a real token of
   the same segment (and trained, when there is a loss mask), else 0; `targets_position` =
   `inputs_position`.
+* `maxtext-stock`: MaxText's own convention (its `ShiftData`): the same keys, but
+  `targets_segmentation` is the *target's* segment, so the position whose target is the next
+  document's first token is trained too (as MaxText's stock pipelines do), and padding targets are
+  the pad id, and (as in MaxText) no target equal to the pad id is trained: use a pad id that is no
+  real token. With `pad_id=0` (MaxText pads with its tokenizer's pad or unk, 0) the batches equal
+  what MaxText's own `shift_and_refine` makes of the same packed rows (tests/test_maxtext.py).
 * `hf`: `input_ids`, `attention_mask` (1 on real tokens), `position_ids`, `labels` = `input_ids` with
   -100 on padding, on untrained tokens (loss mask 0), and on each segment's first token (Hugging Face
   models shift labels themselves, and the first token of a document must not be predicted from the
@@ -45,6 +51,21 @@ def _maxtext(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]
             "targets_segmentation": target_seg.astype(seg.dtype), "targets_position": pos}
 
 
+def _maxtext_stock(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
+    ids, seg, pos = batch["input_ids"], batch["segment_ids"], batch["positions"]
+    targets = np.full_like(ids, pad_id)
+    targets[:, :-1] = ids[:, 1:]
+    target_seg = np.zeros_like(seg)
+    target_seg[:, :-1] = seg[:, 1:]
+    if "loss_mask" in batch:
+        next_mask = np.zeros_like(seg)
+        next_mask[:, :-1] = batch["loss_mask"][:, 1:]
+        target_seg = np.where(next_mask != 0, target_seg, 0)
+    target_seg = np.where(targets != pad_id, target_seg, 0)  # as MaxText: a pad-id target is never trained
+    return {"inputs": ids, "inputs_segmentation": seg, "inputs_position": pos, "targets": targets,
+            "targets_segmentation": target_seg.astype(seg.dtype), "targets_position": pos}
+
+
 def _hf(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
     ids, seg, pos = batch["input_ids"], batch["segment_ids"], batch["positions"]
     trained = (seg != 0) & (pos != 0)
@@ -55,7 +76,7 @@ def _hf(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
 
 
 LAYOUTS: dict[str, Callable[[dict[str, np.ndarray], int], dict[str, np.ndarray]]] = {
-    "raw": _raw, "maxtext": _maxtext, "hf": _hf}
+    "raw": _raw, "maxtext": _maxtext, "maxtext-stock": _maxtext_stock, "hf": _hf}
 
 
 DTYPES = ("int32", "int64")
@@ -69,9 +90,14 @@ def check_layout(name: str, dtype: str = "int32") -> None:
         raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}, got {dtype!r}.")
 
 
-def apply_layout(name: str, batch: dict[str, np.ndarray], pad_id: int, dtype: str = "int32") -> dict[str, np.ndarray]:
-    """Converts a raw batch to the named preset, its arrays as `dtype` (int32 as stored, or int64)."""
+def apply_layout(name: str, batch: dict[str, np.ndarray], pad_id: int, dtype: str = "int32",
+                 pad_override: bool = False) -> dict[str, np.ndarray]:
+    """Converts a raw batch to the named preset, its arrays as `dtype` (int32 as stored, or int64);
+    `pad_override`: `pad_id` is not the stored padding, so padding positions of `input_ids` are
+    rewritten to it first."""
     check_layout(name, dtype)
+    if pad_override:
+        batch = {**batch, "input_ids": np.where(batch["segment_ids"] == 0, np.int32(pad_id), batch["input_ids"])}
     out = LAYOUTS[name](batch, pad_id)
     if str(dtype) != "int32":
         out = {key: array.astype(dtype) for key, array in out.items()}

@@ -110,8 +110,11 @@ class TokenReader(JaxBatches):
       num_epochs: epochs to read (None: forever).
       drop_remainder: drop the last incomplete global batch of each epoch.
       process_index, process_count: this process and how many read together (default: JAX's, else 0/1).
-      layout: `raw`, `maxtext` or `hf` (see `easydata.reader.layouts`).
+      layout: `raw`, `maxtext`, `maxtext-stock` (MaxText's own boundary convention) or `hf` (see
+        `easydata.reader.layouts`).
       dtype: `int32` (as stored) or `int64` (every array of a batch widened, e.g. PyTorch labels).
+      pad_id: the id at padding positions of the batches (default: the output's own, the manifest's
+        `pad_token_id_used`); MaxText pads with 0. Padding is `segment_ids == 0` either way.
       name: dataset inside the output (default: its only dataset).
       seq_length: row length for unpacked outputs (rows are padded / cut to it).
       prefetch: shuffle windows read ahead on a background thread (0: none, a window loads when a
@@ -129,7 +132,7 @@ class TokenReader(JaxBatches):
                  num_epochs: Optional[int] = None, drop_remainder: bool = True, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
                  seq_length: Optional[int] = None, prefetch: int = 1, window_blocks: int = 4,
-                 commit_wait: float = COMMIT_WAIT_SECONDS, dtype: str = "int32"):
+                 commit_wait: float = COMMIT_WAIT_SECONDS, dtype: str = "int32", pad_id: Optional[int] = None):
         process_index, process_count = resolve_processes(process_index, process_count)
         if batch_size <= 0:
             raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
@@ -144,6 +147,9 @@ class TokenReader(JaxBatches):
         self.row_spec = RowSpec.of_output(self.index, seq_length)
         self.packed, self.seq_length = self.row_spec.packed, self.row_spec.seq_length
         self.columns, self.pad_id = list(self.row_spec.columns), self.row_spec.pad_id
+        self.pad_override = pad_id is not None and pad_id != self.pad_id
+        if pad_id is not None:
+            self.pad_id = int(pad_id)
         self.path, self.batch_size, self.shuffle, self.seed = path, batch_size, shuffle, seed
         self.num_epochs, self.drop_remainder, self.layout = num_epochs, drop_remainder, layout
         self.process_index, self.process_count = process_index, process_count
@@ -210,7 +216,7 @@ class TokenReader(JaxBatches):
                                           self.num_rows)
             batch = rows.read(epoch, positions, storage_order=True)
             step += 1
-            yield apply_layout(self.layout, batch, self.pad_id, self.dtype), (epoch, step)
+            yield apply_layout(self.layout, batch, self.pad_id, self.dtype, self.pad_override), (epoch, step)
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         """Batches of `[batch_size // process_count, L]` arrays, from the current state on."""
