@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["easydata", "easydata.*", "transforms", "beam_pipelines"]),
     install_requires=[
-        "apache-beam>=2.60,<3",
+        "apache-beam>=2.77,<2.78",  # the Beam whose internals beam_pipelines/beam_internals.py was checked against
         "pyarrow>=14",
         "numpy>=1.24",
         "tokenizers>=0.19",
@@ -23,7 +23,7 @@ setup(
         "zstandard>=0.21",
     ],
     extras_require={
-        "gcp": ["apache-beam[gcp]>=2.60,<3", "gcsfs>=2023.6"],
+        "gcp": ["apache-beam[gcp]>=2.77,<2.78", "gcsfs>=2023.6"],
         "s3": ["s3fs>=2023.6"],
         "streaming": ["google-cloud-pubsub>=2"],
         "jax": ["jax>=0.4.20"],

@@ -26,6 +26,7 @@ from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
 from easydata.machine import usable_cores
+from beam_pipelines.beam_internals import short_state_sampling
 from beam_pipelines.worker_pool import LOCAL_RUNNERS, default_worker_count, take_prestarted, \
     tokenizer_threads_per_worker
 
@@ -33,34 +34,6 @@ __all__ = ["OfflineDirectRunner", "LocalRunOptions", "make_runner_and_options", 
            "unknown_beam_flags", "runs_on_this_machine", "short_state_sampling"]
 
 _DASK_RUNNERS = {"DaskRunner", "ManagedDaskRunner"}
-
-
-#: Longest sleep of Beam's per-bundle state sampler thread in local runs (Beam's default: 200 ms).
-STATE_SAMPLING_PERIOD_MS = 10
-
-
-@contextlib.contextmanager
-def short_state_sampling(period_ms: int = STATE_SAMPLING_PERIOD_MS) -> Iterator[None]:
-    """Makes bundles end without waiting for Beam's state sampler, while the block runs.
-
-    Each bundle starts a thread that samples which step is running, sleeping up to
-    `DEFAULT_SAMPLING_PERIOD_MS` (200 ms) between samples, and ending the bundle joins that thread:
-    a local job lost about a second, idle, over its dozen bundles (py-spy, docs/performance.md).
-    The sampler sleeps without the GIL, so a shorter period costs nothing measurable. A Beam whose
-    sampler no longer looks like this is left alone.
-    """
-    from apache_beam.runners.worker import statesampler
-
-    init = statesampler.StateSampler.__init__
-    defaults = getattr(init, "__defaults__", None)
-    if defaults != (statesampler.DEFAULT_SAMPLING_PERIOD_MS,):
-        yield
-        return
-    init.__defaults__ = (period_ms,)
-    try:
-        yield
-    finally:
-        init.__defaults__ = defaults
 
 
 @contextlib.contextmanager

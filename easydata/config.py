@@ -165,7 +165,7 @@ class DatasetConfig:
         separated), or the whole `document` (file).
       pubsub_subscription: streaming source instead of `data_files` (streaming pipeline only).
       cache_path, cache_enabled: where `Pipeline(...).load().build()` keeps the prepared output of a
-        job (the first dataset's `cache_path` wins; default `~/.cache/easydata/pipelines`), and
+        job (the first dataset's `cache_path` wins; default `~/.cache/easydata-beam/pipelines`), and
         whether a prepared output may be reused.
       save_path, save_format: the Python API's `save()` also writes this dataset's output there, as a
         standalone output (its shards at the top level and its own manifest), in `save_format`.
@@ -820,6 +820,8 @@ def _dataset_source_problems(ds: DatasetConfig) -> list[str]:
         found.append("`split` is for type 'huggingface' (local files are listed in `data_files`)")
     callback = ds.format_callback
     if isinstance(callback, str):
+        from easydata.record_format import resolve_callable
+
         try:
             resolve_callable(callback)
         except (ImportError, AttributeError, ValueError) as e:
@@ -827,21 +829,6 @@ def _dataset_source_problems(ds: DatasetConfig) -> list[str]:
     elif callback is not None and not callable(callback):
         found.append(f"format_callback must be a function or 'module:function', got {type(callback).__name__}")
     return found
-
-
-def resolve_callable(spec: str) -> Any:
-    """`"package.module:function"` -> the function (a `format_callback` given in YAML)."""
-    import importlib
-
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError("expected 'module:function'")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"'{spec}' is not callable")
-    return target
 
 
 def callable_name(value: Any) -> str:

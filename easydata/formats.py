@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.filesystems import get_fs, open_arrow_file, open_file, temp_name
+from easydata.token_arrays import list_column_values, token_list_array  # re-exported: the formats' token columns
 
 __all__ = [
     "SHARD_EXTENSIONS",
@@ -54,19 +55,6 @@ def shard_file_name(index: int, count: int, fmt: str, compression: str = "none")
     """`part-00003-of-00016.parquet` (JSONL gets `.gz` / `.zst` when compressed)."""
     suffix = SHARD_EXTENSIONS[fmt] + (_JSONL_COMPRESSION_SUFFIX.get(compression, "") if fmt == "jsonl" else "")
     return f"part-{index:05d}-of-{count:05d}{suffix}"
-
-
-def token_list_array(flat: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
-    """A `list<int32>` array from flat values and offsets, without copying per row."""
-    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat.astype(np.int32, copy=False)))
-
-
-def list_column_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Flat values and offsets (rebased to 0) of a list column: the inverse of `token_list_array`."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    offsets = array.offsets.to_numpy().astype(np.int64)
-    values = array.values.to_numpy(zero_copy_only=False)
-    return values[offsets[0]:offsets[-1]], offsets - offsets[0]
 
 
 def _as_text(value: Any) -> Optional[str]:

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.config import PackStageConfig
-from easydata.formats import list_column_values, token_list_array
+from easydata.token_arrays import list_column_values, token_list_array
 from easydata.packing import PackedRows, document_lengths, fill_rows, plan_packing
 from easydata.sharding import HASH_COLUMN, KEY_COLUMN, hashes_in_group, row_hashes
 from easydata.windows import PIECE_COLUMN, piece_counts

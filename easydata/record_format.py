@@ -11,9 +11,22 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
-from easydata.config import resolve_callable
+__all__ = ["RecordFormatter", "FormatError", "resolve_callable"]
 
-__all__ = ["RecordFormatter", "FormatError"]
+
+def resolve_callable(spec: str) -> Any:
+    """`"package.module:function"` -> the function (a `format_callback` given in YAML)."""
+    import importlib
+
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError("expected 'module:function'")
+    target: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"'{spec}' is not callable")
+    return target
 
 
 class FormatError(ValueError):

@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.filesystems import file_size, get_fs, open_arrow_file, open_file
-from easydata.formats import list_column_values, token_list_array
+from easydata.token_arrays import list_column_values, token_list_array
 
 __all__ = ["TOKEN_FILE_FORMATS", "TokenFileSpec", "token_dtype_for", "companion_path", "BinShardWriter",
            "MegatronShardWriter", "NpzShardWriter", "open_token_file_writer", "token_file_spec",

@@ -126,7 +126,7 @@ def test_load_builds_batches_from_a_cache_that_follows_the_inputs(tmp_path, toke
     assert first and all(set(b) == {"input_ids"} and b["input_ids"].shape == (4, 64) for b in first)
     again = list(Pipeline(config, beam_args=one).source().tokenize().pack().load().build())
     assert all((a["input_ids"] == b["input_ids"]).all() for a, b in zip(first, again))
-    assert len(list((tmp_path / "cache").iterdir())) == 2  # one prepared output (+ its inputs record)
+    assert len(list((tmp_path / "cache" / "pipelines").iterdir())) == 2  # one prepared output (+ its inputs record)
     _texts_file(tmp_path / "a.jsonl", 300, seed=5)  # the input changed: prepared again
     changed = list(Pipeline(config, beam_args=one).source().tokenize().pack().load().build())
     assert len(changed) > len(first)

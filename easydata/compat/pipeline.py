@@ -15,7 +15,7 @@ Each stage call records its settings and updates the `{name: source}` dict that 
 Only the stages called shape the job (EasyData's semantics): `pack()` packs, `mix()` mixes, `save()`
 writes to `save.output_dir` (and each dataset's `save_path`). Without `save()` the job writes into
 a cache keyed by the config's fingerprint (`cache_path` of the first dataset, else
-`~/.cache/easydata/pipelines`), and a later pipeline with the same config and unchanged input files
+`$EASYDATA_CACHE/pipelines`, default `~/.cache/easydata-beam/pipelines`), and a later pipeline with the same config and unchanged input files
 reads it again instead of running. `Pipeline(config).run()` runs the config as it is, like
 `easydata run`.
 """
@@ -40,11 +40,11 @@ __all__ = ["Pipeline", "JobOutputSource", "BatchLoader", "create_pipeline", "tok
 
 
 def default_cache_dir() -> str:
-    """Where prepared outputs are cached: `$EASYDATA_CACHE`, else `$XDG_CACHE_HOME/easydata/pipelines`."""
-    if os.environ.get("EASYDATA_CACHE"):
-        return os.environ["EASYDATA_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "easydata", "pipelines")
+    """Where prepared outputs are cached: `pipelines/` in easydata-beam's cache (`$EASYDATA_CACHE`,
+    default `~/.cache/easydata-beam`, which also holds the default job's sample corpus)."""
+    from easydata.sample import cache_root
+
+    return os.path.join(str(cache_root()), "pipelines")
 
 
 def _stage_config(cls: type, current: Any, config: Any, settings: dict[str, Any]) -> Any:

@@ -3,7 +3,8 @@
 A `ShardedDataSource` is a dataset cut into named shards, each opened as an iterator of row dicts,
 and resumable at a row (`open_shard_at_row`); EasyDeL's trainers and `AsyncDataLoader` take any of
 them. Every source class of `easydata` (files, Hub datasets, transforms, mixes, prepared outputs)
-subclasses it, and so can a user's own. A custom stage subclasses `BaseStage` and maps the
+subclasses it, and so can a user's own. The lazy per-row helpers (`TransformedShardedSource`, `MapTransform`, ...) live here too, so every
+source's `.map()` / `.filter()` can use them. A custom stage subclasses `BaseStage` and maps the
 pipeline's `{name: source}` dict to a new one; `Pipeline.apply(stage)` runs it in the chain.
 Nothing here imports Apache Beam, JAX or `datasets`.
 """
@@ -14,7 +15,10 @@ import dataclasses
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-__all__ = ["ShardInfo", "ShardedDataSource", "BaseStage", "PipelineContext"]
+__all__ = ["ShardInfo", "ShardedDataSource", "BaseStage", "PipelineContext", "TransformedShardedSource",
+           "MapTransform", "FilterTransform", "RenameFields", "SelectFields", "DropFields"]
+
+Example = dict[str, Any]
 
 
 @dataclasses.dataclass
@@ -78,41 +82,96 @@ class ShardedDataSource(ABC):
     # ---- lazy transforms (EasyData's helpers) ------------------------------------------------------
 
     def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> "ShardedDataSource":
-        from easydata.compat.transforms import MapTransform, TransformedShardedSource
-
         return TransformedShardedSource(self, MapTransform(fn))
 
     def filter(self, predicate: Callable[[dict[str, Any]], bool]) -> "ShardedDataSource":
-        from easydata.compat.transforms import FilterTransform, TransformedShardedSource
-
         return TransformedShardedSource(self, FilterTransform(predicate))
 
     def transform(self, transform: Callable[[dict[str, Any]], Any]) -> "ShardedDataSource":
-        from easydata.compat.transforms import TransformedShardedSource
-
         return TransformedShardedSource(self, transform)
 
     def rename_fields(self, mapping: dict[str, str]) -> "ShardedDataSource":
-        from easydata.compat.transforms import RenameFields, TransformedShardedSource
-
         return TransformedShardedSource(self, RenameFields(mapping))
 
     def select_fields(self, fields: list[str]) -> "ShardedDataSource":
-        from easydata.compat.transforms import SelectFields, TransformedShardedSource
-
         return TransformedShardedSource(self, SelectFields(fields))
 
     def drop_fields(self, fields: list[str]) -> "ShardedDataSource":
-        from easydata.compat.transforms import DropFields, TransformedShardedSource
-
         return TransformedShardedSource(self, DropFields(fields))
 
     def apply_chat_template(self, tokenizer: Any, messages_field: str = "messages", output_field: str = "text",
                             **kwargs: Any) -> "ShardedDataSource":
-        from easydata.compat.transforms import ChatTemplateTransform, TransformedShardedSource
+        from easydata.compat.chat_transform import ChatTemplateTransform
 
         return TransformedShardedSource(self, ChatTemplateTransform(tokenizer, messages_field=messages_field,
                                                                     output_field=output_field, **kwargs))
+
+
+class TransformedShardedSource(ShardedDataSource):
+    """`source` with `transform` applied to every example (examples it maps to None are dropped)."""
+
+    def __init__(self, source: ShardedDataSource, transform: Callable[[Example], Optional[Example]]):
+        self.source, self.transform_fn = source, transform
+
+    @property
+    def shard_names(self) -> Sequence[str]:
+        return self.source.shard_names
+
+    def num_shards(self) -> int:
+        return self.source.num_shards()
+
+    def _apply(self, examples: Iterator[Example]) -> Iterator[Example]:
+        for example in examples:
+            out = self.transform_fn(example)
+            if out is not None:
+                yield out
+
+    def open_shard(self, shard_name: str) -> Iterator[Example]:
+        return self._apply(self.source.open_shard(shard_name))
+
+    def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[Example]:
+        """Rows counted in the source (a filter may drop some): resuming is exact either way."""
+        return self._apply(self.source.open_shard_at_row(shard_name, row))
+
+
+class MapTransform:
+    def __init__(self, fn: Callable[[Example], Example]):
+        self.fn = fn
+
+    def __call__(self, example: Example) -> Example:
+        return self.fn(example)
+
+
+class FilterTransform:
+    def __init__(self, predicate: Callable[[Example], bool]):
+        self.predicate = predicate
+
+    def __call__(self, example: Example) -> Optional[Example]:
+        return example if self.predicate(example) else None
+
+
+class RenameFields:
+    def __init__(self, mapping: dict[str, str]):
+        self.mapping = dict(mapping)
+
+    def __call__(self, example: Example) -> Example:
+        return {self.mapping.get(k, k): v for k, v in example.items()}
+
+
+class SelectFields:
+    def __init__(self, fields: Sequence[str]):
+        self.fields = list(fields)
+
+    def __call__(self, example: Example) -> Example:
+        return {k: example[k] for k in self.fields if k in example}
+
+
+class DropFields:
+    def __init__(self, fields: Sequence[str]):
+        self.fields = set(fields)
+
+    def __call__(self, example: Example) -> Example:
+        return {k: v for k, v in example.items() if k not in self.fields}
 
 
 class BaseStage(ABC):

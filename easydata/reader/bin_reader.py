@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.filesystems import local_path, get_fs
-from easydata.formats import token_list_array
-from easydata.reader.blocks import BlockIndex
+from easydata.token_arrays import token_list_array
+from easydata.reader.blocks import FORMAT_INDEXES, BlockIndex
 from easydata.reader.layouts import check_layout
-from easydata.reader.token_reader import JaxBatches, resolve_processes
+from easydata.reader.batches import JaxBatches, resolve_processes
 from easydata.token_files import bin_token_dtype, companion_path, read_bin_index
 
 __all__ = ["BinShard", "BinBlockIndex", "WindowReader", "WINDOW_LAYOUTS"]
@@ -131,6 +131,9 @@ class BinBlockIndex(BlockIndex):
     def read(self, block: int, columns: list[str]) -> pa.Table:
         first = int(self.block_local[block]) * self._block_documents
         return self._open(int(self.block_shard[block])).documents(first, first + int(self.block_rows[block]), columns)
+
+
+FORMAT_INDEXES["bin"] = BinBlockIndex
 
 
 class WindowReader(JaxBatches):

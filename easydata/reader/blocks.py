@@ -18,9 +18,12 @@ import pyarrow as pa
 from easydata.filesystems import open_arrow_file
 from easydata.manifest import member_path, read_manifest
 
-__all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS"]
+__all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS", "FORMAT_INDEXES"]
 
 COMMIT_WAIT_SECONDS = 300.0  # a reader starting while a run replaces the output waits this long for it
+#: Output formats whose blocks are not row groups or record batches -> their index class, registered by
+#: the module that reads them (`bin`: `easydata.reader.bin_reader.BinBlockIndex`, imported with the package).
+FORMAT_INDEXES: dict[str, type] = {}
 
 
 @dataclasses.dataclass
@@ -80,10 +83,9 @@ class BlockIndex:
         if name not in datasets:
             raise ValueError(f"'{output_dir}' has no dataset '{name}'; it has {sorted(datasets)}.")
         fmt = manifest.get("format", "parquet")
-        if fmt == "bin" and cls is BlockIndex:  # token streams: documents as blocks (easydata.reader.bin_reader)
-            from easydata.reader.bin_reader import BinBlockIndex
-
-            return BinBlockIndex.from_output(output_dir, name, commit_wait)
+        special = FORMAT_INDEXES.get(fmt)
+        if special is not None and cls is BlockIndex:  # e.g. token streams: documents as blocks (bin_reader)
+            return special.from_output(output_dir, name, commit_wait)
         if fmt not in cls.FORMATS:
             raise ValueError(f"the reader reads {', '.join(cls.FORMATS)} outputs; '{output_dir}' is {fmt}"
                              + (" (np.load it, or write parquet / arrow / bin)." if fmt == "npz" else "."))

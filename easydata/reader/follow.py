@@ -23,7 +23,7 @@ from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import apply_layout, check_layout
 from easydata.reader.permutation import derive_key, permute
-from easydata.reader.token_reader import JaxBatches, resolve_processes
+from easydata.reader.batches import JaxBatches, resolve_processes
 
 __all__ = ["FollowReader"]
 

@@ -36,7 +36,8 @@ from easydata.config import WeightSchedulePoint
 from easydata.reader.layouts import apply_layout
 from easydata.reader.permutation import derive_key, permute
 from easydata.reader.schedule import WeightSchedule, allocate
-from easydata.reader.token_reader import EpochRows, JaxBatches, TokenReader
+from easydata.reader.batches import JaxBatches
+from easydata.reader.token_reader import EpochRows, TokenReader
 
 __all__ = ["MixedReader"]
 
