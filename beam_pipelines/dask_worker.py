@@ -14,17 +14,13 @@ from easydata import errors
 __all__ = ["dask_setup"]
 
 
-def _names(cls: type) -> set[str]:
-    return {cls.__name__}.union(*(_names(sub) for sub in cls.__subclasses__()))
-
-
 class _DropUserErrors(errors.DropUserErrors):
     """Drops the reports of an `EasyDataError` raised by a task: Beam's log of the failed DoFn and
     dask's "Compute Failed" (which holds only the exception's repr)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._prefixes = tuple(f"{name}(" for name in _names(errors.EasyDataError))
+        self._prefixes = errors.user_error_repr_prefixes()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not super().filter(record):

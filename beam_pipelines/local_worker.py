@@ -46,7 +46,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipelines.lean_import import without_unused_libraries
-from easydata.errors import DropUserErrors, environment_error_in
+from easydata.errors import DropUserErrors, ends_in_user_error
 
 if TYPE_CHECKING:
     from easydata.config import TokenizerConfig
@@ -89,13 +89,6 @@ def _reap(status_fd: int, block: bool) -> None:
         _status(status_fd, f"ended {pid} {os.waitstatus_to_exitcode(status)}")
 
 
-def _ends_in_user_error(text: str) -> bool:
-    """Whether `text` (a formatted traceback) ends with an `easydata.errors` exception or an environment
-    failure (a full disk: `easydata.errors.environment_error_in`)."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    return bool(lines) and (lines[-1].startswith("easydata.errors.") or environment_error_in(lines[-1]) is not None)
-
-
 class _QuietUserErrors(DropUserErrors):
     """Drops a worker's log records of a user error (an `easydata.errors` exception raised by a step):
     the launcher reports it in one line, as for an in-process job. Beam logs such an error twice in
@@ -105,7 +98,7 @@ class _QuietUserErrors(DropUserErrors):
     def filter(self, record: logging.LogRecord) -> bool:
         return super().filter(record) and not (
             record.name.startswith("apache_beam.runners.worker") and record.levelno >= logging.ERROR
-            and _ends_in_user_error(record.getMessage()))
+            and ends_in_user_error(record.getMessage()))
 
 
 class _StderrWithoutUserErrorTracebacks:
@@ -118,7 +111,7 @@ class _StderrWithoutUserErrorTracebacks:
 
     def write(self, text: str) -> int:
         dropped, self._dropped = self._dropped, False
-        if text.startswith("Traceback (most recent call last):") and _ends_in_user_error(text):
+        if text.startswith("Traceback (most recent call last):") and ends_in_user_error(text):
             self._dropped = True
         elif not (dropped and text == "\n"):  # print's line end after a dropped traceback
             self._stream.write(text)

@@ -10,17 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import sys
 from typing import Any, Optional, Sequence
 
-from easydata.errors import DropUserErrors, EasyDataError, environment_error_in
+from easydata.errors import DropUserErrors, EasyDataError, environment_error_in, user_error_in
 
 __all__ = ["main"]
-
-_USER_ERROR = re.compile(r"\b(?:EasyDataError|ConfigError|InputError|TokenizerError|OutputError|ValidationFailed):"
-                         r" ([^\n]+)")
-
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -291,8 +286,7 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
 def _user_error_in(exc: BaseException) -> Optional[str]:
     """The message of an easydata error raised inside a Beam worker (Beam wraps it in its own): the
     last one in the text, which names the step (`... [while running 'Mix/Plan']`)."""
-    found = _USER_ERROR.findall(str(exc))
-    return found[-1].strip() if found else None
+    return user_error_in(str(exc))
 
 
 class Terminated(BaseException):

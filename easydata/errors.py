@@ -3,6 +3,12 @@
 Every error a user can cause (bad config, missing input, unknown tokenizer, existing output, corrupt
 shard) is an `EasyDataError`. The CLI prints such errors as one line and exits non-zero; anything
 else is a bug and keeps its traceback.
+
+One mechanism tells a user error from a bug wherever it surfaces: as the exception itself
+(`isinstance`), as text after a runner wrapped it (`user_error_in`: a traceback or Beam's wrapped
+message, where it reads `ConfigError: ...` or `easydata.errors.ConfigError: ...`), or as its repr
+(`user_error_repr_prefixes`: dask reports a failed task that way). The names come from the
+`EasyDataError` class tree, so a new error class is covered everywhere at once.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ __all__ = [
     "ValidationFailed",
     "DropUserErrors",
     "environment_error_in",
+    "user_error_in",
+    "ends_in_user_error",
+    "user_error_repr_prefixes",
 ]
 
 # Environment failures a run can meet in any worker: errno -> what to tell the user.
@@ -84,3 +93,37 @@ class DropUserErrors(logging.Filter):
         # A full disk (or another environment failure) is reported in one line by the launcher too.
         return not (record.levelno >= logging.ERROR and environment_error_in(
             f"{record.getMessage()} {record.exc_info[1] if record.exc_info else ''}"))
+
+
+def _error_names() -> list[str]:
+    """`EasyDataError` and every subclass of it, by class name."""
+    names, todo = [], [EasyDataError]
+    while todo:
+        cls = todo.pop()
+        names.append(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return sorted(set(names))
+
+
+def _error_line() -> "re.Pattern[str]":
+    names = "|".join(map(re.escape, _error_names()))
+    return re.compile(rf"(?:\beasydata\.errors\.|(?<![\w.]))(?:{names}): ([^\n]+)")
+
+
+def user_error_in(text: str) -> Optional[str]:
+    """The message of the last easydata error named in `text` (a traceback, or the message of an
+    exception a runner wrapped around it: the last one names the step, `... [while running 'X']`)."""
+    found = _error_line().findall(text)
+    return found[-1].strip() if found else None
+
+
+def ends_in_user_error(text: str) -> bool:
+    """Whether a formatted traceback ends in an easydata error or an environment failure (a full disk)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return bool(lines) and (_error_line().match(lines[-1].strip()) is not None
+                            or environment_error_in(lines[-1]) is not None)
+
+
+def user_error_repr_prefixes() -> tuple[str, ...]:
+    """How an easydata error's `repr` starts (`ConfigError(`, ...): dask reports failed tasks so."""
+    return tuple(f"{name}(" for name in _error_names())
