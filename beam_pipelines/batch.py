@@ -25,14 +25,14 @@ from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError, DropUserErrors, EasyDataError
-from easydata.lock import OutputLock
-from easydata.filesystems import join
-from easydata.manifest import read_manifest
-from easydata.output import new_run_id, recover_commit
-from easydata.progress import ProgressMonitor
-from easydata.run_plan import RunPlan, prepare_run
-from easydata.splits import split_output_name
-from easydata.token_files import token_file_spec
+from easydata.run.lock import OutputLock
+from easydata.io.filesystems import join
+from easydata.run.manifest import read_manifest
+from easydata.run.output import new_run_id, recover_commit
+from easydata.run.progress import ProgressMonitor
+from easydata.run.run_plan import RunPlan, prepare_run
+from easydata.ops.splits import split_output_name
+from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags
 from beam_pipelines.worker_pool import discard_prestarted, prestart

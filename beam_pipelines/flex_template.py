@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 from easydata.config import PipelineConfig, apply_overrides, parse_mapping_text
 from easydata.errors import ConfigError, EasyDataError
-from easydata.filesystems import open_file
+from easydata.io.filesystems import open_file
 
 __all__ = ["main", "parse_template_args", "config_from_template_args", "template_parser", "ENTRY_PARAMETERS",
            "BATCH_ONLY", "STREAMING_ONLY", "CONFIG_PATH_PATTERN"]

@@ -8,7 +8,7 @@ the harness until the runner closes it. The children share the imported modules,
 import instead of N (on 2 cores, two workers importing at once also slowed the launching process's
 own start-up, which is the job's critical path). The job's tokenizers are loaded once too, before the
 forks (named in `PRELOAD_TOKENIZERS_VARIABLE`; each worker's steps then find them loaded, see
-`easydata.tokenizer.shared_tokenizer`). Nothing that starts threads (gRPC channels, a tokenizer's
+`easydata.text.tokenizer.shared_tokenizer`). Nothing that starts threads (gRPC channels, a tokenizer's
 encoding threads, Arrow's thread pools) runs before a fork; the harness creates them in the child. Where
 forking such a process is unsafe (macOS: system frameworks), or with `EASYDATA_WORKER_START=spawn`,
 each worker is a fresh interpreter instead (`python -m beam_pipelines.local_worker --worker`, its
@@ -60,7 +60,7 @@ LOG_CLOSE_SECONDS = 2.0
 START_METHOD_VARIABLE = "EASYDATA_WORKER_START"
 
 #: The job's tokenizers (a JSON list of `TokenizerConfig` fields), loaded by a fork server before it
-#: forks, so that every worker starts with them (`easydata.tokenizer.preload_tokenizers`).
+#: forks, so that every worker starts with them (`easydata.text.tokenizer.preload_tokenizers`).
 PRELOAD_TOKENIZERS_VARIABLE = "EASYDATA_PRELOAD_TOKENIZERS"
 
 _CHILD_SIGNALS = {signal.SIGCHLD}
@@ -228,13 +228,13 @@ def _serve_or_work() -> None:
     if method == "fork":  # import once, before any fork
         from apache_beam.runners.worker import sdk_worker_main  # noqa: F401
 
-        import easydata.tokenizer  # noqa: F401 - the job's steps need these
+        import easydata.text.tokenizer  # noqa: F401 - the job's steps need these
         import pyarrow.compute  # noqa: F401
         import pyarrow.parquet  # noqa: F401
         import transforms  # noqa: F401
         import beam_pipelines.beam_internals  # noqa: F401
 
-        easydata.tokenizer.preload_tokenizers(_tokenizers_to_preload())
+        easydata.text.tokenizer.preload_tokenizers(_tokenizers_to_preload())
     serve(sys.stdin, status_fd, handler, method)
     # Every worker has ended and been reported: leave without the interpreter's teardown (freeing
     # Beam's, Arrow's and the tokenizer's modules takes ~0.7 s, and the launcher waits for this exit).

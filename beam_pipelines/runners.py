@@ -25,7 +25,7 @@ from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
-from easydata.machine import usable_cores
+from easydata.run.machine import usable_cores
 from beam_pipelines.beam_internals import short_state_sampling
 from beam_pipelines.worker_pool import LOCAL_RUNNERS, default_worker_count, take_prestarted, \
     tokenizer_threads_per_worker

@@ -21,12 +21,12 @@ from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError, EasyDataError, OutputError
-from easydata.filesystems import get_fs, join
-from easydata.manifest import MANIFEST_NAME, read_manifest
-from easydata.output import new_run_id, prepare_output, staging_dir
-from easydata.pack_stage import resolve_pad_id
-from easydata.run_plan import load_chat_template
-from easydata.tokenizer import load_tokenizer
+from easydata.io.filesystems import get_fs, join
+from easydata.run.manifest import MANIFEST_NAME, read_manifest
+from easydata.run.output import new_run_id, prepare_output, staging_dir
+from easydata.ops.pack_stage import resolve_pad_id
+from easydata.run.run_plan import load_chat_template
+from easydata.text.tokenizer import load_tokenizer
 from beam_pipelines.runners import is_dask_runner
 from transforms.stream import CommitWindows, ProcessWindow, WindowMessages
 

@@ -38,7 +38,7 @@ from typing import Any, Optional, Sequence
 
 from easydata.config import PipelineConfig, TokenizerConfig
 from easydata.errors import EasyDataError
-from easydata.machine import physical_memory_bytes, usable_cores
+from easydata.run.machine import physical_memory_bytes, usable_cores
 
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count",
            "tokenizer_threads_per_worker", "runs_locally", "prestart", "job_tokenizers", "take_prestarted",

@@ -10,7 +10,7 @@ What one run does (nothing is downloaded):
    bytes so far), in sorted path order, so the corpus is deterministic for a given machine. Each
    document is capped at 200 KB; if the files run out, the material is repeated with a suffix.
 2. Tokenizer. `--tokenizer`, else `../shared/tokenizers/mistral-7b-v0.1` next to the repository,
-   else the embedded sample tokenizer (`easydata.sample.ensure_sample() / "tokenizer"`).
+   else the embedded sample tokenizer (`easydata.tools.sample.ensure_sample() / "tokenizer"`).
 3. Baseline. The same texts, read into memory, encoded with `tokenizers.Tokenizer.encode_batch` in
    batches of 1,000 documents using the tokenizer's own thread pool on every core; only the encode
    calls are timed. Also shown, for reference: `encode_batch_fast` (what the pipeline calls),
@@ -244,14 +244,14 @@ def resolve_tokenizer(arg: Optional[str]) -> Path:
         return path
     if (MISTRAL_DIR / "tokenizer.json").is_file():
         return MISTRAL_DIR.resolve()
-    from easydata.sample import ensure_sample
+    from easydata.tools.sample import ensure_sample
 
     return ensure_sample() / "tokenizer"
 
 
 def eos_token_id(tokenizer_dir: Path) -> Optional[int]:
     """The EOS id the pipeline uses (its own loader decides, so the check follows the pipeline)."""
-    from easydata.tokenizer import load_tokenizer
+    from easydata.text.tokenizer import load_tokenizer
 
     return load_tokenizer(str(tokenizer_dir)).eos_token_id
 

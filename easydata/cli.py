@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _config_for_run(args: argparse.Namespace) -> Any:
     from easydata.config import PipelineConfig, apply_overrides, load_mapping
-    from easydata.sample import DEFAULT_OUTPUT_DIR, default_config
+    from easydata.tools.sample import DEFAULT_OUTPUT_DIR, default_config
 
     extra = list(args.overrides)
     if args.output:
@@ -207,7 +207,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
 
 def _dry_run(config: Any) -> int:
     """`--dry-run`: the plan, printed; nothing runs and nothing is written."""
-    from easydata.dry_run import plan_report
+    from easydata.run.dry_run import plan_report
 
     print(plan_report(config).to_text())
     return 0
@@ -234,7 +234,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
         return _run_pipeline(_config_for_tokenize(args), extra, args.quiet, args.verbose, resume=args.resume,
                              whole_process=whole_process)
     if args.command == "validate":
-        from easydata.validate import validate_output
+        from easydata.tools.validate import validate_output
 
         report = validate_output(args.output_dir)
         print(report.summary())
@@ -244,7 +244,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
     if args.command == "train-tokenizer":
         return _train_tokenizer(args)
     if args.command == "inspect":
-        from easydata.inspect import inspect_output
+        from easydata.tools.inspect import inspect_output
 
         print(inspect_output(args.output_dir, args.num_rows))
         return 0
@@ -254,7 +254,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
 def _stats(args: argparse.Namespace) -> int:
     import json
 
-    from easydata.stats import compute_stats, format_stats, plot_stats
+    from easydata.tools.stats import compute_stats, format_stats, plot_stats
 
     stats = compute_stats(args.output_dir)
     if args.plot:
@@ -267,8 +267,8 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _train_tokenizer(args: argparse.Namespace) -> int:
-    from easydata.tokenizer import load_tokenizer
-    from easydata.tokenizer_training import train_tokenizer_from_files
+    from easydata.text.tokenizer import load_tokenizer
+    from easydata.text.tokenizer_training import train_tokenizer_from_files
 
     special = [t.strip() for t in args.special_tokens.split(",") if t.strip()]
     out, counts = train_tokenizer_from_files(
@@ -316,8 +316,8 @@ def _resume_hint(args: argparse.Namespace, argv: Sequence[str]) -> Optional[str]
         return None
     import shlex
 
-    from easydata.checkpoint import unfinished_runs
-    from easydata.output import staging_dir
+    from easydata.run.checkpoint import unfinished_runs
+    from easydata.run.output import staging_dir
 
     command = ["easydata", *argv] + ([] if "--resume" in argv else ["--resume"])
     output = getattr(args, "output", None) or getattr(args, "_output_dir", None)

@@ -48,7 +48,7 @@ __all__ = [
 
 INPUT_TYPES = ("jsonl", "json", "parquet", "arrow", "csv", "txt")
 OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz", "megatron")
-# Formats of plain numpy token files (`easydata.token_files`): default compression `none`.
+# Formats of plain numpy token files (`easydata.io.token_files`): default compression `none`.
 TOKEN_FILE_FORMATS = ("bin", "npz", "megatron")
 COMPRESSIONS = ("none", "zstd", "snappy", "gzip", "lz4")
 #: The compression of each output format when `save.compression` is not set.
@@ -201,10 +201,10 @@ class DatasetConfig:
 
     def record_formatter(self) -> Optional[Any]:
         """`format_fields` then `format_callback` as one function of a record (None when neither is
-        set); see `easydata.record_format`."""
+        set); see `easydata.io.record_format`."""
         if not self.format_fields and self.format_callback is None:
             return None
-        from easydata.record_format import RecordFormatter
+        from easydata.io.record_format import RecordFormatter
 
         return RecordFormatter(self.format_fields, self.format_callback, self.content_field)
 
@@ -216,7 +216,7 @@ class TokenizeStageConfig:
     Attributes:
       max_length: documents longer than this many tokens are truncated (null: never).
       truncation: `none`, `truncate` (keep the first `max_length` tokens) or `window` (cut longer
-        documents into overlapping windows of `max_length` tokens; `easydata.windows`). Unset: `truncate`
+        documents into overlapping windows of `max_length` tokens; `easydata.text.windows`). Unset: `truncate`
         when `max_length` is set (EasyData's meaning), else `none`; `true`/`false` are EasyData's
         spellings of `truncate`/`none`. `truncation_mode` is the one in force.
       stride: tokens shared by consecutive windows (`window` only; null: 0, no overlap).
@@ -417,7 +417,7 @@ class SaveStageConfig:
       format: `parquet`, `arrow` (IPC file), `jsonl`, `bin` (flat token stream + document index, for
         `np.memmap`), `npz` (padded `input_ids` / `attention_mask` arrays) or `megatron` (Megatron-LM's
         indexed dataset, `.bin` + `MMIDIDX` `.idx`, for Megatron-LM, NeMo, GPT-NeoX and MaxText); see
-        `easydata.token_files`.
+        `easydata.io.token_files`.
       compression: codec the format supports (`parquet`: all; `arrow`: none/zstd/lz4; `jsonl`:
         none/gzip/zstd; `bin`: none; `npz`: none/gzip). null: the format's default
         (`DEFAULT_COMPRESSION`: zstd for parquet and arrow, none for jsonl, bin and npz); `codec` is
@@ -427,7 +427,7 @@ class SaveStageConfig:
       overwrite: replace an existing output directory.
       row_group_size: rows per Parquet row group / Arrow record batch.
       validation_fraction: write a deterministic `train` / `validation` split of the documents, this
-        fraction in `validation` (outputs `<name>/train`, `<name>/validation`); see `easydata.splits`.
+        fraction in `validation` (outputs `<name>/train`, `<name>/validation`); see `easydata.ops.splits`.
       splits: any split instead, `{name: fraction}` (normalised), e.g. `{train: 98, validation: 1, test: 1}`.
       split_seed: changes which documents land in which split (the pipeline `seed` does not).
       enabled: whether the Python API's `save()` stage writes (`easydata run` always writes).
@@ -820,7 +820,7 @@ def _dataset_source_problems(ds: DatasetConfig) -> list[str]:
         found.append("`split` is for type 'huggingface' (local files are listed in `data_files`)")
     callback = ds.format_callback
     if isinstance(callback, str):
-        from easydata.record_format import resolve_callable
+        from easydata.io.record_format import resolve_callable
 
         try:
             resolve_callable(callback)

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Iterator, Optional
 import pyarrow as pa
 import pytest
 
-from easydata.tokenizer_training import train_bpe_tokenizer
+from easydata.text.tokenizer_training import train_bpe_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEST_TOKENIZERS = REPO_ROOT / "tests" / "data" / "tokenizers"
@@ -88,9 +88,9 @@ def write_synthetic_output(output_dir: str, datasets: dict[str, list[list[dict[s
 
     `schema` is the Arrow schema of every shard; `seq_length` marks the output as packed.
     """
-    from easydata.filesystems import join
-    from easydata.formats import ShardWriter, TOKEN_COLUMNS, shard_file_name
-    from easydata.manifest import build_manifest, write_manifest
+    from easydata.io.filesystems import join
+    from easydata.io.formats import ShardWriter, TOKEN_COLUMNS, shard_file_name
+    from easydata.run.manifest import build_manifest, write_manifest
 
     infos: dict[str, dict[str, Any]] = {}
     for name, shards in datasets.items():

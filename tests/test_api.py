@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from easydata import ConfigError, Pipeline, PipelineConfig, tokenize_and_save
-from easydata.manifest import read_manifest
+from easydata.run.manifest import read_manifest
 from tests.conftest import make_texts, write_jsonl
 
 

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
-from easydata.validate import validate_output
+from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 
 IN_PROCESS = ["--direct_num_workers=1"]

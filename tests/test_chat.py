@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from easydata.chat import ChatError, ChatRenderer, Conversation, conversation_from_record
+from easydata.text.chat import ChatError, ChatRenderer, Conversation, conversation_from_record
 from easydata.config import TokenizerConfig
-from easydata.tokenizer import TokenizerHandle
+from easydata.text.tokenizer import TokenizerHandle
 from tests.conftest import trained_runs
 
 TEMPLATES = Path(__file__).parent / "chat_templates"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from easydata.chat import ChatError, ChatRenderer, Conversation, conversation_from_record
-from easydata.tokenizer import load_tokenizer
+from easydata.text.chat import ChatError, ChatRenderer, Conversation, conversation_from_record
+from easydata.text.tokenizer import load_tokenizer
 
 TEMPLATES = Path(__file__).parent / "chat_templates"
 REAL = sorted((TEMPLATES / "real").glob("*.jinja"))

@@ -1,14 +1,14 @@
-"""`easydata.checkpoint`: what a resumed run may trust, without Beam (local disk and `memory://`)."""
+"""`easydata.run.checkpoint`: what a resumed run may trust, without Beam (local disk and `memory://`)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from easydata.checkpoint import batch_path, completed_units, find_resumable_run, read_batch, run_signature, \
+from easydata.run.checkpoint import batch_path, completed_units, find_resumable_run, read_batch, run_signature, \
     write_batch, write_run_info, write_unit
-from easydata.output import staging_dir
-from easydata.sources import InputSplit
+from easydata.run.output import staging_dir
+from easydata.io.sources import InputSplit
 
 
 def _splits(size: int = 100) -> dict[str, list[InputSplit]]:

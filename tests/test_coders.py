@@ -14,7 +14,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_pipelines.batch import build_batch_job
 from beam_pipelines.runners import make_runner_and_options
 from easydata.config import PipelineConfig
-from easydata.sources import DocumentBatch
+from easydata.io.sources import DocumentBatch
 from tests.conftest import write_jsonl
 from transforms.coders import DocumentBatchCoder, KeyedBatch, RecordBatchCoder
 

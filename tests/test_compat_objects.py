@@ -17,7 +17,7 @@ from easydata import (AsyncDataLoader, ChatTemplateTransform, CsvShardedSource, 
                       JsonShardedSource, MixedShardedSource, ParquetShardedSource, TextShardedSource,
                       TokenizedShardedSource, TransformedShardedSource, WeightSchedulePoint, WeightScheduler,
                       block_mixture_interleave)
-from easydata.tokenizer import load_tokenizer
+from easydata.text.tokenizer import load_tokenizer
 from tests.conftest import make_texts, write_jsonl
 
 

@@ -1,4 +1,4 @@
-"""`easydata.csv_records`: a malformed CSV record never swallows the well-formed ones after it."""
+"""`easydata.io.csv_records`: a malformed CSV record never swallows the well-formed ones after it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from easydata.config import DatasetConfig
-from easydata.csv_records import csv_records
-from easydata.sources import plan_splits, read_split
+from easydata.io.csv_records import csv_records
+from easydata.io.sources import plan_splits, read_split
 
 
 def _read(path: Path, **dataset):

@@ -28,7 +28,7 @@ from beam_pipelines.runners import make_runner_and_options, runs_on_this_machine
 from easydata.cli import main
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
-from easydata.validate import validate_output
+from easydata.tools.validate import validate_output
 from tests.conftest import REPO_ROOT, free_port, make_texts, write_jsonl
 
 distributed = pytest.importorskip("distributed")  # the `dask` extra (part of `dev`)

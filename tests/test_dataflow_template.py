@@ -547,7 +547,7 @@ def test_entry_submits_and_returns_without_waiting(streaming: bool, tmp_path: Pa
 def test_entry_runs_a_local_job_to_a_valid_output(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Without --runner the same entry runs the job locally (the local runner finishes inside run())."""
     from beam_pipelines.flex_template import main
-    from easydata.validate import validate_output
+    from easydata.tools.validate import validate_output
 
     job = _small_job(tmp_path, tokenizer_dir)
     assert main([f"--config={job}", f"--output={tmp_path / 'local-out'}", "--num_shards=2"]) == 0
@@ -663,7 +663,7 @@ def test_readme_documents_the_templates() -> None:
 def test_sft_example_runs_through_the_entry(tmp_path: Path, tokenizer_dir: Path) -> None:
     """templates/examples/sft_chat.yaml, with local data in place of its gs:// paths, runs to a valid output."""
     from beam_pipelines.flex_template import main
-    from easydata.validate import validate_output
+    from easydata.tools.validate import validate_output
 
     openai = write_jsonl(tmp_path / "openai.jsonl", [
         {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": f"question {i}"},

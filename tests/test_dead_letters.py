@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
-from easydata.validate import validate_output
+from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 
 CHATML = Path(__file__).parent / "chat_templates" / "chatml.jinja"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from easydata import ConfigError, Pipeline, PipelineConfig
-from easydata.dry_run import plan_report
+from easydata.run.dry_run import plan_report
 from tests.conftest import make_texts, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]

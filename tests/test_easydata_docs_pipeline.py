@@ -102,7 +102,7 @@ def test_sft_pipeline_applies_the_chat_template(world) -> None:
     batches = ns["batches"]
     assert batches and all(b["input_ids"].shape == (8, 2048) for b in batches)
     assert all("loss_mask" in b for b in batches)  # assistant-only loss from the chat template
-    from easydata.tokenizer import load_tokenizer
+    from easydata.text.tokenizer import load_tokenizer
 
     text = load_tokenizer(str(world.tokenizer_dir)).decode(batches[0]["input_ids"][0])
     assert "[INST] <<SYS>>\nYou are helpful.\n<</SYS>>" in text  # Llama 2's chat template was applied

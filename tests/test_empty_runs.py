@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from easydata.cli import main
-from easydata.validate import validate_output
+from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from easydata.reader import FollowReader
-from easydata.streaming import commit_window
+from easydata.run.streaming import commit_window
 
 L = 4
 BASE = {"config": {}, "fingerprint": "f", "tokenizer": {"vocab_size": 100_000, "eos_token_id": 0},

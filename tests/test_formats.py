@@ -1,4 +1,4 @@
-"""Tests for `easydata.formats`: shard writers round-trip every format and codec, write fixed-size
+"""Tests for `easydata.io.formats`: shard writers round-trip every format and codec, write fixed-size
 row groups, produce bytes that depend only on the rows, and assemble staged pieces in order."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from easydata.formats import (
+from easydata.io.formats import (
     ShardWriter,
     assemble_shard,
     count_shard_rows,
@@ -31,7 +31,7 @@ from easydata.formats import (
     write_piece,
     write_staged_batches,
 )
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
 
 TOKENS = pa.list_(pa.int32())
 SCHEMA = pa.schema([("input_ids", TOKENS), ("attention_mask", TOKENS), ("path", pa.string()), ("n", pa.int64())])

@@ -15,8 +15,8 @@ from apache_beam.testing.util import assert_that
 from beam_pipelines.batch import build_batch_pipeline
 from beam_pipelines.runners import OfflineDirectRunner
 from easydata.config import PipelineConfig
-from easydata.group_files import GroupFileWriter, read_group_files
-from easydata.run_plan import prepare_run
+from easydata.io.group_files import GroupFileWriter, read_group_files
+from easydata.run.run_plan import prepare_run
 from tests.conftest import make_texts, write_jsonl
 
 

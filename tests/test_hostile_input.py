@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.sources import plan_splits, read_split
+from easydata.io.sources import plan_splits, read_split
 
 EXTENSIONS = ["jsonl", "json", "csv", "tsv", "txt", "parquet", "arrow", "jsonl.gz", "jsonl.zst", "txt.bz2",
               "jsonl.xz"]
@@ -208,7 +208,7 @@ def test_a_complete_multi_frame_zstd_file_reads_whole(tmp_path: Path):
     ("csv", b"text,id\nfirst,1\nsecond,2\n"),
 ])
 def test_a_utf8_bom_is_not_part_of_the_first_record(tmp_path: Path, ext: str, body: bytes):
-    from easydata.sources import read_split
+    from easydata.io.sources import read_split
 
     path = tmp_path / f"in.{ext}"
     path.write_bytes(b"\xef\xbb\xbf" + body)
@@ -234,7 +234,7 @@ def test_a_deeply_nested_json_line_is_a_dead_letter_not_a_crash(tmp_path: Path):
 def test_an_overlong_line_is_rejected_without_being_read_whole(tmp_path: Path):
     """With `max_document_bytes` M, a line longer than 6 M (the most a JSON line of an M-byte text can
     need) is rejected unread: a 200 MB line no longer grows a worker past 10 GB."""
-    from easydata.sources import read_split
+    from easydata.io.sources import read_split
 
     limit = 10_000
     path = tmp_path / "in.jsonl"

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from easydata.errors import InputError, OutputError
-from easydata.hub import _split_files, resolve_hub_dataset
+from easydata.io.hub import _split_files, resolve_hub_dataset
 from tests.conftest import free_port, make_texts, write_jsonl
 from tests.easydata_docs import _snapshot
 
@@ -115,7 +115,7 @@ def test_push_to_hub_with_the_network_refused_is_one_line(tmp_path, tokenizer_di
 
 
 def test_push_output_offline_is_one_line(tmp_path, monkeypatch) -> None:
-    from easydata.hub import push_output
+    from easydata.io.hub import push_output
 
     with pytest.raises(OutputError, match="^push_to_hub: .*HF_HUB_OFFLINE=1"):
         push_output(str(tmp_path), "me/data")
@@ -125,8 +125,8 @@ def test_remote_jobs_ship_hub_tokenizers_to_their_workers(hub_cache, tmp_path, m
     """A job whose output is remote (Dataflow) copies a hub tokenizer into its staging directory once;
     workers load it from there, not from the Hub (here: not even from the cache)."""
     from easydata.config import PipelineConfig
-    from easydata.run_plan import prepare_run
-    from easydata.tokenizer import load_tokenizer
+    from easydata.run.run_plan import prepare_run
+    from easydata.text.tokenizer import load_tokenizer
 
     write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(5)))
     config = PipelineConfig.from_dict({"default_tokenizer": "acme/tok", "save": {"output_dir": "memory://job/out"},

@@ -1,4 +1,4 @@
-"""Tests for `easydata.inspect`: the summary lines come from the manifest, rows are decoded with the
+"""Tests for `easydata.tools.inspect`: the summary lines come from the manifest, rows are decoded with the
 manifest's tokenizer (raw ids when it is not available here), and packed rows show their segment
 boundaries and padding."""
 
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from easydata.errors import ValidationFailed
-from easydata.inspect import inspect_output
-from easydata.tokenizer import TokenizerHandle, load_tokenizer
+from easydata.tools.inspect import inspect_output
+from easydata.text.tokenizer import TokenizerHandle, load_tokenizer
 from tests.conftest import write_synthetic_output
 
 TOKENS = pa.list_(pa.int32())

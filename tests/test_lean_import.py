@@ -15,7 +15,7 @@ import pytest
 
 from beam_pipelines.lean_import import UNUSED_IN_LOCAL_BATCH_JOBS, without_unused_libraries
 from beam_pipelines.worker_pool import runs_locally
-from easydata.validate import validate_output
+from easydata.tools.validate import validate_output
 
 from tests.conftest import make_texts, write_jsonl
 

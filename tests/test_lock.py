@@ -1,4 +1,4 @@
-"""One run at a time per output (`easydata.lock`): the lock, its heartbeat, stale locks, real runs."""
+"""One run at a time per output (`easydata.run.lock`): the lock, its heartbeat, stale locks, real runs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from easydata.cli import main
 from easydata.errors import OutputError
-from easydata.lock import LOCK_NAME, OutputLock, read_lock
+from easydata.run.lock import LOCK_NAME, OutputLock, read_lock
 from tests.conftest import REPO_ROOT, make_texts, write_jsonl
 
 

@@ -1,4 +1,4 @@
-"""Tests for `easydata.manifest`: totals are the sums of the shards and datasets, every field SPEC §7
+"""Tests for `easydata.run.manifest`: totals are the sums of the shards and datasets, every field SPEC §7
 requires is present, the manifest round-trips through local disks and fsspec URLs, and an unreadable,
 foreign or too-new manifest is refused with a message that says what to do."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from easydata.errors import ValidationFailed
-from easydata.filesystems import get_fs, join
-from easydata.manifest import FORMAT_VERSION, MANIFEST_NAME, build_manifest, read_manifest, write_manifest
+from easydata.io.filesystems import get_fs, join
+from easydata.run.manifest import FORMAT_VERSION, MANIFEST_NAME, build_manifest, read_manifest, write_manifest
 
 TOKENIZER = {"name_or_path": "tok", "content_hash": "sha256:ab", "vocab_size": 32000, "bos_token_id": 1,
              "eos_token_id": 2, "pad_token_id": None}

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from easydata.formats import token_list_array
-from easydata.token_files import MegatronShardWriter
+from easydata.io.formats import token_list_array
+from easydata.io.token_files import MegatronShardWriter
 from tests.conftest import REPO_ROOT, make_texts, pip_site, write_jsonl
 
 MEGATRON_CORE = "megatron-core==0.16.1"

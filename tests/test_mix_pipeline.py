@@ -24,7 +24,7 @@ import pytest
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError
-from easydata.validate import validate_output
+from easydata.tools.validate import validate_output
 from tests.conftest import write_jsonl
 
 IN_PROCESS = ["--direct_num_workers=1"]

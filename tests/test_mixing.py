@@ -1,4 +1,4 @@
-"""`easydata.mixing`: budgets, plans and per-document selection, without Beam.
+"""`easydata.ops.mixing`: budgets, plans and per-document selection, without Beam.
 
 The properties: the selection yields exactly the tokens the plan promises, the promise is within one
 document of the target for every source (so shares hold even for tiny weights), each strategy uses
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from easydata.errors import EasyDataError
-from easydata.mixing import mix_budget, mixed_keys, normalise_weights, plan_mix, select_copies, selection_buckets, \
+from easydata.ops.mixing import mix_budget, mixed_keys, normalise_weights, plan_mix, select_copies, selection_buckets, \
     token_histogram
-from easydata.mixing import HISTOGRAM_BITS
+from easydata.ops.mixing import HISTOGRAM_BITS
 
 
 def _source(name: str, lengths: list[int], seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:

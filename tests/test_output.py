@@ -1,4 +1,4 @@
-"""Tests for `easydata.output`: an existing output is refused or replaced only when that is safe, and a
+"""Tests for `easydata.run.output`: an existing output is refused or replaced only when that is safe, and a
 commit swaps the staged files in (old manifest first out, other runs' staging left alone), on a local
 disk and on an fsspec `memory://` filesystem."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from easydata.errors import OutputError
-from easydata.filesystems import get_fs, join
-from easydata.manifest import COMMIT_MARKER
-from easydata.output import TEMP_PREFIX, commit_output, finish_commit, new_run_id, prepare_output, staging_dir
+from easydata.io.filesystems import get_fs, join
+from easydata.run.manifest import COMMIT_MARKER
+from easydata.run.output import TEMP_PREFIX, commit_output, finish_commit, new_run_id, prepare_output, staging_dir
 
 OLD_OUTPUT = {
     "manifest.json": b'{"format_version": 1}',
@@ -242,10 +242,10 @@ class FaultyFileSystem:
 
 
 def _faulty(monkeypatch, budget: int) -> None:
-    """Routes the commit's filesystem access (`easydata.output`, `easydata.manifest`) through
+    """Routes the commit's filesystem access (`easydata.run.output`, `easydata.run.manifest`) through
     `FaultyFileSystem`s that fail after `budget` changing operations."""
-    import easydata.manifest
-    import easydata.output
+    import easydata.run.manifest
+    import easydata.run.output
 
     shared = {"left": budget}
 
@@ -253,8 +253,8 @@ def _faulty(monkeypatch, budget: int) -> None:
         fs, path = get_fs(url)
         return FaultyFileSystem(fs, shared), path
 
-    monkeypatch.setattr(easydata.output, "get_fs", faulty_get_fs)
-    monkeypatch.setattr(easydata.manifest, "get_fs", faulty_get_fs)
+    monkeypatch.setattr(easydata.run.output, "get_fs", faulty_get_fs)
+    monkeypatch.setattr(easydata.run.manifest, "get_fs", faulty_get_fs)
 
 
 def _commit_failing_after(output_url: str, run_id: str, budget: int, monkeypatch) -> tuple:
@@ -304,7 +304,7 @@ def test_a_commit_failing_after_any_operation_completes_when_run_again(output_ur
 def test_a_commit_killed_part_way_is_finished_by_the_next_run(output_url: str, monkeypatch) -> None:
     """The process died inside the commit: a later run (`--resume`, or any run into that output) finds
     the journal and finishes the same commit before doing anything else."""
-    from easydata.output import recover_commit
+    from easydata.run.output import recover_commit
 
     put(output_url, OLD_OUTPUT)
     staging, moves = stage(output_url, "clean", NEW_FILES)

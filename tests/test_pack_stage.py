@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from easydata.config import PackStageConfig
-from easydata.pack_stage import pack_group
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN, group_of, group_order, row_hashes
+from easydata.ops.pack_stage import pack_group
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, group_of, group_order, row_hashes
 
 L = 16
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from easydata import packing
-from easydata.packing import STRATEGIES, PackedRows, fill_rows, pack_documents, plan_packing
+from easydata.ops import packing
+from easydata.ops.packing import STRATEGIES, PackedRows, fill_rows, pack_documents, plan_packing
 
 L = 16
 PAD = -1

@@ -1,4 +1,4 @@
-"""Tests for `easydata.progress`: worker sinks write their counters, `read_progress` sums every worker's
+"""Tests for `easydata.run.progress`: worker sinks write their counters, `read_progress` sums every worker's
 latest file (skipping ones being rewritten), a sink without a directory does nothing, and the monitor
 prints plain progress lines off a terminal and stops when its `with` block ends."""
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from easydata.progress import ProgressMonitor, ProgressSink, read_progress
+from easydata.run.progress import ProgressMonitor, ProgressSink, read_progress
 
 ZERO = {"input_bytes": 0, "documents": 0, "tokens": 0}
 

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings, strategies as st
 
 from easydata.config import PackStageConfig
-from easydata.formats import token_list_array
-from easydata.pack_stage import pack_group
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN
+from easydata.io.formats import token_list_array
+from easydata.ops.pack_stage import pack_group
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
 from tests.conftest import make_texts, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]

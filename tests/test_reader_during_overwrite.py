@@ -1,7 +1,7 @@
 """Readers and `overwrite: true`: a reader sees the old or the new complete output, never a mix.
 
 Each test replaces a real output with the functions a run's commit uses (`commit_output`, then
-`write_manifest`, then `finish_commit`, as `easydata.finalize` calls them), stopping between the
+`write_manifest`, then `finish_commit`, as `easydata.run.finalize` calls them), stopping between the
 steps where a reader could start.
 """
 
@@ -18,9 +18,9 @@ import pyarrow as pa
 import pytest
 
 from easydata.errors import ValidationFailed
-from easydata.filesystems import join
-from easydata.manifest import COMMIT_MARKER, MANIFEST_NAME, write_manifest
-from easydata.output import commit_output, finish_commit, prepare_output, staging_dir
+from easydata.io.filesystems import join
+from easydata.run.manifest import COMMIT_MARKER, MANIFEST_NAME, write_manifest
+from easydata.run.output import commit_output, finish_commit, prepare_output, staging_dir
 from easydata.reader import TokenReader
 from tests.conftest import write_synthetic_output
 

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pytest
 
 from easydata.config import DatasetConfig, SaveStageConfig
-from easydata.sharding import PieceInfo, serialize_schema
-from easydata.sources import plan_splits
-from easydata.streaming import commit_window
+from easydata.ops.sharding import PieceInfo, serialize_schema
+from easydata.io.sources import plan_splits
+from easydata.run.streaming import commit_window
 from tests.conftest import make_texts, write_jsonl
 
 
@@ -64,8 +64,8 @@ def test_reading_a_work_unit_twice_writes_the_same_dead_letters_and_checkpoint(t
 def test_two_attempts_of_one_step_at_once_leave_one_whole_file(tmp_path):
     """Two attempts writing the same dead letters concurrently (a duplicate task): each writes its own
     temporary file and renames it, so the result is one complete file, never an interleaving."""
-    from easydata.dead_letters import write_dead_letters
-    from easydata.sources import Reject
+    from easydata.io.dead_letters import write_dead_letters
+    from easydata.io.sources import Reject
 
     rejects = [Reject("web", "in.jsonl", i, "malformed JSON", "x" * 150) for i in range(5000)]
     threads = [threading.Thread(target=write_dead_letters, args=(str(tmp_path), "rejected/web/split-00000.jsonl",
@@ -79,7 +79,7 @@ def test_two_attempts_of_one_step_at_once_leave_one_whole_file(tmp_path):
 
 
 def test_sorting_and_assembling_twice_give_the_same_files(tmp_path):
-    from easydata.sharding import HASH_COLUMN, KEY_COLUMN
+    from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
     from transforms.write import _AssembleShardFn, _SortGroupFn
 
     rows = pa.record_batch({"input_ids": pa.array([[1, 2], [3], [4, 5, 6]], pa.list_(pa.int32())),
@@ -138,7 +138,7 @@ def test_a_streaming_window_commit_retried_after_any_step_completes_it(tmp_path)
 
     commit("w1", stage("w1"))
     moves = stage("w2")
-    from easydata.output import move_into_place
+    from easydata.run.output import move_into_place
 
     move_into_place(str(out), moves)  # the first attempt died after its moves, before the manifest
     manifest = commit("w2", moves)     # the retry
@@ -149,7 +149,7 @@ def test_a_streaming_window_commit_retried_after_any_step_completes_it(tmp_path)
 
 @pytest.mark.parametrize("fail_after", [1, 2])
 def test_checkpoint_batches_written_twice_are_one_file(tmp_path, fail_after):
-    from easydata.checkpoint import batch_path, read_batch, write_batch
+    from easydata.run.checkpoint import batch_path, read_batch, write_batch
 
     rows = pa.record_batch({"input_ids": pa.array([[1, 2, 3]] * 4, pa.list_(pa.int32()))})
     path = batch_path(str(tmp_path), "web", 0, 0)

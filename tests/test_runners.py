@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.runners import LocalRunOptions, OfflineDirectRunner, make_runner_and_options
 from beam_pipelines.worker_pool import default_worker_count, local_worker_count, tokenizer_threads_per_worker
-from easydata.machine import usable_cores
+from easydata.run.machine import usable_cores
 
 
 def test_default_is_one_worker_process_per_usable_core():

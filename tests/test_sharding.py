@@ -1,4 +1,4 @@
-"""Tests for `easydata.sharding`: stable hashes, hash-range groups, even shard plans, and a sort whose
+"""Tests for `easydata.ops.sharding`: stable hashes, hash-range groups, even shard plans, and a sort whose
 result does not depend on how rows were batched."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from easydata.sharding import (
+from easydata.ops.sharding import (
     DEFAULT_GROUP_BYTES,
     HASH_COLUMN,
     KEY_COLUMN,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from easydata.checkpoint import completed_units
+from easydata.run.checkpoint import completed_units
 from tests.conftest import REPO_ROOT, write_jsonl
 
 pytestmark = pytest.mark.slow

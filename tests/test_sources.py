@@ -1,4 +1,4 @@
-"""Tests for `easydata.sources` and `easydata.filesystems`: every input type, compression, remote URLs,
+"""Tests for `easydata.io.sources` and `easydata.io.filesystems`: every input type, compression, remote URLs,
 globs, rejects with reasons, limits, stable keys, and splits that yield each document exactly once.
 
 Document keys are `"<key_name>@<position>"`, where `key_name` is the file's path relative to the deepest
@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.filesystems import (compression_of, expand_data_files, join, open_arrow_file, open_file,
+from easydata.io.filesystems import (compression_of, expand_data_files, join, open_arrow_file, open_file,
                                   strip_compression)
-from easydata.sources import InputSplit, Reject, default_split_count, infer_type, key_names, plan_input, plan_splits, \
+from easydata.io.sources import InputSplit, Reject, default_split_count, infer_type, key_names, plan_input, plan_splits, \
     read_split, split_size, total_input_bytes
 
 from tests.conftest import make_texts, write_jsonl
@@ -795,7 +795,7 @@ def test_split_indices_run_across_files(tmp_path: Path) -> None:
     (64, 64 * 1024, 64),  # 64 MB at most
 ])
 def test_split_size_gives_every_core_splits(monkeypatch, cores: int, total_mb: int, expected_mb: int) -> None:
-    monkeypatch.setattr("easydata.sources.usable_cores", lambda: cores)
+    monkeypatch.setattr("easydata.io.sources.usable_cores", lambda: cores)
     assert default_split_count() == max(16, 4 * cores)
     assert split_size(total_mb * 2**20) == expected_mb * 2**20
     assert split_size(total_mb * 2**20, splits_wanted=1) == min(64, total_mb) * 2**20
@@ -807,7 +807,7 @@ def test_plan_input_reports_the_split_size_it_used(tmp_path: Path, monkeypatch) 
         f.truncate(256 * 2**20)
     ds = DatasetConfig(name="d", data_files=str(path))
     for cores, count in ((2, 16), (8, 32)):
-        monkeypatch.setattr("easydata.sources.usable_cores", lambda: cores)
+        monkeypatch.setattr("easydata.io.sources.usable_cores", lambda: cores)
         plan = plan_input(ds)
         assert (len(plan.splits), plan.split_bytes) == (count, 256 * 2**20 // count)
         assert plan.splits == plan_splits(ds)

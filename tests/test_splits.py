@@ -1,4 +1,4 @@
-"""Train / validation splits by document hash: `easydata.splits`, its config, and real runs (the split
+"""Train / validation splits by document hash: `easydata.ops.splits`, its config, and real runs (the split
 is deterministic, disjoint, independent of the shuffle seed and batching, and keeps windows together)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from tokenizers import Tokenizer
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError
-from easydata.splits import assign_splits, document_keys, partition_rows
-from easydata.validate import validate_output
+from easydata.ops.splits import assign_splits, document_keys, partition_rows
+from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 
 

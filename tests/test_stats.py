@@ -14,7 +14,7 @@ import pytest
 from beam_pipelines.batch import run_batch
 from easydata.cli import main
 from easydata.config import PipelineConfig
-from easydata.stats import PERCENTILES, compute_stats, plot_stats
+from easydata.tools.stats import PERCENTILES, compute_stats, plot_stats
 from tests.conftest import make_texts, write_jsonl
 
 

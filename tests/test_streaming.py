@@ -19,8 +19,8 @@ from tokenizers import Tokenizer
 
 from beam_pipelines.streaming import build_streaming_pipeline
 from easydata.config import PipelineConfig, StreamingConfig
-from easydata.streaming import commit_window, parse_message, window_id
-from easydata.validate import validate_output
+from easydata.run.streaming import commit_window, parse_message, window_id
+from easydata.tools.validate import validate_output
 from tests.conftest import make_texts
 from transforms.stream import _CountDroppedLateFn, _FindDroppedLateFn
 

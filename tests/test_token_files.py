@@ -1,4 +1,4 @@
-"""`bin` and `npz` token files (`easydata.token_files`): writer/reader round trips, dtypes, and the
+"""`bin` and `npz` token files (`easydata.io.token_files`): writer/reader round trips, dtypes, and the
 pipeline writing them end to end (checked with plain numpy: `np.memmap`, `np.load`)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError
-from easydata.formats import assemble_shard, iter_shard_batches, token_list_array, write_piece
-from easydata.token_files import BinShardWriter, NpzShardWriter, TokenFileSpec, token_dtype_for
-from easydata.validate import validate_output
+from easydata.io.formats import assemble_shard, iter_shard_batches, token_list_array, write_piece
+from easydata.io.token_files import BinShardWriter, NpzShardWriter, TokenFileSpec, token_dtype_for
+from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 
 IN_PROCESS = ["--direct_num_workers=1"]

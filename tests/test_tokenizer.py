@@ -1,4 +1,4 @@
-"""Tests for `easydata.tokenizer` and `easydata.tokenizer_training`: ids equal the tokenizer's own,
+"""Tests for `easydata.text.tokenizer` and `easydata.text.tokenizer_training`: ids equal the tokenizer's own,
 special tokens come from the tokenizer files, truncation keeps BOS/EOS, offline loading errors."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from tokenizers import Tokenizer
 
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
-from easydata import tokenizer as tokenizer_module
-from easydata.tokenizer import TokenizerHandle, _special_layout, load_tokenizer, preload_tokenizers, \
+from easydata.text import tokenizer as tokenizer_module
+from easydata.text.tokenizer import TokenizerHandle, _special_layout, load_tokenizer, preload_tokenizers, \
     resolve_tokenizer_files, shared_tokenizer
-from easydata.tokenizer_training import DEFAULT_SPECIAL_TOKENS, train_bpe_tokenizer
+from easydata.text.tokenizer_training import DEFAULT_SPECIAL_TOKENS, train_bpe_tokenizer
 
 from tests.conftest import make_texts
 
@@ -482,7 +482,7 @@ def test_preloaded_tokenizers_are_shared_and_unloadable_ones_left_to_the_step(to
 _FORK_AFTER_PRELOAD = """
 import os, sys
 from easydata.config import TokenizerConfig
-from easydata.tokenizer import preload_tokenizers, shared_tokenizer
+from easydata.text.tokenizer import preload_tokenizers, shared_tokenizer
 config = TokenizerConfig(name_or_path=sys.argv[1])
 preload_tokenizers([config])
 texts = [line for line in sys.stdin.read().split("\\n") if line]

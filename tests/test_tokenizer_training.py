@@ -1,4 +1,4 @@
-"""`easydata.tokenizer_training` and `easydata train-tokenizer`: byte-level BPE / unigram trained on data
+"""`easydata.text.tokenizer_training` and `easydata train-tokenizer`: byte-level BPE / unigram trained on data
 files (streamed with the pipeline's readers), loadable by every command, then used for a real run."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from tokenizers import Tokenizer
 
 from easydata.cli import main
 from easydata.errors import ConfigError, InputError, OutputError
-from easydata.tokenizer import load_tokenizer
-from easydata.tokenizer_training import iter_training_texts, train_tokenizer, train_tokenizer_from_files
+from easydata.text.tokenizer import load_tokenizer
+from easydata.text.tokenizer_training import iter_training_texts, train_tokenizer, train_tokenizer_from_files
 from tests.conftest import make_texts, write_jsonl
 
 UNSEEN = "Zebra ☃ naïve 東京 🙂 \t tabs\nand newlines"

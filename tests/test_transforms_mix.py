@@ -10,8 +10,8 @@ import pyarrow as pa
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.runners import OfflineDirectRunner
-from easydata.mixing import mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+from easydata.ops.mixing import mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
 from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, WeightedMix
 
 SEED = 5

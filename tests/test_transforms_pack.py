@@ -13,8 +13,8 @@ from tokenizers import Tokenizer
 
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
-from easydata.formats import read_shard_table
-from easydata.validate import validate_output
+from easydata.io.formats import read_shard_table
+from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 
 L = 64

@@ -9,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from easydata.config import DatasetConfig
-from easydata.sources import plan_splits
+from easydata.io.sources import plan_splits
 from tests.conftest import write_jsonl
 from transforms import REJECTED_TAG, STATS_TAG, ReadDocuments
 

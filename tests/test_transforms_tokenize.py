@@ -8,8 +8,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from tokenizers import Tokenizer
 
 from easydata.config import TokenizeStageConfig, TokenizerConfig
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN
-from easydata.sources import DocumentBatch
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
+from easydata.io.sources import DocumentBatch
 from tests.conftest import make_texts
 from transforms import Tokenize
 

@@ -1,4 +1,4 @@
-"""Tests for `easydata.validate`: a correct output (unpacked or packed, any format, local or
+"""Tests for `easydata.tools.validate`: a correct output (unpacked or packed, any format, local or
 `memory://`) validates clean, and each defect an output can have is reported with its own message
 naming the shard or dataset."""
 
@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from easydata.errors import ValidationFailed
-from easydata.formats import ShardWriter
-from easydata.validate import validate_output
+from easydata.io.formats import ShardWriter
+from easydata.tools.validate import validate_output
 from tests.conftest import write_synthetic_output
 
 TOKENS = pa.list_(pa.int32())
@@ -421,8 +421,8 @@ def test_loss_mask_must_be_zero_or_one_and_zero_on_padding(tmp_path, mask, probl
     """Masks are checked for values and for padding (packed rows)."""
     import pyarrow as pa
 
-    from easydata.formats import ShardWriter
-    from easydata.manifest import build_manifest, write_manifest
+    from easydata.io.formats import ShardWriter
+    from easydata.run.manifest import build_manifest, write_manifest
 
     out = tmp_path / "out"
     seq = pa.list_(pa.int32())

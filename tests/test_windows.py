@@ -1,4 +1,4 @@
-"""`easydata.windows` (truncate / sliding windows) and its use by the tokenize stage.
+"""`easydata.text.windows` (truncate / sliding windows) and its use by the tokenize stage.
 
 Property: windows cover every token, consecutive windows overlap by exactly `stride`, window 0 plus
 every later window minus its first `stride` tokens is the document; truncation equals truncating
@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from easydata.config import TokenizeStageConfig, TokenizerConfig
-from easydata.sources import DocumentBatch
-from easydata.tokenization import tokenize_documents
-from easydata.tokenizer import TokenizerHandle
-from easydata.windows import PIECE_COLUMN, cut_documents, piece_counts, plan_windows
+from easydata.io.sources import DocumentBatch
+from easydata.text.tokenization import tokenize_documents
+from easydata.text.tokenizer import TokenizerHandle
+from easydata.text.windows import PIECE_COLUMN, cut_documents, piece_counts, plan_windows
 from tests.conftest import make_texts
 
 
@@ -118,8 +118,8 @@ def test_tokenize_stage_emits_one_row_per_window_with_document_fields(tokenizer_
 def test_mix_selects_a_windowed_document_whole():
     """Wiring check (`transforms.mix`): windows share their document's selection bucket, so the mix keeps
     or drops (or repeats) every window of a document together."""
-    from easydata.mixing import plan_mix, selection_buckets, token_histogram
-    from easydata.splits import document_keys
+    from easydata.ops.mixing import plan_mix, selection_buckets, token_histogram
+    from easydata.ops.splits import document_keys
     from transforms.mix import _SelectFn
 
     keys = [k for i in range(300) for k in (f"a.jsonl@{i}", f"a.jsonl@{i}#w2")]
@@ -157,7 +157,7 @@ def test_pipeline_counts_documents_not_windows(tmp_path, tokenizer_dir, truncati
 
     from beam_pipelines.batch import run_batch
     from easydata.config import PipelineConfig
-    from easydata.validate import validate_output
+    from easydata.tools.validate import validate_output
     from tests.conftest import write_jsonl
 
     texts = make_texts(120, seed=13, max_words=100)

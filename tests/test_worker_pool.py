@@ -21,7 +21,7 @@ from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
 from beam_pipelines.worker_pool import StandbyWorkers, default_worker_count, discard_prestarted, job_tokenizers, \
     local_worker_count, prestart, take_prestarted
 from easydata.config import PipelineConfig, TokenizerConfig
-from easydata.tokenizer import load_tokenizer
+from easydata.text.tokenizer import load_tokenizer
 
 
 def _children() -> set[int]:
@@ -138,7 +138,7 @@ def test_the_servers_workers_start_with_the_jobs_tokenizers_loaded(tokenizer_dir
     launcher = os.getpid()
 
     def in_the_worker(_):
-        from easydata import tokenizer
+        from easydata.text import tokenizer
 
         handle = tokenizer.shared_tokenizer(expected[0])
         return (os.getpid() != launcher, list(tokenizer._PRELOADED) == expected[:2],

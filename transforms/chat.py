@@ -1,6 +1,6 @@
 """`ChatTemplate`: chat records in document batches -> rendered text with trained spans.
 
-A thin Beam wrapper over `easydata.chat`: each worker builds one `ChatRenderer` in `setup` (template
+A thin Beam wrapper over `easydata.text.chat`: each worker builds one `ChatRenderer` in `setup` (template
 from the config or the tokenizer, special tokens from the tokenizer). Batches without chat records pass
 through untouched. A record whose template fails is written to
 `<staging>/rejected/<dataset>/chat-<batch id>.jsonl` (a deterministic name: a retried bundle rewrites
@@ -20,12 +20,12 @@ from typing import Any, Iterator, Optional
 
 import apache_beam as beam
 
-from easydata.chat import ChatRenderer
-from easydata.chat_stage import render_batch
+from easydata.text.chat import ChatRenderer
+from easydata.text.chat_stage import render_batch
 from easydata.config import TokenizerConfig
-from easydata.dead_letters import dead_letter_path, write_dead_letters
-from easydata.sources import DocumentBatch
-from easydata.tokenizer import shared_tokenizer
+from easydata.io.dead_letters import dead_letter_path, write_dead_letters
+from easydata.io.sources import DocumentBatch
+from easydata.text.tokenizer import shared_tokenizer
 from transforms.read import REJECTED_TAG, STATS_TAG
 
 __all__ = ["ChatTemplate"]
@@ -53,7 +53,7 @@ class _RenderFn(beam.DoFn):
             rel = write_dead_letters(self._staging, dead_letter_path(self._dataset, f"chat-{batch_id}"), rejects)
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
             yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset, {"documents_rejected": len(rejects)}))
-        # An emptied batch still goes on: its checkpoint records the rejects (`easydata.checkpoint`).
+        # An emptied batch still goes on: its checkpoint records the rejects (`easydata.run.checkpoint`).
         yield dataclasses.replace(rendered, chat_rejected=len(rejects), chat_rejected_file=rel)
 
 

@@ -21,7 +21,7 @@ from apache_beam import coders
 from apache_beam.coders.coder_impl import CallbackCoderImpl
 from apache_beam.coders.coders import FastCoder
 
-from easydata.sources import DocumentBatch
+from easydata.io.sources import DocumentBatch
 
 __all__ = ["RecordBatchCoder", "DocumentBatchCoder", "KeyedBatch", "GroupedBatches"]
 

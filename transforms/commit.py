@@ -1,7 +1,7 @@
 """`CommitOutput`: the single final step that turns staged shards into a complete output.
 
 It waits for every shard, counter and dead-letter file (as side inputs), then calls
-`easydata.finalize.finalize_output`, which moves the staged files into place and writes
+`easydata.run.finalize.finalize_output`, which moves the staged files into place and writes
 `manifest.json` last. Because it runs inside the pipeline, a job launched without waiting (e.g. a
 Dataflow Flex Template) still commits its own output.
 """
@@ -13,8 +13,8 @@ from typing import Any, Iterator
 import apache_beam as beam
 
 from easydata.config import PipelineConfig
-from easydata.finalize import finalize_output
-from easydata.run_plan import RunPlan
+from easydata.run.finalize import finalize_output
+from easydata.run.run_plan import RunPlan
 
 __all__ = ["CommitOutput"]
 

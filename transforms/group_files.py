@@ -2,7 +2,7 @@
 
 Same input and output as `beam.GroupByKey()` on `(group, RecordBatch)` pairs, but only file names
 are shuffled: each bundle appends its batches to one Arrow IPC file per group under `directory`
-(`easydata.group_files`), and each group's files are memory-mapped on the other side. For runners
+(`easydata.io.group_files`), and each group's files are memory-mapped on the other side. For runners
 whose workers share this machine's files (the local runners, Dask on a local cluster): it saves the
 pickling of every row and keeps the grouped rows out of the runner's memory.
 """
@@ -17,7 +17,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from easydata.group_files import GroupFileWriter, read_group_files
+from easydata.io.group_files import GroupFileWriter, read_group_files
 from transforms.coders import GroupedBatches
 
 __all__ = ["GroupBatchesViaFiles"]

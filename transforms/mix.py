@@ -1,6 +1,6 @@
 """`WeightedMix`: several datasets' token rows -> one stream mixed by share of output tokens.
 
-Wiring only; the algorithm is `easydata.mixing` (see its docstring):
+Wiring only; the algorithm is `easydata.ops.mixing` (see its docstring):
 
   rows[dataset] --selection bucket, token histogram--> CombinePerKey(sum) --> plan (side input)
   rows[dataset] --copies per document (plan)--> mixed rows (new keys and shuffle hashes)
@@ -24,11 +24,11 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from easydata.formats import take_rows
-from easydata.mixing import MIXED_NAME, MixPlan, mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
-from easydata.splits import document_keys
-from easydata.windows import piece_counts
+from easydata.io.formats import take_rows
+from easydata.ops.mixing import MIXED_NAME, MixPlan, mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+from easydata.ops.splits import document_keys
+from easydata.text.windows import piece_counts
 
 __all__ = ["WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME"]
 

@@ -1,7 +1,7 @@
 """`Pack`: unpacked token rows -> fixed-length packed rows, deterministically.
 
 Documents are routed to hash groups (the same groups as the shuffle, sized to fit a worker), each
-group is sorted by (hash, key) and packed by `easydata.pack_stage.pack_group`. A group's content and
+group is sorted by (hash, key) and packed by `easydata.ops.pack_stage.pack_group`. A group's content and
 order depend only on the data and the seed, so the packed rows are the same whatever the runner,
 worker count or bundle sizes. The packed rows keep hashes in their group's range and come out in
 their final order, so each group's rows are staged at once as a sorted group file for `WriteShards`
@@ -20,9 +20,9 @@ import apache_beam as beam
 import pyarrow as pa
 
 from easydata.config import PackStageConfig
-from easydata.pack_stage import pack_group
-from easydata.formats import write_staged_batches
-from easydata.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema, split_by_group
+from easydata.ops.pack_stage import pack_group
+from easydata.io.formats import write_staged_batches
+from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema, split_by_group
 from transforms.coders import KeyedBatch
 from transforms.group_files import GroupBatchesViaFiles
 from transforms.write import HIDDEN_COLUMNS, sorted_group_path
@@ -68,7 +68,7 @@ class Pack(beam.PTransform):
       config: pack stage settings.
       pad_id: id written on padding.
       seed: the pipeline seed.
-      num_groups: hash groups (`easydata.sharding.choose_num_groups`).
+      num_groups: hash groups (`easydata.ops.sharding.choose_num_groups`).
       staging: the run's staging directory (sorted group files go below it).
       group_dir: group the documents through files in this directory (`GroupBatchesViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.

@@ -1,6 +1,6 @@
 """`ReadDocuments`: input splits -> batches of documents, with dead letters and counters.
 
-A thin Beam wrapper over `easydata.sources`: the splits are planned at construction time (so a bad
+A thin Beam wrapper over `easydata.io.sources`: the splits are planned at construction time (so a bad
 glob fails before the job starts), distributed over workers with a reshuffle, and each worker reads
 its splits into `DocumentBatch`es. Records that cannot become documents are written, per split, to
 `<staging>/rejected/<dataset>/split-<index>.jsonl` (a deterministic name, so a retried bundle
@@ -19,12 +19,12 @@ from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 
-from easydata.checkpoint import write_unit
+from easydata.run.checkpoint import write_unit
 from easydata.config import DatasetConfig
-from easydata.dead_letters import dead_letter_path, write_dead_letters
-from easydata.manifest import PARTIAL_INPUTS
-from easydata.progress import ProgressSink
-from easydata.sources import DocumentBatch, InputSplit, Reject, read_split
+from easydata.io.dead_letters import dead_letter_path, write_dead_letters
+from easydata.run.manifest import PARTIAL_INPUTS
+from easydata.run.progress import ProgressSink
+from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split
 
 __all__ = ["ReadDocuments", "STATS_TAG", "REJECTED_TAG"]
 
@@ -81,7 +81,7 @@ class _ReadSplitsFn(beam.DoFn):
         stats = {"documents_in": documents + rejected, "documents_rejected": rejected,
                  "input_bytes": input_bytes}
         partial = [r.partial_entry() for r in rejects if r.partial_input]
-        if partial:  # files read only in part: listed in the manifest (`easydata.finalize`)
+        if partial:  # files read only in part: listed in the manifest (`easydata.run.finalize`)
             stats[PARTIAL_INPUTS] = partial
         if self._checkpoint:
             write_unit(self._staging, self._dataset.name, unit[0].index, batches=batches, stats=stats,
@@ -98,13 +98,13 @@ class ReadDocuments(beam.PTransform):
 
     Args:
       dataset: the dataset config.
-      splits: its splits, from `easydata.sources.plan_splits`.
+      splits: its splits, from `easydata.io.sources.plan_splits`.
       batch_size: documents per batch.
       max_document_bytes: larger documents are rejected.
       staging: the run's staging directory (dead letters go below it).
       progress_dir: where workers report progress (None: no reporting).
       messages_field: field holding chat messages when the content field is absent.
-      checkpoint: record each finished work unit for `--resume` (`easydata.checkpoint`).
+      checkpoint: record each finished work unit for `--resume` (`easydata.run.checkpoint`).
       skip_units: work units (first split index) not to read: a resumed run loads them instead.
     """
 

@@ -1,6 +1,6 @@
 """`LoadCheckpoints`: a resumed run's already tokenized work units -> token rows, counters, dead letters.
 
-Thin wiring over `easydata.checkpoint`: each done unit's batches are read back from the staging
+Thin wiring over `easydata.run.checkpoint`: each done unit's batches are read back from the staging
 directory exactly as `Tokenize` wrote them, so they join the freshly tokenized rows and the rest of
 the pipeline cannot tell them apart. The unit's reader counters and its (and its chat stage's)
 dead-letter files are emitted as the reader would have.
@@ -18,8 +18,8 @@ from typing import Any, Iterator, Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from easydata.checkpoint import UnitCheckpoint
-from easydata.progress import ProgressSink
+from easydata.run.checkpoint import UnitCheckpoint
+from easydata.run.progress import ProgressSink
 from transforms.read import REJECTED_TAG, STATS_TAG
 
 __all__ = ["LoadCheckpoints"]
@@ -59,7 +59,7 @@ class LoadCheckpoints(beam.PTransform):
     """Loads one dataset's done work units (see module docstring).
 
     Args:
-      units: the done units (`easydata.checkpoint.completed_units`).
+      units: the done units (`easydata.run.checkpoint.completed_units`).
       progress_dir: where workers report progress (None: no reporting).
     """
 

@@ -1,6 +1,6 @@
 """`SplitRows`: one dataset's token rows -> one PCollection per split (train / validation / ...).
 
-Wiring only; the assignment is `easydata.splits` (a pure function of the document key, so every row
+Wiring only; the assignment is `easydata.ops.splits` (a pure function of the document key, so every row
 of a document, including all its windows, lands in the same split, whatever the runner).
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 import pyarrow as pa
 
-from easydata.splits import partition_rows
+from easydata.ops.splits import partition_rows
 
 __all__ = ["SplitRows"]
 

@@ -5,11 +5,11 @@
            --global window, one key--> CommitWindows (serial) --> files in place, manifest rewritten
 
 `ProcessWindow` runs the same core as the batch pipeline on a window's messages: the reader's record
-checks (`easydata.sources`), the chat stage (`easydata.chat_stage`), tokenization
-(`easydata.tokenization`) and packing (`easydata.pack_stage`) over the window's documents in
+checks (`easydata.io.sources`), the chat stage (`easydata.text.chat_stage`), tokenization
+(`easydata.text.tokenization`) and packing (`easydata.ops.pack_stage`) over the window's documents in
 key-hash order, so no token is lost or duplicated across windows and a window's rows do not depend
 on arrival order. Commits go through one key in the global window, so one worker at a time rewrites
-the manifest (`easydata.streaming.commit_window`).
+the manifest (`easydata.run.streaming.commit_window`).
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 
-from easydata.chat import ChatRenderer
-from easydata.chat_stage import render_batch
+from easydata.text.chat import ChatRenderer
+from easydata.text.chat_stage import render_batch
 from easydata.config import DatasetConfig, PipelineConfig, StreamingConfig, TokenizerConfig
-from easydata.dead_letters import dead_letter_path, write_dead_letters
-from easydata.filesystems import file_size, join, remove_file
-from easydata.formats import assemble_shard, shard_file_name, write_piece
-from easydata.pack_stage import pack_group
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
-from easydata.sources import collect_records
-from easydata.streaming import commit_window, parse_message, window_id
-from easydata.tokenization import tokenize_documents
-from easydata.tokenizer import shared_tokenizer
+from easydata.io.dead_letters import dead_letter_path, write_dead_letters
+from easydata.io.filesystems import file_size, join, remove_file
+from easydata.io.formats import assemble_shard, shard_file_name, write_piece
+from easydata.ops.pack_stage import pack_group
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
+from easydata.io.sources import collect_records
+from easydata.run.streaming import commit_window, parse_message, window_id
+from easydata.text.tokenization import tokenize_documents
+from easydata.text.tokenizer import shared_tokenizer
 
 __all__ = ["WindowMessages", "ProcessWindow", "CommitWindows"]
 

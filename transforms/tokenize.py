@@ -1,7 +1,7 @@
 """`Tokenize`: document batches -> Arrow record batches of token rows.
 
 The tokenizer is loaded once per worker in `DoFn.setup`; each element is a whole `DocumentBatch`,
-encoded in one batched Rust call (`easydata.tokenization.encode_documents`).
+encoded in one batched Rust call (`easydata.text.tokenization.encode_documents`).
 
 Encoding runs one batch ahead on a helper thread, and only encoding: while the Rust tokenizer
 (which releases the GIL and uses its own threads) encodes batch N+1, this worker's Python thread
@@ -11,7 +11,7 @@ input order within a bundle, and the last pending batch is emitted in `finish_bu
 window and timestamp it arrived with.
 
 With `checkpoint_staging`, each tokenized batch is also written under the run's staging directory,
-named by its work unit and index, for `--resume` (`easydata.checkpoint`).
+named by its work unit and index, for `--resume` (`easydata.run.checkpoint`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.utils.windowed_value import WindowedValue
 
-from easydata.checkpoint import batch_path, write_batch
+from easydata.run.checkpoint import batch_path, write_batch
 from easydata.config import TokenizeStageConfig, TokenizerConfig
-from easydata.progress import ProgressSink
-from easydata.sources import DocumentBatch
-from easydata.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
-from easydata.tokenizer import TokenizerHandle, shared_tokenizer
+from easydata.run.progress import ProgressSink
+from easydata.io.sources import DocumentBatch
+from easydata.text.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
+from easydata.text.tokenizer import TokenizerHandle, shared_tokenizer
 
 __all__ = ["Tokenize"]
 
@@ -112,7 +112,7 @@ class Tokenize(beam.PTransform):
       seed: the pipeline seed (for the rows' shuffle hashes).
       progress_dir: where workers report progress (None: no reporting).
       checkpoint_staging: the run's staging directory: each tokenized batch is also written there
-        (`easydata.checkpoint`) so `--resume` need not tokenize it again; None: no checkpoints.
+        (`easydata.run.checkpoint`) so `--resume` need not tokenize it again; None: no checkpoints.
     """
 
     def __init__(self, *, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,

@@ -1,6 +1,6 @@
 """`SortGroups` and `WriteShards`: token rows -> globally shuffled, evenly sized shard files under a staging dir.
 
-Wiring only; the algorithm is `easydata.sharding` (see its docstring):
+Wiring only; the algorithm is `easydata.ops.sharding` (see its docstring):
 
   SortGroups:  rows --route by hash group--> GroupByKey(group) --sort--> one staged file per group (`SortedGroup`)
   WriteShards: sorted groups --count rows/bytes per group--> plan (side input)
@@ -22,12 +22,12 @@ import apache_beam as beam
 import pyarrow as pa
 
 from easydata.config import SaveStageConfig
-from easydata.filesystems import file_size, join
-from easydata.formats import assemble_shard, shard_file_name, write_piece
-from easydata.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
+from easydata.io.filesystems import file_size, join
+from easydata.io.formats import assemble_shard, shard_file_name, write_piece
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
     plan_shards, serialize_schema, sort_group, split_by_group, unify_schemas
-from easydata.token_files import TokenFileSpec
-from easydata.windows import PIECE_COLUMN
+from easydata.io.token_files import TokenFileSpec
+from easydata.text.windows import PIECE_COLUMN
 from transforms.coders import KeyedBatch
 from transforms.group_files import GroupBatchesViaFiles
 
@@ -63,7 +63,7 @@ class SortGroups(beam.PTransform):
 
     Args:
       name: output name (the dataset's name, or `mixed`).
-      num_groups: hash groups (`easydata.sharding.choose_num_groups`).
+      num_groups: hash groups (`easydata.ops.sharding.choose_num_groups`).
       staging: the run's staging directory.
       group_dir: group the rows through files in this directory (`GroupBatchesViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
@@ -139,7 +139,7 @@ class WriteShards(beam.PTransform):
 
     Args:
       name: output name (the dataset's name, or `mixed`).
-      num_groups: hash groups used for the distributed sort (`easydata.sharding.choose_num_groups`).
+      num_groups: hash groups used for the distributed sort (`easydata.ops.sharding.choose_num_groups`).
       save: format, compression, shard count / size, row group size.
       staging: the run's staging directory.
       token_files: dtype, row width and pad id for the `bin` / `npz` formats.

@@ -1,6 +1,6 @@
 """`ChatTemplateTransform`: an example's messages rendered into text with a chat template.
 
-Uses this package's sandboxed renderer (`easydata.chat`, the one the pipeline uses), with the
+Uses this package's sandboxed renderer (`easydata.text.chat`, the one the pipeline uses), with the
 template and special-token strings of a transformers tokenizer object, or of a tokenizer loaded by
 path / hub id. It does not depend on the source protocol, so `ShardedDataSource.apply_chat_template`
 can use it.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from easydata.chat import ChatRenderer, conversation_from_record
+from easydata.text.chat import ChatRenderer, conversation_from_record
 
 __all__ = ["ChatTemplateTransform", "as_tokenizer_handle"]
 
@@ -20,7 +20,7 @@ Example = dict[str, Any]
 def as_tokenizer_handle(tokenizer: Any) -> Any:
     """A `TokenizerHandle` from a path, hub id, `TokenizerConfig` or handle."""
     from easydata.config import TokenizerConfig
-    from easydata.tokenizer import TokenizerHandle, load_tokenizer
+    from easydata.text.tokenizer import TokenizerHandle, load_tokenizer
 
     if isinstance(tokenizer, TokenizerHandle):
         return tokenizer

@@ -34,7 +34,7 @@ from easydata.config import (DatasetConfig, LoadStageConfig, MixStageConfig, Pac
                              SaveStageConfig, TokenizeStageConfig)
 from easydata.core.protocols import BaseStage, PipelineContext, ShardedDataSource
 from easydata.errors import ConfigError
-from easydata.mixing import MIXED_NAME
+from easydata.ops.mixing import MIXED_NAME
 
 __all__ = ["Pipeline", "JobOutputSource", "BatchLoader", "create_pipeline", "tokenize_and_save", "default_cache_dir"]
 
@@ -42,7 +42,7 @@ __all__ = ["Pipeline", "JobOutputSource", "BatchLoader", "create_pipeline", "tok
 def default_cache_dir() -> str:
     """Where prepared outputs are cached: `pipelines/` in easydata-beam's cache (`$EASYDATA_CACHE`,
     default `~/.cache/easydata-beam`, which also holds the default job's sample corpus)."""
-    from easydata.sample import cache_root
+    from easydata.tools.sample import cache_root
 
     return os.path.join(str(cache_root()), "pipelines")
 
@@ -204,7 +204,7 @@ class Pipeline:
 
     def plan(self) -> Any:
         """What the job would do, without running it (`easydata run --dry-run`)."""
-        from easydata.dry_run import plan_report
+        from easydata.run.dry_run import plan_report
 
         return plan_report(self._ensure_job().config if self._data is not None else self._config)
 
@@ -295,7 +295,7 @@ class _Job:
         return self.output_dir.rstrip("/") + ".inputs.json"
 
     def _input_versions(self) -> dict[str, str]:
-        from easydata.filesystems import expand_data_files, file_version
+        from easydata.io.filesystems import expand_data_files, file_version
 
         versions = {}
         for ds in self.config.datasets:
@@ -307,7 +307,7 @@ class _Job:
 
     def _reusable(self) -> Optional[dict[str, Any]]:
         """The manifest of an earlier run of this very job over the same input files, if any."""
-        from easydata.manifest import read_manifest
+        from easydata.run.manifest import read_manifest
 
         try:
             manifest = read_manifest(self.output_dir)
@@ -338,7 +338,7 @@ class _Job:
                 with open(self._inputs_file(), "w", encoding="utf-8") as f:
                     json.dump(versions, f)
         if self.saving:
-            from easydata.export import export_dataset
+            from easydata.run.export import export_dataset
 
             for name, dest in self.exports.items():
                 export_dataset(self.output_dir, name, dest, overwrite=self.base.save.overwrite)
@@ -348,7 +348,7 @@ class _Job:
                     export_dataset(self.output_dir, name, os.path.join(self.base.save.output_dir, name),
                                    overwrite=self.base.save.overwrite)
             if self.base.save.push_to_hub:
-                from easydata.hub import push_output
+                from easydata.io.hub import push_output
 
                 targets = list(self.exports.values()) or [self.output_dir]
                 for target in targets:
@@ -462,7 +462,7 @@ def _longest_row(directory: str, name: Optional[str], fmt: str) -> int:
     import pyarrow.compute as pc
 
     from easydata.compat.sources import _BY_TYPE
-    from easydata.formats import iter_shard_batches
+    from easydata.io.formats import iter_shard_batches
 
     files = _BY_TYPE.get(fmt, ParquetShardedSource)(directory, name=name)
     longest = 0

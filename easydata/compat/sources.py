@@ -13,9 +13,9 @@ import json
 from typing import Any, Iterator, Optional, Sequence
 
 from easydata.core.protocols import ShardedDataSource, ShardInfo
-from easydata.filesystems import expand_data_files, file_size, get_fs, join, open_file, strip_compression
-from easydata.formats import iter_shard_batches
-from easydata.manifest import MANIFEST_NAME, member_path, read_manifest
+from easydata.io.filesystems import expand_data_files, file_size, get_fs, join, open_file, strip_compression
+from easydata.io.formats import iter_shard_batches
+from easydata.run.manifest import MANIFEST_NAME, member_path, read_manifest
 
 __all__ = ["FileShardedSource", "ParquetShardedSource", "ArrowShardedSource", "JsonShardedSource",
            "CsvShardedSource", "TextShardedSource", "FilesBackedSource", "HuggingFaceShardedSource",
@@ -248,7 +248,7 @@ class HuggingFaceShardedSource(FilesBackedSource):
     @property
     def files(self) -> FileShardedSource:
         if self._files is None:
-            from easydata.hub import resolve_hub_dataset
+            from easydata.io.hub import resolve_hub_dataset
 
             self._files = source_for_files(resolve_hub_dataset(self.dataset_name, self.split, self.revision))
         return self._files

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from easydata.pack_stage import PACKED_COLUMNS
+from easydata.ops.pack_stage import PACKED_COLUMNS
 from easydata.reader.blocks import BlockIndex
 
 __all__ = ["RowSpec", "Window", "pad_rows"]

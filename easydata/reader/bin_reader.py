@@ -1,4 +1,4 @@
-"""Reading `bin` outputs (flat token streams + document index, `easydata.token_files`).
+"""Reading `bin` outputs (flat token streams + document index, `easydata.io.token_files`).
 
 Two ways, both deterministic and exactly resumable:
 
@@ -25,12 +25,12 @@ from typing import Any, ClassVar, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from easydata.filesystems import local_path, get_fs
-from easydata.token_arrays import token_list_array
+from easydata.io.filesystems import local_path, get_fs
+from easydata.io.token_arrays import token_list_array
 from easydata.reader.blocks import FORMAT_INDEXES, BlockIndex
 from easydata.reader.layouts import check_layout
 from easydata.reader.batches import JaxBatches, resolve_processes
-from easydata.token_files import bin_token_dtype, companion_path, read_bin_index
+from easydata.io.token_files import bin_token_dtype, companion_path, read_bin_index
 
 __all__ = ["BinShard", "BinBlockIndex", "WindowReader", "WINDOW_LAYOUTS"]
 

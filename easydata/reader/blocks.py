@@ -15,8 +15,8 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 import pyarrow as pa
 
-from easydata.filesystems import open_arrow_file
-from easydata.manifest import member_path, read_manifest
+from easydata.io.filesystems import open_arrow_file
+from easydata.run.manifest import member_path, read_manifest
 
 __all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS", "FORMAT_INDEXES"]
 

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from easydata.manifest import read_manifest
+from easydata.run.manifest import read_manifest
 from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import apply_layout, check_layout

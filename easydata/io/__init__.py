@@ -1,0 +1,1 @@
+"""Inputs and files: file systems, reading input formats, output shard formats, token files, dead letters, the Hugging Face Hub."""

@@ -1,0 +1,288 @@
+"""Filesystem access through fsspec: glob expansion with clear errors, compressed opening, joining.
+
+Every path in the project is a local path or an fsspec URL (`file://`, `gs://`, `s3://`,
+`memory://`, `hf://`, ...). This module is the one place that talks to fsspec, so remote storage
+behaves like local storage everywhere else.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import sys
+from typing import IO, Any, Iterable
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from easydata.errors import InputError
+
+__all__ = ["file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
+           "file_size", "local_path"]
+
+_COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
+
+
+def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Returns the filesystem and the path within it for a local path or URL."""
+    try:
+        return url_to_fs(url)
+    except (ImportError, ValueError) as e:
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        raise InputError(f"cannot access '{url}': {e} (is the extra for '{protocol}://' installed?)") from None
+
+
+def _unstrip(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
+    """Turns a path returned by `fs` back into a URL of the same form the user wrote."""
+    return fs.unstrip_protocol(path) if "://" in template else path
+
+
+def expand_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -> list[str]:
+    """Expands paths and globs into a sorted, de-duplicated list of files.
+
+    Args:
+      exclude_dirs: directories whose files are never inputs (a run's own output and its staging: a
+        glob that matches them would read the previous output back in); skipped with one warning.
+
+    Local matches that are not regular files once links are followed (a symlink loop, a broken
+    link) are skipped with one warning: they cannot be read, and must not end the run in a traceback.
+
+    Raises:
+      InputError: when a plain path does not exist or a glob matches no file.
+    """
+    files: list[str] = []
+    for pattern in patterns:
+        if pattern.startswith("hf://"):  # offline: the cached snapshot of the Hub repo, like every HF tool
+            from easydata.io.hub import offline_hf_path
+
+            pattern = offline_hf_path(pattern)
+        fs, path = get_fs(pattern)
+        if any(ch in path for ch in "*?["):
+            try:
+                matches = sorted(p for p in fs.glob(path) if not fs.isdir(p))
+            except Exception as e:  # remote listing errors: one line, not a traceback
+                raise InputError(f"cannot list '{pattern}': {e}") from None
+            if not matches:
+                raise InputError(f"data_files pattern '{pattern}' matches no file")
+            files.extend(_unstrip(fs, pattern, m) for m in matches)
+        else:
+            try:
+                is_dir = fs.isdir(path)
+                exists = is_dir or fs.exists(path)
+            except Exception as e:
+                raise InputError(f"cannot access '{pattern}': {e}") from None
+            if not exists:
+                raise InputError(f"data file '{pattern}' does not exist")
+            if is_dir:
+                inner = sorted(p for p in fs.find(path) if not posixpath.basename(p).startswith("."))
+                if not inner:
+                    raise InputError(f"data directory '{pattern}' holds no file")
+                files.extend(_unstrip(fs, pattern, m) for m in inner)
+            else:
+                files.append(_unstrip(fs, pattern, path))
+    seen: set[str] = set()
+    files = [f for f in files if not (f in seen or seen.add(f))]
+    return _drop_unreadable_links(_drop_excluded(files, list(exclude_dirs), patterns))
+
+
+def _inside(path: str, directory: str) -> bool:
+    """`path` lies in `directory` (same filesystem; local paths compared after following links)."""
+    fs_a, a = get_fs(path)
+    fs_b, b = get_fs(directory)
+    if fs_a.protocol != fs_b.protocol:
+        return False
+    if local_path(path) is not None and local_path(directory) is not None:
+        a, b = os.path.realpath(a), os.path.realpath(b)
+    b = b.rstrip("/")
+    return a == b or a.startswith(b + "/")
+
+
+def _drop_excluded(files: list[str], exclude_dirs: list[str], patterns: Iterable[str]) -> list[str]:
+    if not exclude_dirs:
+        return files
+    kept = [f for f in files if not any(_inside(f, d) for d in exclude_dirs)]
+    if len(kept) < len(files):
+        print(f"easydata: warning: data_files {list(patterns)} match {len(files) - len(kept)} file(s) inside the"
+              f" output directory {', '.join(map(repr, exclude_dirs))}; a run never reads its own output: skipped",
+              file=sys.stderr)
+        if not kept:
+            raise InputError(f"data_files {list(patterns)} match only files inside the output directory")
+    return kept
+
+
+def _drop_unreadable_links(files: list[str]) -> list[str]:
+    bad = [f for f in files if local_path(f) is not None and os.path.islink(local_path(f))
+           and not os.path.isfile(local_path(f))]
+    if bad:
+        print(f"easydata: warning: skipping {len(bad)} link(s) that lead to no file (a loop or a broken link),"
+              f" e.g. '{bad[0]}'", file=sys.stderr)
+        files = [f for f in files if f not in bad]
+        if not files:
+            raise InputError(f"data_files match only links that lead to no file, e.g. '{bad[0]}'")
+    return files
+
+
+def compression_of(path: str) -> str | None:
+    """The compression codec implied by a file name, or None."""
+    for suffix, codec in _COMPRESSION_SUFFIXES.items():
+        if path.lower().endswith(suffix):
+            return codec
+    return None
+
+
+def strip_compression(path: str) -> str:
+    """The file name without a compression suffix (`a.jsonl.gz` -> `a.jsonl`)."""
+    for suffix in _COMPRESSION_SUFFIXES:
+        if path.lower().endswith(suffix):
+            return path[: -len(suffix)]
+    return path
+
+
+def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compression: str | None = None) -> IO:
+    """Opens a local path or URL.
+
+    Reading transparently decompresses `.gz/.zst/.bz2/.xz` (unless `decompress=False`); writing
+    compresses with `compression` (an fsspec codec name such as `gzip` or `zstd`) when given.
+    """
+    if compression is None and decompress and "r" in mode:
+        compression = compression_of(path)
+    try:
+        if compression == "zstd" and mode == "rb":
+            # fsspec's python-zstandard fallback returns a stream reader that cannot be iterated by
+            # line (io.UnsupportedOperation); buffering it gives the full file-object interface.
+            raw = fsspec.open(path, "rb").open()
+            return io.BufferedReader(_CheckedZstdReader(raw))
+        return fsspec.open(path, mode, compression=compression).open()
+    except FileNotFoundError:
+        raise InputError(f"file '{path}' does not exist") from None
+    except (ImportError, ValueError) as e:
+        raise InputError(f"cannot open '{path}': {e}") from None
+
+
+class _CheckedZstdReader(io.RawIOBase):
+    """A zstd stream decompressed frame by frame that raises EOFError when its input ends inside a frame.
+
+    python-zstandard's own stream reader ends quietly at a cut: a truncated download would read as a
+    shorter, complete file. Input is fed in small pieces so a highly compressed block cannot expand
+    into more than a few hundred MB at once.
+    """
+
+    _CHUNK = 1 << 14
+
+    def __init__(self, raw: IO):
+        import zstandard
+
+        self._raw, self._zstd = raw, zstandard
+        self._decoder: Any = None
+        self._pending = b""  # input after the end of a frame: the start of the next one
+        self._out, self._at = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while self._at >= len(self._out):
+            data = self._pending or self._raw.read(self._CHUNK)
+            self._pending = b""
+            if not data:
+                if self._decoder is not None:
+                    raise EOFError("zstd stream ended before the end of its frame (the file is truncated)")
+                return 0
+            if self._decoder is None:
+                self._decoder = self._zstd.ZstdDecompressor().decompressobj()
+            self._out, self._at = self._decoder.decompress(data), 0
+            if self._decoder.eof:
+                self._pending, self._decoder = self._decoder.unused_data, None
+        n = min(len(buffer), len(self._out) - self._at)
+        buffer[:n] = self._out[self._at:self._at + n]
+        self._at += n
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def local_path(path: str) -> str | None:
+    """The local filesystem path of `path` (plain or `file://`), or None for any other URL."""
+    if "://" not in path:
+        return path
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    return None
+
+
+def open_arrow_file(path: str, mode: str = "rb") -> IO:
+    """Opens an uncompressed file for pyarrow: a native (memory-mapped when reading) file for local
+    paths, an fsspec file object for remote URLs.
+
+    Native files keep pyarrow's I/O off the Python interpreter (faster, and no Python file objects
+    finalised by C++ threads at interpreter exit).
+    """
+    import pyarrow as pa
+
+    local = local_path(path)
+    if local is None:
+        return open_file(path, mode, decompress=False)
+    try:
+        if "r" in mode:
+            return pa.memory_map(local, "r")
+        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+        return pa.OSFile(local, "wb")
+    except FileNotFoundError:
+        raise InputError(f"file '{path}' does not exist") from None
+
+
+def file_version(path: str) -> str:
+    """What identifies this content of a file without reading it: the object store's generation or
+    version id and ETag (GCS, S3), else size and modification time (local disks, most others)."""
+    fs, inner = get_fs(path)
+    info = fs.info(inner)
+    for key in ("generation", "VersionId", "version_id"):
+        if info.get(key):
+            return f"{key}={info[key]}"
+    tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("crc32c")
+    modified = info.get("mtime") or info.get("LastModified") or info.get("updated") or info.get("created")
+    return f"size={info.get('size')}" + (f",etag={tag}" if tag else "") + (f",modified={modified}" if modified else "")
+
+
+def temp_name(path: str) -> str:
+    """A name beside `path` no other attempt uses: runners may run a retried or duplicate attempt of a
+    step at the same time, and each must write its own file before the rename."""
+    import uuid
+
+    return f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary name and a rename: readers and other attempts see
+    the old file or the whole new one, never part of one. Safe to run twice or at once."""
+    fs, target = get_fs(path)
+    fs.makedirs(posixpath.dirname(target), exist_ok=True)
+    temp = temp_name(target)
+    with fs.open(temp, "wb") as f:
+        f.write(data)
+    fs.mv(temp, target)
+
+
+def remove_file(path: str) -> None:
+    """Deletes a file if it is there (safe to run twice: a retried step removes what a first attempt did)."""
+    fs, inner = get_fs(path)
+    try:
+        fs.rm_file(inner)
+    except FileNotFoundError:
+        pass
+
+
+def file_size(path: str) -> int:
+    fs, inner = get_fs(path)
+    return int(fs.size(inner))
+
+
+def join(base: str, *parts: str) -> str:
+    """Joins path components onto a local path or URL with `/`."""
+    out = base.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out

@@ -1,0 +1,291 @@
+"""The last step of a run: check the counters, move staged files into place, write the manifest.
+
+Runs once, after every shard is staged. It refuses to commit output whose counters do not add up
+(`documents_in == documents_written + documents_rejected` for every dataset), fails the run when
+the rejected fraction passes `max_rejected_fraction`, and otherwise commits through
+`easydata.run.output.commit_output` and writes `manifest.json` last.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from typing import Any, Iterable, Optional
+
+from easydata.text.chat import template_hash
+from easydata.config import PipelineConfig
+from easydata.errors import EasyDataError
+from easydata.io.filesystems import join, open_file
+from easydata.io.formats import TOKEN_COLUMNS
+from easydata.run.manifest import PARTIAL_INPUTS, build_manifest
+from easydata.ops.mixing import MIXED_NAME, MixPlan
+from easydata.run.output import commit_output
+from easydata.run.run_plan import RunPlan
+from easydata.ops.sharding import ShardInfo
+from easydata.ops.splits import split_output_name
+
+__all__ = ["finalize_output", "output_schema"]
+
+
+def output_schema(shards: Iterable[ShardInfo], config: PipelineConfig) -> dict[str, Any]:
+    """The manifest's `schema` entry: every column with its Arrow type as written, and packing."""
+    columns: dict[str, str] = {}
+    for shard in shards:
+        for name, dtype in shard.columns:
+            columns.setdefault(name, dtype)
+    packed = config.pack.enabled
+    schema = {"columns": columns, "token_columns": [c for c in TOKEN_COLUMNS if c in columns],
+              "packed": packed, "seq_length": config.pack.seq_length if packed else None,
+              "strategy": config.pack.strategy if packed else None}
+    if config.save.format in ("bin", "megatron"):  # raw files: the dtypes np.memmap needs (easydata.io.token_files)
+        schema.update(token_dtype=columns.get("input_ids"), index_dtype="int64")
+    return schema
+
+
+def _shard_documents(infos: list[ShardInfo]) -> int:
+    """Documents an unpacked output's shards hold (a windowed document's rows count once)."""
+    return sum(s.rows if s.documents is None else s.documents for s in infos)
+
+
+def _shard_entry(s: ShardInfo) -> dict[str, Any]:
+    entry = {"path": s.relative_path, "rows": s.rows, "tokens": s.tokens, "padding_tokens": s.padding_tokens,
+             "bytes": s.bytes}
+    entry.update({f"{role}_path": relative for role, _, relative in s.companions})  # bin: index_path, ...
+    return entry
+
+
+def _truncation(config: PipelineConfig, dataset: str) -> str:
+    """The truncation in force for `dataset` (its tokenizer settings may override the stage's)."""
+    for ds in config.datasets:
+        if ds.name == dataset:
+            return config.tokenize_for(ds).truncation_mode
+    return config.tokenize.truncation_mode
+
+
+def _cut_entry(truncation: str, infos: list[ShardInfo], c: collections.Counter, packed: bool) -> dict[str, Any]:
+    """How many documents `tokenize.truncation` cut (and, for windows, the extra rows they made)."""
+    if truncation == "none":
+        return {}
+    cut = c["packed_cut_documents"] if packed else sum(s.cut_documents for s in infos)
+    if truncation == "truncate":
+        return {"truncated_documents": cut}
+    if packed:
+        extra = c["packed_pieces"] - c["packed_documents"]
+    else:
+        extra = sum(s.rows for s in infos) - _shard_documents(infos)
+    return {"windowed_documents": cut, "extra_windows": extra}
+
+
+def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, packed: bool,
+                   written: int, truncation: str = "none") -> dict[str, Any]:
+    """One output's manifest entry; checks that its counters add up."""
+    rows = sum(s.rows for s in infos)
+    if c["documents_in"] != written + c["documents_rejected"]:
+        raise RuntimeError(f"dataset '{name}': documents_in={c['documents_in']} but written={written} +"
+                           f" rejected={c['documents_rejected']}; refusing to commit")
+    if packed and (rows != c["packed_rows"] or sum(s.tokens for s in infos) != c["packed_tokens"]):
+        raise RuntimeError(f"dataset '{name}': shards hold {rows} rows, the packer made {c['packed_rows']};"
+                           " refusing to commit")
+    columns: dict[str, str] = {}
+    for shard in infos:
+        columns.update({column: dtype for column, dtype in shard.columns if column not in columns})
+    entry = {
+        "columns": columns,  # this output's own columns (the schema lists those of every output)
+        "shards": [_shard_entry(s) for s in infos],
+        "documents_in": c["documents_in"],
+        "documents_written": written,
+        "documents_rejected": c["documents_rejected"],
+        "input_bytes": c["input_bytes"],
+        "padding_tokens": sum(s.padding_tokens for s in infos),
+        **_cut_entry(truncation, infos, c, packed),
+    }
+    if any(name == "loss_mask" for s in infos for name, _ in s.columns):
+        entry["trained_tokens"] = sum(s.trained_tokens for s in infos)
+    if packed:
+        slots = sum(s.tokens + s.padding_tokens for s in infos)
+        entry["segments"] = c["packed_segments"]
+        entry["segments_per_row"] = round(c["packed_segments"] / rows, 4) if rows else 0.0
+        entry["padding_fraction"] = round(entry["padding_tokens"] / slots, 6) if slots else 0.0
+    return entry
+
+
+def _mix_entry(mix_plan: MixPlan, counters: dict[str, collections.Counter], plan: RunPlan,
+               shards: list[ShardInfo], packed: bool) -> dict[str, Any]:
+    """The manifest's `mix` entry: targets, what was realized per source, and the bug guards.
+
+    Raises:
+      RuntimeError: when the selection did not yield what the plan promised, or the output does not
+        hold every selected copy (a bug: nothing is committed).
+    """
+    sources: dict[str, dict[str, Any]] = {}
+    for d in plan.datasets:
+        c, p = counters[d.name], mix_plan.sources[d.name]
+        if c["mix_tokens_out"] != p.planned_tokens:
+            raise RuntimeError(f"mix: dataset '{d.name}' gave {c['mix_tokens_out']} tokens, the plan"
+                               f" {p.planned_tokens}; refusing to commit")
+        sources[d.name] = {
+            "documents_in": c["documents_in"], "documents_rejected": c["documents_rejected"],
+            "documents_mixed": c["mix_documents"], "documents_selected": c["mix_selected"],
+            "document_copies": c["mix_copies"], "tokens": p.tokens, "target_tokens": round(p.target_tokens),
+            "tokens_out": c["mix_tokens_out"], "repeat_factor": round(p.repeat_factor, 6),
+        }
+    copies = sum(s["document_copies"] for s in sources.values())
+    tokens_out = sum(s["tokens_out"] for s in sources.values())
+    mixed = counters[MIXED_NAME]
+    written_copies = mixed["packed_pieces"] if packed else sum(s.rows for s in shards)
+    written_tokens = mixed["packed_tokens"] if packed else sum(s.tokens for s in shards)
+    if (written_copies, written_tokens) != (copies, tokens_out):
+        raise RuntimeError(f"mix: selected {copies} documents / {tokens_out} tokens but the output holds"
+                           f" {written_copies} / {written_tokens}; refusing to commit")
+    for entry in sources.values():
+        entry["realized_token_share"] = round(entry["tokens_out"] / tokens_out, 6) if tokens_out else 0.0
+    return {**mix_plan.as_dict(), "realized_token_share": {n: s["realized_token_share"] for n, s in sources.items()},
+            "tokens_out": tokens_out, "sources": sources}
+
+
+def _split_entries(config: PipelineConfig, plan: RunPlan, by_output: dict[str, list[ShardInfo]],
+                   counters: dict[str, collections.Counter], fractions: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Manifest entries of split outputs `<dataset>/<split>`. Rejected records have no split: they are
+    counted in each dataset's first split, so `documents_in == written + rejected` holds per entry.
+
+    Raises:
+      RuntimeError: when a dataset's splits do not add up to the documents it read (a bug).
+    """
+    packed, entries = config.pack.enabled, {}
+    for d in plan.datasets:
+        source, written_total = counters[d.name], 0
+        for index, (split, fraction) in enumerate(fractions.items()):
+            name = split_output_name(d.name, split)
+            infos, c = by_output[name], collections.Counter(counters[name])
+            written = c["packed_documents"] if packed else _shard_documents(infos)
+            if index == 0:
+                c.update(documents_rejected=source["documents_rejected"], input_bytes=source["input_bytes"])
+            c["documents_in"] = written + c["documents_rejected"]
+            entries[name] = _dataset_entry(name, infos, c, packed, written, _truncation(config, d.name))
+            entries[name]["split"] = {"dataset": d.name, "name": split, "fraction": round(fraction, 9)}
+            written_total += written
+        if written_total + source["documents_rejected"] != source["documents_in"]:
+            raise RuntimeError(f"dataset '{d.name}': splits hold {written_total} documents +"
+                               f" {source['documents_rejected']} rejected, but {source['documents_in']} were read;"
+                               " refusing to commit")
+    return entries
+
+
+def _refuse_empty_datasets(plan: RunPlan, counters: dict[str, collections.Counter],
+                           rejected_files: Iterable[str]) -> None:
+    """A dataset of which no document survived fails the run (a wrong `content_field`, chat records
+    without a template...), naming the most common reason, instead of a run that looks successful.
+
+    Raises:
+      EasyDataError: one line; nothing is committed.
+    """
+    for d in plan.datasets:
+        c = counters[d.name]
+        if c["documents_in"] - c["documents_rejected"] > 0:
+            continue
+        reasons: collections.Counter = collections.Counter()
+        for rel in rejected_files:
+            if rel.startswith(f"rejected/{d.name}/"):
+                with open_file(join(plan.staging, rel), "rb", decompress=False) as f:
+                    for line in f:
+                        reject = json.loads(line)
+                        reasons[reject["reason"]] += int(reject.get("records", 1))
+        if not reasons:
+            raise EasyDataError(f"dataset '{d.name}' wrote no documents: its input holds no records; set"
+                                " allow_empty_datasets: true to accept an empty dataset")
+        reason, count = reasons.most_common(1)[0]
+        raise EasyDataError(f"dataset '{d.name}' wrote no documents: all {c['documents_rejected']:,} records were"
+                            f" rejected, {count:,} of them for: {reason[:200]} (dead letters in"
+                            f" {join(plan.staging, 'rejected', d.name)}; set allow_empty_datasets: true to accept)")
+
+
+def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo],
+                    stats: Iterable[tuple[str, dict[str, int]]], rejected_files: Iterable[str],
+                    started_at: float, mix_plan: Optional[MixPlan] = None) -> dict[str, Any]:
+    """Commits the staged output and returns the manifest written.
+
+    Args:
+      mix_plan: the plan of a mixed run (its datasets' rows went to the single output `mixed`).
+
+    Raises:
+      EasyDataError: when too many documents were rejected.
+      RuntimeError: when counters do not add up (a bug: nothing is committed).
+    """
+    counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    partial: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for name, values in stats:
+        values = dict(values)
+        partial[name].extend(values.pop(PARTIAL_INPUTS, ()))
+        counters[name].update(values)
+    names = [MIXED_NAME] if mix_plan is not None else [d.name for d in plan.datasets]
+    fractions = config.save.split_fractions()
+    if fractions is not None:
+        names = [split_output_name(name, split) for name in names for split in fractions]
+    by_dataset: dict[str, list[ShardInfo]] = {name: [] for name in names}
+    for shard in shards:
+        by_dataset[shard.dataset].append(shard)
+    datasets: dict[str, dict[str, Any]] = {}
+    for infos in by_dataset.values():
+        infos.sort(key=lambda s: s.shard)
+    packed = config.pack.enabled
+    mix = None
+    if fractions is not None:
+        datasets = _split_entries(config, plan, by_dataset, counters, fractions)
+    elif mix_plan is None:
+        for name, infos in by_dataset.items():
+            written = counters[name]["packed_documents"] if packed else _shard_documents(infos)
+            datasets[name] = _dataset_entry(name, infos, counters[name], packed, written, _truncation(config, name))
+    else:
+        mix = _mix_entry(mix_plan, counters, plan, by_dataset.get(MIXED_NAME, []), packed)
+        combined = collections.Counter(counters.get(MIXED_NAME, {}))
+        for d in plan.datasets:
+            combined.update({k: counters[d.name][k] for k in ("documents_in", "documents_rejected", "input_bytes")})
+        # The output holds the selected documents; those read but left out by the mix (subsampled) are
+        # neither written nor rejected: `documents_in` counts what this output accounts for, and
+        # `documents_read` = `documents_in` + `documents_unused`.
+        written = sum(counters[d.name]["mix_selected"] for d in plan.datasets)
+        unused = sum(counters[d.name]["mix_documents"] - counters[d.name]["mix_selected"] for d in plan.datasets)
+        combined["documents_in"] -= unused
+        datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written,
+                                              config.tokenize.truncation_mode)
+        datasets[MIXED_NAME]["documents_read"] = combined["documents_in"] + unused
+        datasets[MIXED_NAME]["documents_unused"] = unused
+        datasets[MIXED_NAME]["document_copies"] = sum(counters[d.name]["mix_copies"] for d in plan.datasets)
+    if not config.allow_empty_datasets:
+        _refuse_empty_datasets(plan, counters, rejected_files)
+    total_in = sum(d["documents_in"] for d in datasets.values())
+    total_rejected = sum(d["documents_rejected"] for d in datasets.values())
+    limit = config.max_rejected_fraction
+    if limit is not None and total_in and total_rejected / total_in > limit:
+        raise EasyDataError(f"{total_rejected} of {total_in} documents rejected"
+                            f" ({100 * total_rejected / total_in:.2f}% > max_rejected_fraction {limit}); see"
+                            f" {join(plan.staging, 'rejected')}")
+    rejected_files = sorted(rejected_files)
+    moves = [(s.temp_path, s.relative_path) for infos in by_dataset.values() for s in infos]
+    moves += [(temp, rel) for infos in by_dataset.values() for s in infos for _, temp, rel in s.companions]
+    moves += [(join(plan.staging, rel), rel) for rel in rejected_files]
+    tokenizer, per_dataset = plan.tokenizer_manifest()
+    has_loss_mask = any("trained_tokens" in entry for entry in datasets.values())
+    chat = {d.name: {"template_hash": template_hash(d.chat_template) if d.chat_template else None,
+                     "assistant_only_loss": config.chat.assistant_only_loss}
+            for d in plan.datasets if any("trained_tokens" in entry for name, entry in datasets.items()
+                                          if name == d.name or name.startswith(f"{d.name}/"))
+            or mix_plan is not None and has_loss_mask and d.chat_template}
+    if config.pack.enabled:
+        tokenizer = {**tokenizer, "pad_token_id_used": plan.datasets[0].pad_id if plan.datasets else None}
+    elapsed = time.time() - started_at
+    written = [s for infos in by_dataset.values() for s in infos]
+    manifest = build_manifest(
+        config=config.to_dict(), fingerprint=config.fingerprint(), tokenizer=tokenizer,
+        schema=output_schema(written, config), datasets=datasets, output_format=config.save.format,
+        compression=config.save.codec, rejected_files=rejected_files, tokenizers=per_dataset,
+        run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3),
+             **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix,
+        partial_inputs={name: sorted(entries, key=lambda e: (e["path"], e["offset"])) for name, entries in partial.items()})
+    if fractions is not None:
+        manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},
+                              "split_seed": config.save.split_seed, "assigned_by": "document key hash",
+                              "rejected_counted_in": next(iter(fractions))}
+    commit_output(plan.output_dir, plan.staging, moves, manifest)  # journaled: a retry completes it
+    return manifest

@@ -1,0 +1,182 @@
+"""`manifest.json`: the record of what an output directory holds and how it was made.
+
+The manifest is written last, after every shard is in place, so its presence means the output is
+complete. It records the resolved config and its fingerprint, the tokenizer (with a content hash),
+the schema, every shard with its row and token counts, and document counters that satisfy
+`documents_in == documents_written + documents_rejected` per dataset and in total.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import posixpath
+import time
+from typing import Any, Iterable, Optional
+
+from easydata.errors import InputError, ValidationFailed
+from easydata.io.filesystems import get_fs, join, open_file
+
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "build_manifest", "write_manifest",
+           "read_manifest", "member_path"]
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+COMMIT_MARKER = ".easydata-committing"  # present while a run replaces the output (easydata.run.output)
+#: Manifest key: per input dataset, the files read only in part (truncated or corrupt part-way).
+PARTIAL_INPUTS = "partial_inputs"
+
+
+def member_path(output_dir: str, relative: Any, what: str = "path") -> str:
+    """The location of a file a manifest names, which must lie inside the output directory.
+
+    A manifest is data anyone may edit or forge: a shard path `../outside/x.parquet`, `/etc/passwd` or
+    `gs://other/x` must never be opened as part of the output.
+
+    Raises:
+      ValidationFailed: for an absolute path, a URL, `..` components or anything but a relative path.
+    """
+    if not isinstance(relative, str) or not relative or "\\" in relative or "://" in relative or \
+            relative.startswith("/") or "\x00" in relative:
+        raise ValidationFailed(f"'{output_dir}': manifest {what} {relative!r} is not a relative path inside the"
+                               " output; refusing to open it")
+    normal = posixpath.normpath(relative)
+    if normal == ".." or normal.startswith("../") or normal in (".", MANIFEST_NAME):
+        raise ValidationFailed(f"'{output_dir}': manifest {what} {relative!r} points outside the output; refusing"
+                               " to open it")
+    return join(output_dir, normal)
+
+
+def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[str, Any],
+                   schema: dict[str, Any], datasets: dict[str, dict[str, Any]], output_format: str,
+                   compression: str, rejected_files: Iterable[str] = (), run: Optional[dict[str, Any]] = None,
+                   tokenizers: Optional[dict[str, dict[str, Any]]] = None,
+                   chat: Optional[dict[str, dict[str, Any]]] = None,
+                   mix: Optional[dict[str, Any]] = None,
+                   partial_inputs: Optional[dict[str, list[dict[str, Any]]]] = None) -> dict[str, Any]:
+    """Assembles the manifest dict.
+
+    Args:
+      datasets: per output name: `shards` (list of `{path, rows, tokens}`), `documents_in`,
+        `documents_written`, `documents_rejected`, `padding_tokens`.
+      mix: a mix's plan and realized shares (`easydata.run.finalize`); its `target_weights` and
+        `realized_token_share` are also put at the top level.
+      partial_inputs: per input dataset, the files read only in part (`path`, `offset`, `read_bytes`,
+        `unread_bytes` (None: unknown), `reason`); their unread rest is one dead letter each.
+    """
+    totals = {"rows": 0, "tokens": 0, "padding_tokens": 0, "documents_in": 0, "documents_written": 0,
+              "documents_rejected": 0, "shards": 0}
+    trained = [info["trained_tokens"] for info in datasets.values() if "trained_tokens" in info]
+    outputs: dict[str, Any] = {}
+    for name, info in sorted(datasets.items()):
+        shards = info["shards"]
+        entry = {
+            "shards": shards,
+            "rows": sum(s["rows"] for s in shards),
+            "tokens": sum(s["tokens"] for s in shards),
+            "padding_tokens": int(info.get("padding_tokens", 0)),
+            "documents_in": int(info["documents_in"]),
+            "documents_written": int(info["documents_written"]),
+            "documents_rejected": int(info["documents_rejected"]),
+        }
+        entry.update({k: v for k, v in info.items() if k not in entry})  # e.g. packing statistics
+        outputs[name] = entry
+        for key in totals:
+            totals[key] += len(shards) if key == "shards" else entry[key]
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "config": config,
+        "config_fingerprint": fingerprint,
+        "tokenizer": tokenizer,
+        "schema": schema,
+        "format": output_format,
+        "compression": compression,
+        "datasets": outputs,
+        "totals": {**totals, **({"trained_tokens": sum(trained)} if trained else {})},
+        "documents_in": totals["documents_in"],
+        "documents_written": totals["documents_written"],
+        "documents_rejected": totals["documents_rejected"],
+        "rejected_files": sorted(rejected_files),
+        PARTIAL_INPUTS: {name: entries for name, entries in sorted((partial_inputs or {}).items()) if entries},
+    }
+    if tokenizers:
+        manifest["tokenizers"] = tokenizers
+    if chat:
+        manifest["chat"] = chat
+    if mix:
+        manifest["target_weights"] = mix["target_weights"]
+        manifest["realized_token_share"] = mix["realized_token_share"]
+        manifest["mix"] = mix
+    if run:
+        manifest["run"] = run
+    return manifest
+
+
+def write_manifest(output_dir: str, manifest: dict[str, Any]) -> str:
+    """Writes `manifest.json` through a temporary name and a rename (atomic on local disks)."""
+    fs, root = get_fs(output_dir)
+    final = join(root, MANIFEST_NAME)
+    temp = join(root, f".{MANIFEST_NAME}.tmp")
+    with fs.open(temp, "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+    fs.mv(temp, final)
+    return join(output_dir, MANIFEST_NAME)
+
+
+def _commit_in_progress(output_dir: str) -> Optional[dict[str, Any]]:
+    """The commit marker's content (`run_id`, `started_at`) while a run replaces the output, else None."""
+    fs, root = get_fs(output_dir)
+    try:
+        with fs.open(join(root, COMMIT_MARKER), "r") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except (ValueError, OSError):
+        return {}
+
+
+def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, Any]:
+    """Loads the manifest of an output directory.
+
+    Args:
+      wait_for_commit: while a run is replacing the output (its commit marker is present, the old
+        manifest already gone), wait up to this many seconds for the new manifest.
+
+    Raises:
+      ValidationFailed: when there is no manifest (an incomplete or foreign directory, or a commit
+        that did not finish within `wait_for_commit`) or it is corrupt.
+    """
+    path = join(output_dir, MANIFEST_NAME)
+    deadline = time.monotonic() + wait_for_commit
+    while True:
+        try:
+            with open_file(path, "rb", decompress=False) as f:
+                manifest = json.load(f)
+            break
+        except (FileNotFoundError, InputError):
+            commit = _commit_in_progress(output_dir)
+            if commit is None:
+                raise ValidationFailed(f"'{output_dir}' has no {MANIFEST_NAME}: not an easydata output, or a run"
+                                       " that did not finish") from None
+            if time.monotonic() >= deadline:
+                started = commit.get("started_at")
+                since = _dt.datetime.fromtimestamp(started, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
+                    if isinstance(started, (int, float)) else "an unknown time"
+                waited = f" after waiting {wait_for_commit:g} s" if wait_for_commit else ""
+                raise ValidationFailed(
+                    f"'{output_dir}' is being replaced by run {commit.get('run_id', '?')} (commit started {since})"
+                    f" and has no {MANIFEST_NAME} yet{waited}; if that run died, rerun it") from None
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+        except (ValueError, OSError) as e:
+            raise ValidationFailed(f"'{path}' is not a readable JSON manifest: {e}") from None
+    if not isinstance(manifest, dict) or "format_version" not in manifest:
+        raise ValidationFailed(f"'{path}' is not an easydata manifest (no format_version)")
+    version = manifest["format_version"]
+    if not isinstance(version, int) or isinstance(version, bool):  # else `>` below raises TypeError
+        raise ValidationFailed(f"'{path}' has an invalid format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise ValidationFailed(f"'{path}' has format_version {manifest['format_version']}; this easydata"
+                               f" reads up to {FORMAT_VERSION}: upgrade easydata-beam")
+    return manifest

@@ -1,0 +1,128 @@
+"""Progress of a running pipeline, visible from the process that launched it.
+
+Beam workers may be other processes (or other machines), so they report through small files:
+each worker's `ProgressSink` rewrites `<progress_dir>/<worker-id>.json` with its running counters
+at most once a second. `ProgressMonitor`, a thread in the launching process, sums those files and
+draws a progress bar over the known total input bytes (tqdm on a terminal, a line every
+`log_every` seconds otherwise). Reporting is best effort: a failed write never fails the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import sys
+import threading
+import time
+import uuid
+from typing import Optional
+
+from easydata.io.filesystems import get_fs, join
+
+__all__ = ["ProgressSink", "ProgressMonitor", "read_progress"]
+
+_COUNTERS = ("input_bytes", "documents", "tokens")
+
+
+class ProgressSink:
+    """Per-worker counters, flushed to `<progress_dir>/<id>.json` at most every `interval` seconds."""
+
+    def __init__(self, progress_dir: Optional[str], interval: float = 1.0):
+        self._dir = progress_dir
+        self._interval = interval
+        self._path = join(progress_dir, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json") if progress_dir else None
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._last = 0.0
+
+    def add(self, **counts: int) -> None:
+        if self._path is None:
+            return
+        for key, value in counts.items():
+            self._counts[key] += int(value)
+        if time.monotonic() - self._last >= self._interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._path is None:
+            return
+        self._last = time.monotonic()
+        try:
+            fs, path = get_fs(self._path)
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            fs.pipe_file(path, json.dumps(self._counts).encode())
+        except Exception:  # progress is advisory: never fail the job for it
+            pass
+
+
+def read_progress(progress_dir: str) -> dict[str, int]:
+    """Sums every worker's latest counters."""
+    totals = dict.fromkeys(_COUNTERS, 0)
+    try:
+        fs, root = get_fs(progress_dir)
+        files = fs.glob(join(root, "*.json"))
+        for file in files:
+            try:
+                data = json.loads(fs.cat_file(file))
+            except (ValueError, OSError):
+                continue  # a file being rewritten: counted at the next poll
+            for key in _COUNTERS:
+                totals[key] += int(data.get(key, 0))
+    except Exception:
+        pass
+    return totals
+
+
+class ProgressMonitor:
+    """Background thread drawing the progress of a local run.
+
+    Args:
+      progress_dir: where workers report.
+      total_bytes: input bytes of the whole job (the bar's 100%).
+      log_every: seconds between plain log lines when stderr is not a terminal.
+    """
+
+    def __init__(self, progress_dir: str, total_bytes: int, log_every: float = 10.0, enabled: bool = True):
+        self._dir = progress_dir
+        self._total = max(total_bytes, 1)
+        self._log_every = log_every
+        self._enabled = enabled
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="easydata-progress", daemon=True)
+
+    def __enter__(self) -> "ProgressMonitor":
+        if self._enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(total=self._total, unit="B", unit_scale=True, desc="tokenizing", file=sys.stderr,
+                       leave=False, dynamic_ncols=True)
+        last_log = start
+        while not self._stop.wait(0.5):
+            counts = read_progress(self._dir)
+            done = min(counts["input_bytes"], self._total)
+            if bar is not None:
+                bar.n = done
+                # What has been read and tokenized so far: a mix or a split then writes a share of it
+                # (the summary at the end says what the output holds).
+                bar.set_postfix(docs_read=counts["documents"], tokens_tokenized=counts["tokens"], refresh=False)
+                bar.refresh()
+            elif time.monotonic() - last_log >= self._log_every:
+                last_log = time.monotonic()
+                elapsed = last_log - start
+                print(f"[easydata] {100 * done / self._total:5.1f}% of input read: {counts['documents']:,}"
+                      f" documents read, {counts['tokens']:,} tokens tokenized, {elapsed:.0f}s", file=sys.stderr,
+                      flush=True)
+        if bar is not None:
+            bar.close()

@@ -1,0 +1,285 @@
+"""Everything decided before a batch job starts: input splits, tokenizers, staging, group counts.
+
+`prepare_run` does all checks a user can fail (config, files, tokenizers, output directory) in the
+launching process, so mistakes end with one clear line before any worker starts, and records what
+the workers and the final commit need in a small, picklable `RunPlan`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from easydata.run.checkpoint import UnitCheckpoint, completed_units, run_signature, unfinished_runs, write_run_info
+from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
+from easydata.text.chat import ChatRenderer
+from easydata.errors import ConfigError, InputError
+from easydata.io.filesystems import file_version, join, open_file
+from easydata.ops.mixing import mix_budget, normalise_weights
+from easydata.ops.pack_stage import resolve_pad_id
+from easydata.run.output import new_run_id, prepare_output, staging_dir
+from easydata.ops.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
+from easydata.io.sources import InputSplit, plan_input, plan_splits, total_input_bytes
+from easydata.text.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
+
+__all__ = ["DatasetPlan", "RunPlan", "prepare_run", "work_units"]
+
+# Uncompressed Arrow bytes of token rows per input byte: ~1 token per 3-4 bytes of text, 4 bytes per
+# id, 4 per mask. Only sizes the hash groups, so a rough figure is enough.
+_ROW_BYTES_PER_INPUT_BYTE = 2.5
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPlan:
+    """One dataset's part of the run."""
+
+    name: str
+    splits: list[InputSplit]
+    tokenizer: TokenizerConfig
+    tokenizer_info: TokenizerInfo
+    input_bytes: int
+    num_groups: int
+    pad_id: int
+    chat_template: Optional[str] = None
+    resumed_units: tuple[UnitCheckpoint, ...] = ()  # work units a resumed run loads instead of reading
+    split_bytes: int = 0  # the size the splits were cut to (`easydata.io.sources.split_size`)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What workers and the commit step need to know about the run."""
+
+    run_id: str
+    output_dir: str
+    staging: str
+    datasets: list[DatasetPlan]
+    mix_num_groups: Optional[int] = None  # hash groups of the mixed output; None: no mix
+    resumed: bool = False  # continues an interrupted run (its staging directory and checkpoints)
+    unit_count: int = 0  # work units of all datasets
+
+    @property
+    def resumed_unit_count(self) -> int:
+        return sum(len(d.resumed_units) for d in self.datasets)
+
+    @property
+    def total_input_bytes(self) -> int:
+        return sum(d.input_bytes for d in self.datasets)
+
+    def tokenizer_manifest(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """The main tokenizer's manifest entry, and per-dataset entries when they differ."""
+        infos = {d.name: d.tokenizer_info.to_manifest() for d in self.datasets}
+        first = next(iter(infos.values()))
+        differ = any(info["content_hash"] != first["content_hash"] for info in infos.values())
+        return first, (infos if differ else {})
+
+
+def load_chat_template(value: Optional[str]) -> Optional[str]:
+    """`chat.template`: a file holding a jinja template, or the template text itself; checked to parse.
+
+    Raises:
+      ConfigError: when it is neither a readable file nor a template that parses.
+    """
+    if value is None:
+        return None
+    if "{" not in value:  # not template text: must be a file
+        try:
+            with open_file(value, "rb") as f:
+                value = f.read().decode("utf-8")
+        except (InputError, OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"chat.template '{value}' is neither a readable file nor a jinja template: {e}") from None
+    try:
+        ChatRenderer(value, {}, ())
+    except ValueError as e:
+        raise ConfigError(f"chat.template: {e}") from None
+    return value
+
+
+def work_units(dataset: DatasetConfig, splits: list[InputSplit]) -> list[int]:
+    """Ids of a dataset's work units: every split, or one unit (id 0) when `num_rows` limits the reading
+    (the splits are then read in order by one worker). Must agree with `transforms.read.ReadDocuments`."""
+    if dataset.num_rows is not None:
+        return [splits[0].index] if splits else []
+    return [s.index for s in splits]
+
+
+def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
+                group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False) -> RunPlan:
+    """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
+
+    Args:
+      config: the job.
+      split_bytes: target size of an input split (work unit of one reader); default: from the
+        dataset's total size (`easydata.io.sources.split_size`).
+      group_bytes: target size of a shuffle group (memory of one sorting worker).
+      resume: continue an unfinished run of the same job in the output directory, if there is one:
+        its tokenized work units are loaded instead of read again (`easydata.run.checkpoint`).
+
+    Raises:
+      ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
+    """
+    problems = config.validate()
+    if problems:
+        raise ConfigError(problems)
+    if any(ds.pubsub_subscription for ds in config.datasets):
+        raise ConfigError("a dataset reads from `pubsub_subscription`: that needs the streaming pipeline"
+                          " (`easydata run CONFIG --streaming`)")
+    configured_template = load_chat_template(config.chat.template)
+    by_name = {ds.name: ds for ds in config.datasets}
+    loaded: dict[TokenizerConfig, TokenizerInfo] = {}
+    handles: dict[TokenizerConfig, TokenizerHandle] = {}
+    datasets = []
+    for ds in config.datasets:
+        tok = config.tokenizer_for(ds)
+        if tok not in loaded:
+            handle = load_tokenizer(tok)
+            if config.tokenize.add_eos and handle.eos_token_id is None:
+                raise ConfigError(f"tokenizer '{tok.name_or_path}' declares no EOS token but tokenize.add_eos is"
+                                  " true: set the tokenizer's `eos_token` or tokenize.add_eos: false")
+            if config.tokenize.add_bos and handle.bos_token_id is None:
+                raise ConfigError(f"tokenizer '{tok.name_or_path}' declares no BOS token but tokenize.add_bos is"
+                                  " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
+            loaded[tok] = handle.info
+            handles[tok] = handle
+        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes,
+                                                 exclude_dirs=(config.save.output_dir,))
+        input_bytes = total_input_bytes(splits)
+        info = loaded[tok]
+        template = configured_template if configured_template is not None else info.chat_template
+        if template is None and ds.content_field in (config.chat.messages_field, "messages", "conversations"):
+            raise ConfigError(f"dataset '{ds.name}' reads chat records (content_field '{ds.content_field}') but"
+                              f" tokenizer '{tok.name_or_path}' has no chat template and chat.template is not set:"
+                              " set chat.template (jinja text or a file)")
+        if configured_template is None and template is not None:
+            try:
+                ChatRenderer(template, {}, ())
+            except ValueError as e:
+                raise ConfigError(f"tokenizer '{tok.name_or_path}': {e}; set chat.template to one that works"
+                                  ) from None
+        datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
+                                    input_bytes=input_bytes,
+                                    pad_id=resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id),
+                                    chat_template=template, split_bytes=planned_split_bytes,
+                                    num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
+                                                                           group_bytes)))
+    mix_num_groups = None
+    if config.static_mix is not None:
+        _check_shared_vocabulary(config, handles)
+        mix_num_groups = _mix_num_groups(config, datasets, group_bytes)
+    prepare_output(config.save.output_dir, config.save.overwrite)
+    signature = _signature(config, datasets)
+    previous = None
+    if resume:
+        previous, datasets = _resumable_run(config, datasets, signature)
+    run_id = previous or new_run_id()
+    staging = staging_dir(config.save.output_dir, run_id)
+    if previous:
+        datasets = [dataclasses.replace(d, resumed_units=tuple(completed_units(
+            staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
+    else:
+        write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets},
+                       fingerprint=config.fingerprint(), inputs=_input_versions(datasets))
+    datasets = _ship_hub_tokenizers(datasets, config.save.output_dir, staging)
+    return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
+                   mix_num_groups=mix_num_groups, resumed=previous is not None,
+                   unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
+
+
+def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str) -> list[DatasetPlan]:
+    """Hub tokenizers of a job whose output is remote (gs://, s3://: workers on other machines, e.g.
+    Dataflow) are resolved here, once, and their files copied into the run's staging directory;
+    the workers load them from there and never ask the Hub. Local jobs share this machine's cache."""
+    from easydata.io.filesystems import local_path
+    from easydata.text.tokenizer import is_hub_id, resolve_tokenizer_files, stage_tokenizer_files
+
+    if local_path(output_dir) is not None:
+        return datasets
+    shipped: dict[str, str] = {}
+    out = []
+    for d in datasets:
+        name = d.tokenizer.name_or_path
+        if is_hub_id(name):
+            if name not in shipped:
+                tokenizer_file, _ = resolve_tokenizer_files(name)
+                shipped[name] = stage_tokenizer_files(tokenizer_file.parent, join(staging, "tokenizers", name))
+            d = dataclasses.replace(d, tokenizer=dataclasses.replace(d.tokenizer, name_or_path=shipped[name]))
+        out.append(d)
+    return out
+
+
+def _signature(config: PipelineConfig, datasets: list[DatasetPlan]) -> str:
+    return run_signature(config.fingerprint(), {d.name: d.splits for d in datasets})
+
+
+def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signature: str
+                   ) -> tuple[Optional[str], list[DatasetPlan]]:
+    """The newest unfinished run of this job in the output directory, and the dataset plans to run.
+
+    A run planned here with other split sizes than it was (the default size follows the machine's
+    cores: resumed on another machine, or with another `split_bytes`) is re-planned with the
+    interrupted run's recorded sizes, and resumed when that gives its signature (same config, same
+    input files); its work units are then the interrupted run's.
+    """
+    by_name = {ds.name: ds for ds in config.datasets}
+    current: Optional[dict[str, str]] = None
+    for info in unfinished_runs(config.save.output_dir):
+        recorded_inputs = info.get("inputs")
+        if info.get("fingerprint") == config.fingerprint() and isinstance(recorded_inputs, dict):
+            current = _input_versions(datasets) if current is None else current
+            for path, version in sorted(recorded_inputs.items()):
+                now = current.get(path, "absent")
+                if now != version:
+                    raise InputError(f"cannot resume run {info['run_id']}: input '{path}' changed since it started"
+                                     f" ({version} -> {now}); its tokens would not match the file: run without"
+                                     " --resume to start afresh")
+        if info["signature"] == signature:
+            return info["run_id"], datasets
+        recorded = info.get("split_bytes")
+        if not isinstance(recorded, dict) or set(recorded) != {d.name for d in datasets} or \
+                all(recorded[d.name] == d.split_bytes for d in datasets):
+            continue
+        replanned = [d if recorded[d.name] == d.split_bytes else
+                     dataclasses.replace(d, splits=plan_splits(by_name[d.name], target_bytes=int(recorded[d.name]),
+                                                                   exclude_dirs=(config.save.output_dir,)),
+                                         split_bytes=int(recorded[d.name]))
+                     for d in datasets]
+        if _signature(config, replanned) == info["signature"]:
+            return info["run_id"], replanned
+    return None, datasets
+
+
+def _input_versions(datasets: list[DatasetPlan]) -> dict[str, str]:
+    """`file_version` of every input file the plans read."""
+    paths = sorted({split.path for d in datasets for split in d.splits})
+    return {path: file_version(path) for path in paths}
+
+
+def _check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:
+    """Mixed rows share one embedding table: every mixed dataset's tokenizer must have the same vocabulary.
+
+    Raises:
+      ConfigError: naming two datasets whose vocabularies differ.
+    """
+    first_ds, first = None, None
+    for ds in config.datasets:
+        if not config.mix.weights.get(ds.name):
+            continue
+        handle = handles[config.tokenizer_for(ds)]
+        if first is None:
+            first_ds, first = ds.name, handle
+        elif handle.info.content_hash != first.info.content_hash and \
+                handle.tokenizer.get_vocab(with_added_tokens=True) != first.tokenizer.get_vocab(with_added_tokens=True):
+            raise ConfigError(f"mix: datasets '{first_ds}' ({first.info.name_or_path}, vocab"
+                              f" {first.info.vocab_size}) and '{ds.name}' ({handle.info.name_or_path}, vocab"
+                              f" {handle.info.vocab_size}) use different vocabularies; mixed rows must share one"
+                              " tokenizer vocabulary")
+
+
+def _mix_num_groups(config: PipelineConfig, datasets: list[DatasetPlan], group_bytes: int) -> int:
+    """Hash groups for the mixed output, from the budget the input sizes suggest (bytes stand in for tokens)."""
+    weights = normalise_weights(config.mix.weights)
+    sizes = {d.name: max(d.input_bytes, 1) for d in datasets}
+    if config.mix.total_tokens is not None:
+        estimate = config.mix.total_tokens * 4 * _ROW_BYTES_PER_INPUT_BYTE  # ~4 bytes of text per token
+    else:
+        estimate = mix_budget(sizes, weights, config.mix.stop_strategy) * _ROW_BYTES_PER_INPUT_BYTE
+    return choose_num_groups(int(estimate), group_bytes)

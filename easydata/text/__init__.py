@@ -1,0 +1,1 @@
+"""Text to tokens: tokenizer loading and encoding, chat templates, cutting into windows, tokenizer training."""

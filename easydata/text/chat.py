@@ -1,0 +1,362 @@
+"""Chat records -> rendered text plus the character spans the model is trained on.
+
+`conversation_from_record` accepts OpenAI messages (`role`/`content`), ShareGPT turns (`from`/`value`,
+roles normalised: human->user, gpt/bot/model->assistant), optional `tools`, and prompt/completion
+pairs. `ChatRenderer` renders a conversation with a jinja chat template in the environment Hugging
+Face templates expect (`raise_exception`, `strftime_now`, `tojson`, trim/lstrip blocks, special tokens
+as variables) and returns the text with the spans of assistant responses:
+
+* templates with `{% generation %}...{% endgeneration %}` blocks: exactly those blocks;
+* otherwise, by prefix rendering: assistant turn `i` spans from the end of the conversation up to
+  `i` rendered with the generation prompt (where the model starts writing) to the end of the
+  conversation up to and including `i` (trailing whitespace excluded). This covers tool calls and
+  any end-of-turn token the template writes, and is checked: each prefix must be a prefix of the
+  full text; non-blank text before the message's content (a role header written by a template that
+  ignores `add_generation_prompt`) is left out of the span;
+* templates for which that check fails: each message's content is located in the rendered text in
+  conversation order (so a user quoting the assistant cannot be mistaken for it); an assistant span
+  is its content plus, when the next non-blank text is a special token (`<|im_end|>`, `</s>`,
+  `<|eot_id|>`, ...), that end-of-turn token.
+
+Anything that does not fit (invalid roles, no assistant turn, a template error, an assistant message
+the template does not reproduce) raises `ChatError` with a reason for the dead-letter output: there is
+never a silent fallback to another format. Token-level masks come later, from the tokenizer's offsets
+(`easydata.text.tokenization`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import re
+from typing import Any, Iterable, Optional, Sequence
+
+__all__ = ["ChatError", "Conversation", "ChatRenderer", "conversation_from_record", "template_hash",
+           "ROLE_ALIASES"]
+
+ROLE_ALIASES = {
+    "system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
+    "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "ipython": "tool",
+}
+_GEN_OPEN, _GEN_CLOSE = "\ue000", "\ue001"  # private-use sentinels around generation blocks
+
+
+class ChatError(ValueError):
+    """A chat record that cannot be rendered; the message is the dead-letter reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversation:
+    """A normalised conversation: messages with canonical roles, and optional tool definitions."""
+
+    messages: list[dict[str, Any]]
+    tools: Optional[list[Any]] = None
+
+
+def _message(raw: Any, index: int) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ChatError(f"message {index} is a {type(raw).__name__}, not an object")
+    if "role" in raw:
+        role, content = raw["role"], raw.get("content")
+    elif "from" in raw:
+        role, content = raw["from"], raw.get("value")
+    else:
+        raise ChatError(f"message {index} has neither 'role' nor 'from'")
+    canonical = ROLE_ALIASES.get(str(role).lower()) if isinstance(role, str) else None
+    if canonical is None:
+        raise ChatError(f"message {index} has unknown role {role!r}")
+    if isinstance(content, list):  # content parts: keep the text parts
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
+        if not all(isinstance(t, str) for t in texts):
+            raise ChatError(f"message {index} has content parts without text")
+        content = "".join(texts)
+    if content is None and not raw.get("tool_calls"):
+        raise ChatError(f"message {index} ({canonical}) has no content")
+    if content is not None and not isinstance(content, str):
+        raise ChatError(f"message {index} ({canonical}) content is a {type(content).__name__}, not a string")
+    message = {k: v for k, v in raw.items() if k not in ("from", "value")}
+    message.update(role=canonical, content=content if content is not None else "")
+    return message
+
+
+def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = None) -> Conversation:
+    """Normalises a record's messages (or its `prompt`/`completion` pair when `content` is None).
+
+    Raises:
+      ChatError: for anything that is not a usable conversation.
+    """
+    record = record or {}
+    if content is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str):
+        content = [{"role": "user", "content": record["prompt"]},
+                   {"role": "assistant", "content": record["completion"]}]
+    if not isinstance(content, list) or not content:
+        raise ChatError("messages must be a non-empty list")
+    messages = [_message(m, i) for i, m in enumerate(content)]
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ChatError("conversation has no assistant message")
+    tools = record.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
+    return Conversation(messages=messages, tools=tools)
+
+
+def template_hash(template: str) -> str:
+    return "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
+
+
+#: The largest string or list a chat template may build (characters or items), and render in all.
+MAX_TEMPLATE_ITEMS = 32 * 2**20
+_PADDING_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
+_PADDING_FILTERS = frozenset({"center", "indent", "format"})
+
+
+def _check_size(size: int) -> None:
+    if size > MAX_TEMPLATE_ITEMS:
+        from jinja2.exceptions import SecurityError
+
+        raise SecurityError(f"the template builds a value of {size:,} items, more than the {MAX_TEMPLATE_ITEMS:,}"
+                            " a chat template may")
+
+
+def _check_format(spec: str) -> None:
+    """A `%`/`format` string whose widths or precisions would build an over-sized string."""
+    import re
+
+    _check_size(max((int(n) for n in re.findall(r"\d+", spec)), default=0))
+
+
+def _bounded_filter(name: str, function: Any) -> Any:
+    """`center(width)`, `indent(width)` and `format(spec)` with their size checked before they run."""
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        values = [a for a in args if not hasattr(a, "environment")]  # jinja passes the eval context first
+        if name == "format" and values and isinstance(values[0], str):
+            _check_format(values[0])
+        else:
+            widths = [a for a in (*values[1:], *kwargs.values()) if isinstance(a, int) and not isinstance(a, bool)]
+            lines = str(values[0]).count("\n") + 1 if name == "indent" and values else 1
+            _check_size(max(widths, default=0) * lines)
+        return function(*args, **kwargs)
+
+    for attribute in ("jinja_pass_arg",):  # keep jinja's marker of filters that take the context
+        if hasattr(function, attribute):
+            setattr(bounded, attribute, getattr(function, attribute))
+    return bounded
+
+
+def _environment() -> Any:
+    from jinja2 import nodes
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class GenerationExtension(Extension):
+        """`{% generation %}...{% endgeneration %}`: marks assistant output with sentinels."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.CallBlock(self.call_method("_mark", []), [], [], body).set_lineno(lineno)
+
+        def _mark(self, caller: Any) -> str:
+            return _GEN_OPEN + caller() + _GEN_CLOSE
+
+    def raise_exception(message: str) -> None:
+        from jinja2.exceptions import TemplateError
+
+        raise TemplateError(message)
+
+    def tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+               sort_keys: bool = False) -> str:
+        return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        """Jinja's sandbox (no attribute escapes, `range` of at most 100,000) with bounded sizes: a
+        template cannot build a string or list beyond `MAX_TEMPLATE_ITEMS` (`{{ 'A' * 10**10 }}` took
+        6 GB in 4 s) by repetition, concatenation, powers or padding methods and filters."""
+
+        intercepted_binops = frozenset({"*", "+", "**", "%"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            if operator == "%" and isinstance(left, str):
+                _check_format(left)
+            elif operator == "*":
+                count, item = (right, left) if isinstance(right, int) else (left, right)
+                if isinstance(count, int) and isinstance(item, (str, list, tuple)):
+                    _check_size(len(item) * max(count, 0))
+            elif operator == "+" and isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
+                _check_size(len(left) + len(right))
+            elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+                _check_size(abs(left).bit_length() * max(right, 0) // 8)
+            return super().call_binop(context, operator, left, right)
+
+        def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            name = getattr(__obj, "__name__", "")
+            owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)  # jinja wraps str.format
+            if name in ("format", "format_map") and isinstance(owner, str):
+                _check_format(owner)
+            if name in _PADDING_METHODS and isinstance(owner, str):
+                widths = [a for a in (*args, *kwargs.values()) if isinstance(a, int)]
+                _check_size(max(widths, default=0) * (8 if name == "expandtabs" else 1))
+            return super().call(__context, __obj, *args, **kwargs)
+
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationExtension, loopcontrols])
+    for name in _PADDING_FILTERS:  # compiled templates call filters directly: bound them here
+        env.filters[name] = _bounded_filter(name, env.filters[name])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    return env
+
+
+class ChatRenderer:
+    """Renders conversations with one chat template.
+
+    Args:
+      template: jinja chat template text.
+      special_tokens: template variables such as `bos_token`, `eos_token`.
+      end_of_turn_tokens: special token strings that may close an assistant turn (all of the
+        tokenizer's special tokens is a good choice).
+    """
+
+    def __init__(self, template: str, special_tokens: dict[str, Optional[str]],
+                 end_of_turn_tokens: Iterable[str]):
+        environment = _environment()
+        try:
+            self._template = environment.from_string(template)
+        except Exception as e:  # a template that does not even parse is a config error
+            raise ValueError(f"chat template does not parse: {e}") from e
+        self._uses_generation = "generation" in template and "endgeneration" in template
+        self._variables = {k: v for k, v in special_tokens.items() if v is not None}
+        self._end_tokens = sorted((t for t in end_of_turn_tokens if t), key=len, reverse=True)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any, template: str) -> "ChatRenderer":
+        """A renderer with a `TokenizerHandle`'s special tokens as template variables (`bos_token`,
+        `eos_token`, `pad_token`) and all its special tokens as end-of-turn candidates."""
+        tok = tokenizer.tokenizer
+        ids = {"bos_token": tokenizer.bos_token_id, "eos_token": tokenizer.eos_token_id,
+               "pad_token": tokenizer.pad_token_id}
+        variables = {name: tok.id_to_token(i) if i is not None else None for name, i in ids.items()}
+        specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
+        return cls(template, variables, specials)
+
+    def render(self, conversation: Conversation) -> tuple[str, list[tuple[int, int]]]:
+        """Returns `(text, spans)`: the rendered conversation and its trained character spans.
+
+        Raises:
+          ChatError: when the template fails or an assistant message cannot be located.
+        """
+        for m in conversation.messages:
+            if _GEN_OPEN in m["content"] or _GEN_CLOSE in m["content"]:
+                raise ChatError("message content holds reserved private-use characters U+E000/U+E001")
+        text = self._render(conversation.messages, conversation.tools, False)
+        if self._uses_generation:
+            return _strip_generation_marks(text)
+        spans = self._prefix_spans(text, conversation)
+        return text, spans if spans is not None else self._locate(text, conversation.messages)
+
+    def render_text(self, conversation: Conversation, *, generation_prompt: bool = False) -> str:
+        """Only the rendered text (what `transformers`' `apply_chat_template(..., tokenize=False)` gives).
+
+        Raises:
+          ChatError: when the template fails.
+        """
+        text = self._render(conversation.messages, conversation.tools, generation_prompt)
+        return _strip_generation_marks(text)[0] if self._uses_generation else text
+
+    def _render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[Any]], generation_prompt: bool) -> str:
+        try:
+            text = self._template.render(messages=list(messages), tools=tools,
+                                         add_generation_prompt=generation_prompt, **self._variables)
+        except (Exception, RecursionError) as e:
+            raise ChatError(f"chat template error: {type(e).__name__}: {e}") from None
+        if len(text) > MAX_TEMPLATE_ITEMS:
+            raise ChatError(f"chat template error: it rendered {len(text):,} characters, more than"
+                            f" {MAX_TEMPLATE_ITEMS:,}")
+        return text
+
+    def _prefix_spans(self, text: str, conversation: Conversation) -> Optional[list[tuple[int, int]]]:
+        """Assistant spans by prefix rendering, or None when the template is not prefix-stable."""
+        messages, spans = conversation.messages, []
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            try:
+                before = self._render(messages[:i], conversation.tools, True)
+                through = self._render(messages[:i + 1], conversation.tools, False)
+            except ChatError:
+                return None  # e.g. a template that refuses a conversation ending with a user turn
+            if not (text.startswith(through) and through.startswith(before)):
+                return None
+            start, end = len(before), len(through.rstrip())
+            content = message["content"].strip()
+            at = text.find(content, start, end) if content else -1
+            if at >= 0 and text[start:at].strip():
+                # Non-blank text before the content: a role header the template wrote because it
+                # ignores `add_generation_prompt`. Scaffolding is never trained, so start at the content.
+                start = at
+            if end <= start:
+                raise ChatError(f"assistant message {i} does not appear in the rendered template")
+            spans.append((start, end))
+        return spans
+
+    def _locate(self, text: str, messages: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+        spans, cursor = [], 0
+        for index, message in enumerate(messages):
+            content = message["content"]
+            if not content:
+                continue
+            start, found = _find(text, content, cursor)
+            if start < 0:
+                if message["role"] == "assistant":
+                    raise ChatError(f"assistant message {index} does not appear in the rendered template")
+                continue  # templates may drop or rewrite system/tool text; it is never trained anyway
+            end = start + len(found)
+            cursor = end
+            if message["role"] == "assistant":
+                end = self._end_of_turn(text, end)
+                spans.append((start, end))
+                cursor = end
+        return spans
+
+    def _end_of_turn(self, text: str, end: int) -> int:
+        probe = end
+        while probe < len(text) and text[probe] in " \t\r\n":
+            probe += 1
+        for token in self._end_tokens:
+            if text.startswith(token, probe):
+                return probe + len(token)
+        return end
+
+
+def _find(text: str, content: str, cursor: int) -> tuple[int, str]:
+    """Position of `content` (or of its stripped form, as templates often `.strip()`) after `cursor`."""
+    start = text.find(content, cursor)
+    if start >= 0:
+        return start, content
+    stripped = content.strip()
+    if stripped and stripped != content:
+        start = text.find(stripped, cursor)
+        if start >= 0:
+            return start, stripped
+    return -1, content
+
+
+def _strip_generation_marks(marked: str) -> tuple[str, list[tuple[int, int]]]:
+    """Removes the generation sentinels; returns the clean text and the spans they enclosed."""
+    pieces, spans, length, opened = [], [], 0, None
+    for part in re.split(f"([{_GEN_OPEN}{_GEN_CLOSE}])", marked):
+        if part == _GEN_OPEN:
+            opened = length
+        elif part == _GEN_CLOSE:
+            if opened is not None and length > opened:
+                spans.append((opened, length))
+            opened = None
+        else:
+            pieces.append(part)
+            length += len(part)
+    return "".join(pieces), spans

@@ -1,0 +1,424 @@
+"""Loading Hugging Face fast tokenizers offline, and batched encoding to int32 token arrays.
+
+`load_tokenizer` accepts a directory with `tokenizer.json` (plus optional `tokenizer_config.json` /
+`special_tokens_map.json`), a `tokenizer.json` file, or a hub id `owner/name` (read from the local
+Hugging Face cache, else downloaded into it by `easydata.io.hub` unless `HF_HUB_OFFLINE=1`). Special-token ids (BOS/EOS/PAD) come from the
+tokenizer's own files or from explicit overrides, never from hard-coded numbers.
+
+`TokenizerHandle.encode_batch` runs the Rust tokenizer on a whole batch (it releases the GIL and
+uses its own threads), then builds one flat int32 array plus offsets, so later stages move numpy /
+Arrow buffers instead of Python lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+
+from easydata.config import TokenizerConfig
+from easydata.errors import TokenizerError
+
+__all__ = ["TokenizerHandle", "TokenizerInfo", "load_tokenizer", "preload_tokenizers", "resolve_tokenizer_files",
+           "shared_tokenizer"]
+
+# Names under which tokenizers commonly declare their special tokens, tried in order when
+# `tokenizer_config.json` says nothing. They are looked up in the tokenizer's own vocabulary.
+_BOS_CANDIDATES = ("<s>", "<|begin_of_text|>", "<bos>", "[CLS]", "<|startoftext|>")
+_EOS_CANDIDATES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<eos>", "[SEP]", "<|im_end|>")
+_PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerInfo:
+    """What the manifest records about a tokenizer."""
+
+    name_or_path: str
+    content_hash: str
+    vocab_size: int
+    bos_token_id: Optional[int]
+    eos_token_id: Optional[int]
+    pad_token_id: Optional[int]
+    chat_template: Optional[str] = None
+
+    def to_manifest(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("chat_template")
+        return data
+
+
+def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
+    """Finds `tokenizer.json` and the directory holding its config files, without network access.
+
+    Raises:
+      TokenizerError: when nothing matching is found locally.
+    """
+    if "://" in name_or_path and not name_or_path.startswith("file://"):
+        return _fetched(name_or_path)
+    path = Path(os.path.expanduser(name_or_path))
+    if path.is_file():
+        return path, path.parent
+    if path.is_dir():
+        if (path / "tokenizer.json").is_file():
+            return path / "tokenizer.json", path
+        raise TokenizerError(f"tokenizer directory '{name_or_path}' has no tokenizer.json"
+                             " (only fast tokenizers are supported; convert with transformers first)")
+    if is_hub_id(name_or_path):
+        cached = _from_hf_cache(name_or_path)
+        if cached is None:
+            from easydata.io.hub import download_tokenizer
+
+            cached = download_tokenizer(name_or_path)
+        return cached, cached.parent
+    if not path.suffix:
+        cached = _from_hf_cache(name_or_path)
+        if cached is not None:
+            return cached, cached.parent
+    raise TokenizerError(
+        f"tokenizer '{name_or_path}' not found: give a directory with tokenizer.json, a tokenizer.json file,"
+        " or a hub id 'owner/name' (downloaded into the Hugging Face cache; from the cache with HF_HUB_OFFLINE=1)")
+
+
+def is_hub_id(name_or_path: str) -> bool:
+    """`owner/name` that is not a local path: a Hugging Face hub id."""
+    return (name_or_path.count("/") == 1 and "://" not in name_or_path and not name_or_path.startswith((".", "/", "~"))
+            and not Path(os.path.expanduser(name_or_path)).exists())
+
+
+#: Tokenizer files next to `tokenizer.json` that loading reads.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+_FETCHED: dict[str, tuple[Path, Path]] = {}
+
+
+def stage_tokenizer_files(directory: Path, url: str) -> str:
+    """Copies a tokenizer's files into `url` (a directory on any file system); returns `url`."""
+    from easydata.io.filesystems import get_fs, join
+
+    fs, root = get_fs(url)
+    fs.makedirs(root, exist_ok=True)
+    for name in _TOKENIZER_FILES:
+        if (directory / name).is_file():
+            with fs.open(join(root, name), "wb") as f:
+                f.write((directory / name).read_bytes())
+    return url
+
+
+def _fetched(url: str) -> tuple[Path, Path]:
+    """A tokenizer directory on a remote file system (one the launcher staged), copied to a local
+    temporary directory once per process."""
+    import tempfile
+
+    from easydata.io.filesystems import get_fs, join
+
+    if url not in _FETCHED:
+        fs, root = get_fs(url)
+        local = Path(tempfile.mkdtemp(prefix="easydata-tokenizer-"))
+        for name in _TOKENIZER_FILES:
+            try:
+                with fs.open(join(root, name), "rb") as f:
+                    (local / name).write_bytes(f.read())
+            except FileNotFoundError:
+                if name == "tokenizer.json":
+                    raise TokenizerError(f"tokenizer '{url}' has no tokenizer.json") from None
+            except OSError as e:
+                raise TokenizerError(f"cannot read tokenizer '{url}': {e}") from None
+        _FETCHED[url] = (local / "tokenizer.json", local)
+    return _FETCHED[url]
+
+
+def _from_hf_cache(repo_id: str) -> Optional[Path]:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        from easydata.io.hub import cache_dir
+
+        found = try_to_load_from_cache(repo_id, "tokenizer.json", cache_dir=cache_dir())
+    except Exception:  # invalid repo ids raise a validation error: treat as "not cached"
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def _token_content(value: Any) -> Optional[str]:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+class TokenizerHandle:
+    """A loaded tokenizer plus the special-token conventions the pipeline applies.
+
+    Args:
+      config: which tokenizer and optional special-token overrides.
+    """
+
+    def __init__(self, config: TokenizerConfig):
+        from tokenizers import Tokenizer
+
+        self.config = config
+        tokenizer_file, config_dir = resolve_tokenizer_files(config.name_or_path)
+        raw = tokenizer_file.read_bytes()
+        try:
+            self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as e:
+            raise TokenizerError(f"cannot load tokenizer '{tokenizer_file}': {e}") from None
+        hasher = hashlib.sha256(raw)
+        meta: dict[str, Any] = {}
+        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+            file = config_dir / name if config_dir else None
+            if file is not None and file.is_file():
+                content = file.read_bytes()
+                hasher.update(content)
+                try:
+                    meta.update(json.loads(content))
+                except ValueError as e:  # invalid JSON, or not UTF-8
+                    raise TokenizerError(f"'{file}' is not valid JSON: {e}") from None
+        self.bos_token_id = self._special_id(config.bos_token, meta.get("bos_token"), _BOS_CANDIDATES, "bos")
+        self.eos_token_id = self._special_id(config.eos_token, meta.get("eos_token"), _EOS_CANDIDATES, "eos")
+        if config.eos_token_id is not None:  # `pack.eos_token_id`: an id, checked against the vocabulary
+            if self.tokenizer.id_to_token(config.eos_token_id) is None:
+                raise TokenizerError(f"pack.eos_token_id {config.eos_token_id} is not an id of '{config.name_or_path}'"
+                                     f" (vocabulary of {self.tokenizer.get_vocab_size(with_added_tokens=True)})")
+            self.eos_token_id = config.eos_token_id
+        self.pad_token_id = self._special_id(config.pad_token, meta.get("pad_token"), _PAD_CANDIDATES, "pad")
+        template = meta.get("chat_template")
+        self.info = TokenizerInfo(
+            name_or_path=config.name_or_path,
+            content_hash="sha256:" + hasher.hexdigest(),
+            vocab_size=self.tokenizer.get_vocab_size(with_added_tokens=True),
+            bos_token_id=self.bos_token_id,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            chat_template=template if isinstance(template, str) else None,
+        )
+
+    def _special_id(self, override: Optional[str], declared: Any, candidates: Sequence[str],
+                    kind: str) -> Optional[int]:
+        if override is not None:
+            token_id = self.tokenizer.token_to_id(override)
+            if token_id is None:
+                raise TokenizerError(f"{kind}_token '{override}' is not in the vocabulary of"
+                                     f" '{self.config.name_or_path}'")
+            return token_id
+        declared_text = _token_content(declared)
+        if declared_text is not None:
+            return self.tokenizer.token_to_id(declared_text)
+        special = {t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special}
+        for candidate in candidates:
+            if candidate in special:
+                return self.tokenizer.token_to_id(candidate)
+        return None
+
+    def encode_plain(self, texts: Sequence[str], *, add_bos: Optional[bool]) -> list[Any]:
+        """The Rust half of `encode_batch`: one batched call (it releases the GIL), no conversion.
+
+        Returns the tokenizer's `Encoding`s, for `plain_ids`. Run on a helper thread, this lets the
+        calling thread convert the previous batch while the Rust threads encode the next one.
+        """
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return encode(list(texts), add_special_tokens=add_bos is None)
+
+    def plain_ids(self, encodings: Sequence[Any], *, add_bos: Optional[bool], add_eos: bool,
+                  max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+        """The Python half of `encode_batch`: `Encoding`s -> `(flat_ids, offsets)` with special tokens."""
+        flat, lengths = _flat_ids(encodings)
+        return _apply_specials(flat, lengths,
+                               bos=self.bos_token_id if add_bos else None,
+                               eos=self.eos_token_id if add_eos else None, max_length=max_length)
+
+    def encode_batch(self, texts: Sequence[str], *, add_bos: Optional[bool], add_eos: bool,
+                     max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Tokenizes `texts` in one Rust call.
+
+        Args:
+          texts: the documents.
+          add_bos: None keeps the tokenizer's own special-token convention (its post-processor);
+            True/False encodes without it and prepends BOS or not.
+          add_eos: append EOS unless the document already ends with it.
+          max_length: keep at most this many tokens per document (EOS included).
+
+        Returns:
+          `(flat_ids, offsets)`: int32 token ids of all documents back to back, and int64 offsets of
+          length `len(texts) + 1` so document `i` is `flat_ids[offsets[i]:offsets[i + 1]]`.
+        """
+        return self.plain_ids(self.encode_plain(texts, add_bos=add_bos), add_bos=add_bos, add_eos=add_eos,
+                              max_length=max_length)
+
+    def encode_chat(self, texts: Sequence[str]) -> list[Any]:
+        """The Rust half of `encode_chat_batch`: `Encoding`s with character offsets, nothing added."""
+        return self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+
+    def chat_ids(self, encodings: Sequence[Any], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
+                 max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The Python half of `encode_chat_batch`: `Encoding`s -> `(flat_ids, offsets, flat_loss_mask)`."""
+        masks = []
+        for encoding, doc_spans in zip(encodings, spans):
+            char_offsets = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+            mask = np.zeros(len(char_offsets), dtype=bool)
+            for start, end in doc_spans:
+                mask |= (char_offsets[:, 0] < end) & (char_offsets[:, 1] > start)
+            masks.append(mask.astype(np.int32))
+        flat, lengths = _flat_ids(encodings)
+        mask_flat = np.concatenate(masks) if masks else np.zeros(0, np.int32)
+        eos = self.eos_token_id if add_eos else None
+        layout = _special_layout(flat, lengths, bos=None, eos=eos, max_length=max_length)
+        return layout.apply(flat, 0, eos or 0), layout.offsets, layout.apply(mask_flat, 0, 0)
+
+    def encode_chat_batch(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
+                          max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tokenizes rendered chat texts and marks the tokens overlapping their trained spans.
+
+        The text comes from a chat template, which places its own special tokens, so nothing is
+        added but an EOS (if `add_eos` and the text does not already end with it; its mask is 0).
+
+        Returns:
+          `(flat_ids, offsets, flat_loss_mask)`: as `encode_batch`, plus an int32 0/1 mask aligned
+          with `flat_ids`.
+        """
+        return self.chat_ids(self.encode_chat(texts), spans, add_eos=add_eos, max_length=max_length)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
+
+
+def _flat_ids(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """All encodings' ids back to back as one int32 array, and each encoding's length.
+
+    `np.fromiter` over a chain of the `Encoding.ids` lists, each made as it is consumed: one document's
+    Python ints exist at a time (lengths come from `len(encoding)`, which makes no list). ~1.5x faster
+    than an Arrow list array, and ~30 % faster than making every list first (0.47 -> 0.32 s for 800
+    documents, 4.7 M Mistral tokens).
+    """
+    lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+    flat = np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), dtype=np.int32,
+                       count=int(lengths.sum()))
+    return flat, lengths
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where ids go when BOS/EOS are added and documents truncated (see `_special_layout`)."""
+
+    offsets: np.ndarray  # new document boundaries
+    starts: np.ndarray   # each document's first position in the input
+    lengths: np.ndarray  # each document's input length
+    front: np.ndarray    # 1 where a BOS is prepended
+    body: np.ndarray     # input ids kept per document (fewer than `lengths` when truncated)
+    back: np.ndarray     # 1 where an EOS is appended
+
+    def apply(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
+        """`values` (aligned with the input ids) laid out like the output ids, specials filled in."""
+        values = values.astype(np.int32, copy=False)
+        if np.array_equal(self.body, self.lengths):  # nothing cut: insert the specials
+            return self._insert(values, bos_value, eos_value)
+        src, dst = self._kept_positions
+        out = np.empty(int(self.offsets[-1]), dtype=np.int32)
+        out[dst] = values[src]
+        out[self.offsets[:-1][self.front > 0]] = bos_value
+        out[self.offsets[1:][self.back > 0] - 1] = eos_value
+        return out
+
+    @functools.cached_property
+    def _kept_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Input positions of the kept ids and where they land (per-token index arrays, built once
+        however many aligned arrays are laid out: ids, then a loss mask)."""
+        doc = np.repeat(np.arange(len(self.lengths)), self.body)
+        rank = np.arange(len(doc)) - np.repeat(np.cumsum(self.body) - self.body, self.body)
+        return self.starts[doc] + rank, self.offsets[:-1][doc] + self.front[doc] + rank
+
+    def _insert(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
+        """One `np.insert` (a boolean mask inside) instead of per-token index arrays: ~20x faster.
+
+        Insertions are listed document by document, BOS before EOS; `np.insert` keeps that order
+        among equal positions, so an empty document gets BOS then EOS, and one document's EOS comes
+        before the next one's BOS at their shared boundary.
+        """
+        where = np.column_stack([self.starts, self.starts + self.lengths]).ravel()
+        what = np.tile(np.array([bos_value, eos_value], dtype=np.int32), len(self.lengths))
+        wanted = np.column_stack([self.front > 0, self.back > 0]).ravel()
+        return np.insert(values, where[wanted], what[wanted])
+
+
+def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
+                    max_length: Optional[int]) -> _Layout:
+    """Plans prepending BOS / appending EOS / truncating, vectorised over the whole batch.
+
+    A document keeps its BOS and EOS when truncated: the body is cut to make room for them.
+    """
+    n = len(lengths)
+    starts = np.cumsum(lengths) - lengths
+    safe = max(len(flat) - 1, 0)
+    nonempty = lengths > 0
+    front = np.zeros(n, dtype=np.int64)
+    back = np.zeros(n, dtype=np.int64)
+    if bos is not None:
+        front = (~(nonempty & (flat[np.minimum(starts, safe)] == bos)) if len(flat) else np.ones(n, bool))
+        front = front.astype(np.int64)
+    if eos is not None:
+        last = np.clip(starts + lengths - 1, 0, safe)
+        back = (~(nonempty & (flat[last] == eos)) if len(flat) else np.ones(n, bool)).astype(np.int64)
+    body = lengths.copy()
+    if max_length is not None:
+        front = np.minimum(front, max_length)
+        if eos is not None:
+            # A cut document loses the EOS it may already end with, so it needs one appended.
+            back = np.where(front + body + back > max_length, 1, back)
+        back = np.minimum(back, max_length - front)
+        body = np.minimum(body, max_length - front - back)
+    sizes = front + body + back
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return _Layout(offsets=offsets, starts=starts, lengths=lengths, front=front, body=body, back=back)
+
+
+def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
+                    max_length: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Prepends BOS / appends EOS / truncates ids; returns `(flat_ids, offsets)`."""
+    if bos is None and eos is None and max_length is None:
+        return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    layout = _special_layout(flat, lengths, bos=bos, eos=eos, max_length=max_length)
+    return layout.apply(flat, bos or 0, eos or 0), layout.offsets
+
+
+def load_tokenizer(spec: str | TokenizerConfig) -> TokenizerHandle:
+    """Loads a tokenizer from a path, hub id or `TokenizerConfig`."""
+    config = spec if isinstance(spec, TokenizerConfig) else TokenizerConfig(name_or_path=spec)
+    return TokenizerHandle(config)
+
+
+#: Handles `preload_tokenizers` loaded in this process, by config.
+_PRELOADED: dict[TokenizerConfig, TokenizerHandle] = {}
+
+
+def preload_tokenizers(configs: Iterable[TokenizerConfig]) -> None:
+    """Loads each tokenizer now, for `shared_tokenizer` to hand out later in this process.
+
+    A local worker server calls this before it forks its workers (`beam_pipelines.local_worker`): each
+    worker then starts with the tokenizer loaded, instead of every worker parsing the same
+    `tokenizer.json` (~0.3 s each, all at the start of tokenizing). Loading starts no tokenizer thread,
+    so forking afterwards is safe. A tokenizer that fails to load is left out: the step that needs it
+    loads it again and reports the error there.
+    """
+    for config in configs:
+        if config not in _PRELOADED:
+            try:
+                _PRELOADED[config] = TokenizerHandle(config)
+            except Exception:  # noqa: BLE001 - e.g. an unreadable file: the step's own load reports it
+                pass
+
+
+def shared_tokenizer(config: TokenizerConfig) -> TokenizerHandle:
+    """The handle `preload_tokenizers` loaded for `config` in this process, else a newly loaded one.
+
+    For pipeline steps' `setup`: a handle is read-only once loaded (encoding changes no setting), so
+    the steps of one worker may share it.
+    """
+    handle = _PRELOADED.get(config)
+    return handle if handle is not None else TokenizerHandle(config)

@@ -1,0 +1,1 @@
+"""Commands on finished outputs: validate, inspect, stats, and the embedded sample job."""

@@ -1,0 +1,106 @@
+"""`easydata inspect`: a manifest summary plus a few decoded rows, segment boundaries visible.
+
+Reads only the first record batch(es) of the first shard of each dataset, so it is instant on any
+output size. Decoding uses the tokenizer recorded in the manifest when it is available locally;
+otherwise raw ids are shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from easydata.io.formats import iter_shard_batches
+from easydata.run.manifest import member_path, read_manifest
+
+__all__ = ["inspect_output"]
+
+_SEGMENT_MARK = " ‖ "
+_MAX_CHARS = 600
+
+
+def _decoder(manifest: dict[str, Any]) -> Optional[Any]:
+    name = (manifest.get("tokenizer") or {}).get("name_or_path")
+    if not name:
+        return None
+    try:
+        from easydata.text.tokenizer import load_tokenizer
+
+        return load_tokenizer(name)
+    except Exception:  # the tokenizer may live on another machine: fall back to raw ids
+        return None
+
+
+def _render(row: dict[str, Any], tokenizer: Any) -> str:
+    ids = row["input_ids"]
+    segments = row.get("segment_ids")
+    if segments is None:
+        pieces = [ids]
+    else:  # split at segment changes; padding (segment 0) shown as a count
+        pieces, start = [], 0
+        for i in range(1, len(ids) + 1):
+            if i == len(ids) or segments[i] != segments[start]:
+                if segments[start] != 0:
+                    pieces.append(ids[start:i])
+                else:
+                    pieces.append(f"<{i - start} pad>")
+                start = i
+    parts = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            parts.append(piece)
+        elif tokenizer is not None:
+            parts.append(tokenizer.decode(piece))
+        else:
+            parts.append(" ".join(map(str, piece)))
+    text = _SEGMENT_MARK.join(parts)
+    return text if len(text) <= _MAX_CHARS else text[:_MAX_CHARS] + f"… (+{len(text) - _MAX_CHARS} chars)"
+
+
+def inspect_output(output_dir: str, num_rows: int = 3) -> str:
+    """Returns a human-readable summary of an output and `num_rows` decoded rows per dataset."""
+    manifest = read_manifest(output_dir)
+    tok = manifest.get("tokenizer") or {}
+    totals = manifest.get("totals") or {}
+    schema = manifest.get("schema") or {}
+    lines = [
+        f"output:     {output_dir}",
+        f"created:    {manifest.get('created_at')}  (format_version {manifest.get('format_version')})",
+        f"format:     {manifest.get('format')} / {manifest.get('compression')}",
+        f"tokenizer:  {tok.get('name_or_path')}  vocab {tok.get('vocab_size')}  bos {tok.get('bos_token_id')}"
+        f"  eos {tok.get('eos_token_id')}  pad {tok.get('pad_token_id')}",
+        f"schema:     {', '.join(schema.get('columns', {}))}  packed={schema.get('packed')}"
+        f"  seq_length={schema.get('seq_length')}",
+        f"totals:     {totals.get('rows', 0):,} rows, {totals.get('tokens', 0):,} tokens,"
+        f" {totals.get('shards', 0)} shards; documents in {manifest.get('documents_in', 0):,},"
+        f" written {manifest.get('documents_written', 0):,}, rejected {manifest.get('documents_rejected', 0):,}",
+    ]
+    mix = manifest.get("mix")
+    if mix:
+        lines.append(f"mix:        {mix.get('stop_strategy')}"
+                     + (f", total_tokens {mix['total_tokens']:,}" if mix.get("total_tokens") else "")
+                     + f"; {mix.get('tokens_out', 0):,} tokens out")
+        for source, info in sorted((mix.get("sources") or {}).items()):
+            lines.append(f"  {source}: target {100 * mix['target_weights'].get(source, 0):.2f}%, realized"
+                         f" {100 * info.get('realized_token_share', 0):.2f}%, repeat x{info.get('repeat_factor')},"
+                         f" {info.get('documents_selected', 0):,} of {info.get('documents_mixed', 0):,} documents used")
+    tokenizer = _decoder(manifest) if num_rows > 0 else None
+    for name, info in sorted((manifest.get("datasets") or {}).items()):
+        lines.append(f"\n[{name}] {len(info['shards'])} shards, {info['rows']:,} rows, {info['tokens']:,} tokens")
+        if not info["shards"] or num_rows <= 0:
+            continue
+        shown = 0
+        for batch in iter_shard_batches(member_path(output_dir, info["shards"][0]["path"], "shard path"), manifest.get("format")):
+            for row in batch.slice(0, num_rows - shown).to_pylist():
+                extras = {k: v for k, v in row.items() if k not in ("input_ids", "attention_mask", "loss_mask",
+                                                                     "segment_ids", "positions")}
+                header = f"  row {shown}: {len(row['input_ids'])} tokens"
+                if extras:
+                    header += "  " + "  ".join(f"{k}={str(v)[:60]!s}" for k, v in extras.items())
+                lines.append(header)
+                lines.append("    " + _render(row, tokenizer).replace("\n", "\n    "))
+                shown += 1
+            if shown >= num_rows:
+                break
+    if tokenizer is None and num_rows > 0:
+        lines.append("\n(tokenizer not available here: showing token ids)")
+    return "\n".join(lines)
