@@ -5,18 +5,22 @@ clean failure, and first checks that Beam still looks as expected; when it does 
 Beam), it leaves Beam alone and the job runs as Beam would run it (slower, never wrong). Each guard
 has a test (`tests/test_beam_internals.py`).
 
-Moved here so far: the state sampler's sleep (`short_state_sampling`). Still elsewhere, to move
-next: the worker connection hooks (`beam_pipelines.runners.fail_bundles_of_lost_workers`,
-`beam_pipelines.worker_pool`), the argument parser's private class (`runners`), the lean-import
-list (`lean_import`) and Dask's `_Create` override (`dask_runner`).
+Here: the state sampler's sleep (`short_state_sampling`), failing a lost worker's bundles
+(`fail_bundles_of_lost_workers`: the control connection's `_read` / `push`, `_futures_by_id`,
+`threading.excepthook`), the names of every Beam flag (`beam_flag_names`: Beam's argument parser
+class and its `_actions`). Still elsewhere (known debt): the worker pool's `_start_worker`
+(`worker_pool`), the lean-import list (`lean_import`) and Dask's `_Create` override (`dask_runner`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import logging
+import threading
+from typing import Any, Callable, Iterator, Optional
 
-__all__ = ["STATE_SAMPLING_PERIOD_MS", "short_state_sampling", "state_sampler_is_known"]
+__all__ = ["STATE_SAMPLING_PERIOD_MS", "short_state_sampling", "state_sampler_is_known",
+           "fail_bundles_of_lost_workers", "control_connection_is_known", "beam_flag_names", "DropMessage"]
 
 
 #: Longest sleep of Beam's per-bundle state sampler thread in local runs (Beam's default: 200 ms).
@@ -54,3 +58,116 @@ def state_sampler_is_known() -> bool:
     init = statesampler.StateSampler.__init__
     period = getattr(statesampler, "DEFAULT_SAMPLING_PERIOD_MS", None)
     return period is not None and getattr(init, "__defaults__", None) in ((period,), (STATE_SAMPLING_PERIOD_MS,))
+
+
+@contextlib.contextmanager
+def fail_bundles_of_lost_workers() -> Iterator[None]:
+    """Makes a worker's pending bundles fail when its connection breaks, quietly, while the block runs.
+
+    The FnApiRunner reads each worker's instruction responses on a thread that simply dies when the
+    stream breaks (the worker process was killed, e.g. by the out-of-memory killer), leaving the
+    bundles it was running unanswered, and the runner waited for ever (its stream may also just end,
+    as if the worker had finished). Here the end of the stream fails those bundles instead (Beam's
+    `ControlFuture.abort`), and any request sent to the worker after it, so the job fails and its
+    runner can say which worker ended. The runner's reader of that worker's data stream dies the same
+    way, logging a traceback and raising on its thread, and closing that worker logs a traceback:
+    these are dropped here, the job's error says it.
+    A Beam whose control connection no longer looks like this is left alone.
+    """
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    if not control_connection_is_known():
+        yield
+        return
+    connection = worker_handlers.ControlConnection
+    read, push = connection.__dict__["_read"], connection.__dict__["push"]
+
+    def read_or_abort(self: Any) -> None:
+        # The stream ends (with an error, or cleanly when the peer vanished) while requests may be
+        # pending: none will be answered. At a normal close nothing is pending.
+        broken = None
+        try:
+            read(self)
+        except Exception as e:  # noqa: BLE001 - any broken stream: fail what waits on it
+            broken = type(e).__name__
+        self._easydata_lost = RuntimeError(f"lost the connection to a worker process ({broken or 'its stream ended'})")
+        pending = list(self._futures_by_id.values())
+        if broken or pending:
+            lost.set()
+        for future in pending:
+            future.abort(self._easydata_lost)
+
+    def push_or_fail(self: Any, request: Any) -> Any:
+        future = push(self, request)
+        lost = getattr(self, "_easydata_lost", None)
+        if future is not None and lost is not None:  # sent after the stream ended: never answered
+            future.abort(lost)
+        return future
+
+    def quiet_data_reader(args: threading.ExceptHookArgs) -> None:
+        if not (args.thread is not None and args.thread.name == _DATA_READER_THREAD):
+            hook(args)
+
+    lost = threading.Event()
+    quiet_reads, quiet_closes = DropMessage(_DATA_READ_FAILED), DropMessage(_CLOSE_FAILED, only_if=lost.is_set)
+    hook = threading.excepthook
+    connection._read, connection.push = read_or_abort, push_or_fail
+    threading.excepthook = quiet_data_reader
+    logging.getLogger(_DATA_PLANE_LOGGER).addFilter(quiet_reads)
+    logging.getLogger(worker_handlers.__name__).addFilter(quiet_closes)
+    try:
+        yield
+    finally:
+        logging.getLogger(worker_handlers.__name__).removeFilter(quiet_closes)
+        logging.getLogger(_DATA_PLANE_LOGGER).removeFilter(quiet_reads)
+        threading.excepthook = hook
+        connection._read, connection.push = read, push
+
+
+# The runner-side reader of a worker's data stream: its thread's name, logger and message (Beam's).
+_DATA_READER_THREAD = "read_grpc_client_inputs"
+_DATA_PLANE_LOGGER = "apache_beam.runners.worker.data_plane"
+_DATA_READ_FAILED = "Failed to read inputs in the data plane."
+_CLOSE_FAILED = "Error closing worker_handler"
+
+
+class DropMessage(logging.Filter):
+    """Drops records whose message holds `fragment` (with `only_if`, only while it returns true)."""
+
+    def __init__(self, fragment: str, only_if: Callable[[], bool] = lambda: True):
+        super().__init__()
+        self._fragment = fragment
+        self._only_if = only_if
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self._fragment in record.getMessage() and self._only_if())
+
+
+def control_connection_is_known() -> bool:
+    """The guard: Beam's runner-side `ControlConnection` still reads with `_read`, sends with `push`,
+    keeps pending requests in `_futures_by_id`, and its futures can `abort`."""
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    connection = worker_handlers.ControlConnection
+    return (callable(connection.__dict__.get("_read")) and callable(connection.__dict__.get("push"))
+            and hasattr(worker_handlers.ControlFuture, "abort")
+            and "_futures_by_id" in getattr(connection.__init__, "__code__", type("", (), {"co_names": ()})).co_names)
+
+
+def beam_flag_names() -> Optional[set[str]]:
+    """Names of the flags every registered Beam options class declares (a flag's name may differ from
+    the option it sets: `--dask_client_address` sets `address`); None when Beam's parser no longer
+    looks as expected (the guard: then no flag is called unknown, as Beam itself would not)."""
+    from apache_beam.options import pipeline_options
+
+    parser_class = getattr(pipeline_options, "_BeamArgumentParser", None)
+    if parser_class is None:
+        return None
+    parser = parser_class(allow_abbrev=False)
+    classes = {str(c): c for c in pipeline_options.PipelineOptions.__subclasses__()}.values()
+    if not all(hasattr(cls, "_add_argparse_args") for cls in classes) or not hasattr(parser, "_actions"):
+        return None
+    for cls in classes:
+        cls._add_argparse_args(parser)
+    return {flag[2:].replace("-", "_") for action in parser._actions for flag in action.option_strings
+            if flag.startswith("--")}

@@ -13,20 +13,17 @@ it starts a local cluster). Any other runner name and every other flag pass thro
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import logging
-import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Optional
 
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions, \
-    _BeamArgumentParser
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions
 from apache_beam.runners.direct.direct_runner import DirectRunner
 from apache_beam.runners.runner import PipelineRunner
 
 from easydata.errors import EasyDataError
 from easydata.run.machine import usable_cores
-from beam_pipelines.beam_internals import short_state_sampling
+from beam_pipelines.beam_internals import DropMessage, beam_flag_names, fail_bundles_of_lost_workers, short_state_sampling
 from beam_pipelines.worker_pool import LOCAL_RUNNERS, default_worker_count, take_prestarted, \
     tokenizer_threads_per_worker
 
@@ -34,89 +31,6 @@ __all__ = ["OfflineDirectRunner", "LocalRunOptions", "make_runner_and_options", 
            "unknown_beam_flags", "runs_on_this_machine", "short_state_sampling"]
 
 _DASK_RUNNERS = {"DaskRunner", "ManagedDaskRunner"}
-
-
-@contextlib.contextmanager
-def fail_bundles_of_lost_workers() -> Iterator[None]:
-    """Makes a worker's pending bundles fail when its connection breaks, quietly, while the block runs.
-
-    The FnApiRunner reads each worker's instruction responses on a thread that simply dies when the
-    stream breaks (the worker process was killed, e.g. by the out-of-memory killer), leaving the
-    bundles it was running unanswered, and the runner waited for ever (its stream may also just end,
-    as if the worker had finished). Here the end of the stream fails those bundles instead (Beam's
-    `ControlFuture.abort`), and any request sent to the worker after it, so the job fails and its
-    runner can say which worker ended. The runner's reader of that worker's data stream dies the same
-    way, logging a traceback and raising on its thread, and closing that worker logs a traceback:
-    these are dropped here, the job's error says it.
-    A Beam whose control connection no longer looks like this is left alone.
-    """
-    from apache_beam.runners.portability.fn_api_runner import worker_handlers
-
-    connection = worker_handlers.ControlConnection
-    read, push = connection.__dict__.get("_read"), connection.__dict__.get("push")
-    if read is None or push is None or not hasattr(worker_handlers.ControlFuture, "abort"):
-        yield
-        return
-
-    def read_or_abort(self: Any) -> None:
-        # The stream ends (with an error, or cleanly when the peer vanished) while requests may be
-        # pending: none will be answered. At a normal close nothing is pending.
-        broken = None
-        try:
-            read(self)
-        except Exception as e:  # noqa: BLE001 - any broken stream: fail what waits on it
-            broken = type(e).__name__
-        self._easydata_lost = RuntimeError(f"lost the connection to a worker process ({broken or 'its stream ended'})")
-        pending = list(self._futures_by_id.values())
-        if broken or pending:
-            lost.set()
-        for future in pending:
-            future.abort(self._easydata_lost)
-
-    def push_or_fail(self: Any, request: Any) -> Any:
-        future = push(self, request)
-        lost = getattr(self, "_easydata_lost", None)
-        if future is not None and lost is not None:  # sent after the stream ended: never answered
-            future.abort(lost)
-        return future
-
-    def quiet_data_reader(args: threading.ExceptHookArgs) -> None:
-        if not (args.thread is not None and args.thread.name == _DATA_READER_THREAD):
-            hook(args)
-
-    lost = threading.Event()
-    quiet_reads, quiet_closes = _DropMessage(_DATA_READ_FAILED), _DropMessage(_CLOSE_FAILED, only_if=lost.is_set)
-    hook = threading.excepthook
-    connection._read, connection.push = read_or_abort, push_or_fail
-    threading.excepthook = quiet_data_reader
-    logging.getLogger(_DATA_PLANE_LOGGER).addFilter(quiet_reads)
-    logging.getLogger(worker_handlers.__name__).addFilter(quiet_closes)
-    try:
-        yield
-    finally:
-        logging.getLogger(worker_handlers.__name__).removeFilter(quiet_closes)
-        logging.getLogger(_DATA_PLANE_LOGGER).removeFilter(quiet_reads)
-        threading.excepthook = hook
-        connection._read, connection.push = read, push
-
-
-# The runner-side reader of a worker's data stream: its thread's name, logger and message (Beam's).
-_DATA_READER_THREAD = "read_grpc_client_inputs"
-_DATA_PLANE_LOGGER = "apache_beam.runners.worker.data_plane"
-_DATA_READ_FAILED = "Failed to read inputs in the data plane."
-_CLOSE_FAILED = "Error closing worker_handler"
-
-
-class _DropMessage(logging.Filter):
-    """Drops records whose message holds `fragment` (with `only_if`, only while it returns true)."""
-
-    def __init__(self, fragment: str, only_if: Callable[[], bool] = lambda: True):
-        super().__init__()
-        self._fragment = fragment
-        self._only_if = only_if
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (self._fragment in record.getMessage() and self._only_if())
 
 
 class OfflineDirectRunner(DirectRunner):
@@ -147,7 +61,7 @@ class OfflineDirectRunner(DirectRunner):
         workers = take_prestarted()
         # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
         # sees several workers `in_memory`: hand it the latter, with that warning filtered out.
-        quiet = _DropMessage("direct_running_mode")
+        quiet = DropMessage("direct_running_mode")
         fn_logger = logging.getLogger(fn_runner.__name__)
         direct.direct_running_mode = "in_memory"
         fn_logger.addFilter(quiet)
@@ -199,16 +113,6 @@ def runs_on_this_machine(runner: PipelineRunner | str, options: PipelineOptions)
     return uses_local_cluster is None or uses_local_cluster(options)
 
 
-def _known_flags() -> set[str]:
-    """Names of the flags every registered options class declares (a flag's name may differ from the
-    option it sets: Beam's `--dask_client_address` sets `address`)."""
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
-        cls._add_argparse_args(parser)
-    return {flag[2:].replace("-", "_") for action in parser._actions for flag in action.option_strings
-            if flag.startswith("--")}
-
-
 def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
     """Flags no registered Beam options class declares, each with the closest known flag (or None).
 
@@ -218,7 +122,9 @@ def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
     """
     if is_dask_runner(PipelineOptions(beam_args).view_as(StandardOptions).runner):
         _dask_runner()  # registers the Dask options (or says how to install dask)
-    known = _known_flags()
+    known = beam_flag_names()
+    if known is None:  # a Beam whose parser we do not know: no flag is called unknown (as Beam does)
+        return []
     found = []
     for arg in beam_args:
         if not arg.startswith("--"):
