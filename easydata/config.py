@@ -553,6 +553,9 @@ class PipelineConfig:
       streaming: the streaming pipeline's windowing; EasyData's `streaming=True/False` is accepted
         (input is always read as a stream, never loaded whole) and means the defaults.
       ray: EasyData's `RayConfig`, mapped onto local worker processes (see `RayConfig`).
+      schedule: weights over training steps for reading the datasets' outputs mixed
+        (`easydata.reader.MixedReader`); `Pipeline(...).mix().load()` applies it when `mix` has no
+        `weight_schedule` of its own. The job itself does not use it.
     """
 
     seed: int = 42

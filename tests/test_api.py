@@ -183,3 +183,16 @@ def test_prefetch_to_device_gives_jax_arrays(tmp_path, tokenizer_dir, monkeypatc
                             load=LoadStageConfig(batch_size=4, prefetch_to_device=True))
     batch = next(Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().pack().load().build())
     assert isinstance(batch["input_ids"], jax.Array) and batch["input_ids"].shape == (4, 32)
+
+
+def test_pipeline_schedule_is_the_read_time_mix(tmp_path, tokenizer_dir, monkeypatch):
+    """`PipelineConfig.schedule` (our spelling) works like EasyData's `mix.weight_schedule`."""
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    from easydata import DatasetConfig, WeightSchedulePoint
+
+    config = PipelineConfig(default_tokenizer=str(tokenizer_dir), schedule=[
+        WeightSchedulePoint(step=0, weights={"a": 1.0, "b": 1.0})],
+        datasets=[DatasetConfig(name="a", data_files=_texts_file(tmp_path / "a.jsonl", 100)),
+                  DatasetConfig(name="b", data_files=_texts_file(tmp_path / "b.jsonl", 100, seed=1))])
+    pipeline = Pipeline(config).source().tokenize().mix()
+    assert not pipeline.config.mix.static and pipeline.config.mix.weight_schedule == config.schedule

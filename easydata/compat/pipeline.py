@@ -143,6 +143,8 @@ class Pipeline:
         data = self._ensure_data()
         names = [ds.name for ds in self._config.datasets]
         mix = _stage_config(MixStageConfig, self._config.mix, config, settings)
+        if not mix.weight_schedule and self._config.schedule and not mix.weights:
+            mix = dataclasses.replace(mix, weight_schedule=list(self._config.schedule))
         if not mix.weights and not mix.weight_schedule:
             mix = dataclasses.replace(mix, weights={name: 1.0 for name in names})
         self._update("mix", mix=mix)
