@@ -13,8 +13,9 @@ of tokenized documents into Arrow record batches.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import IO, Any, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,9 @@ from easydata.io.token_arrays import list_column_values, token_list_array  # re-
 
 __all__ = [
     "SHARD_EXTENSIONS",
+    "SHARD_FORMATS",
+    "ShardFormat",
+    "shard_format",
     "shard_file_name",
     "ShardWriter",
     "iter_shard_batches",
@@ -44,8 +48,6 @@ __all__ = [
     "SLICE_MIN_VALUES_PER_ROW",
 ]
 
-SHARD_EXTENSIONS = {"parquet": ".parquet", "arrow": ".arrow", "jsonl": ".jsonl", "bin": ".bin", "npz": ".npz",
-                    "megatron": ".bin"}
 _JSONL_COMPRESSION_SUFFIX = {"none": "", "gzip": ".gz", "zstd": ".zst"}
 # Token-aligned columns: int32 lists whose lengths equal the row's length.
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "loss_mask", "segment_ids", "positions")
@@ -180,47 +182,92 @@ def take_rows(batch: pa.RecordBatch, order: np.ndarray) -> pa.RecordBatch:
     return pa.concat_batches([batch.slice(int(i), 1) for i in order])
 
 
+class _ParquetEncoder:
+    """Row groups into a Parquet file (no statistics; dictionary encoding only for dictionary columns)."""
+
+    def __init__(self, path: str, schema: pa.Schema, codec: Optional[str]):
+        import pyarrow.parquet as pq
+
+        self._file = open_arrow_file(path, "wb")
+        self._writer = pq.ParquetWriter(self._file, schema, compression=codec or "none", write_statistics=False,
+                                        use_dictionary=dictionary_columns(schema))
+
+    def emit(self, table: pa.Table) -> None:
+        self._writer.write_table(table, row_group_size=table.num_rows)
+
+    def close(self) -> None:
+        self._writer.close()
+        self._file.close()
+
+
+class _ArrowEncoder:
+    """Record batches into an Arrow IPC file."""
+
+    def __init__(self, path: str, schema: pa.Schema, codec: Optional[str]):
+        self._file = open_arrow_file(path, "wb")
+        self._writer = pa.ipc.new_file(self._file, schema, options=pa.ipc.IpcWriteOptions(compression=codec))
+
+    def emit(self, table: pa.Table) -> None:
+        # Fresh buffers: IPC would write a zero-copy slice with its parent's buffer extents, so the
+        # bytes would depend on how the rows arrived.
+        table = pa.Table.from_arrays([pa.concat_arrays(c.chunks) for c in table.columns], schema=table.schema)
+        for b in table.to_batches(max_chunksize=table.num_rows):
+            self._writer.write_batch(b)
+
+    def close(self) -> None:
+        self._writer.close()
+        self._file.close()
+
+
+class _JsonlEncoder:
+    """JSON lines, optionally gzip (with no file name and mtime 0 in its header, so the bytes depend
+    on the rows alone) or zstd."""
+
+    def __init__(self, path: str, schema: pa.Schema, codec: Optional[str]):
+        self._raw: Optional[IO] = None
+        if codec == "gzip":
+            import gzip
+
+            self._raw = open_file(path, "wb")
+            self._file: IO = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
+        else:
+            self._file = open_file(path, "wb", compression=codec)
+
+    def emit(self, table: pa.Table) -> None:
+        lines = [json.dumps(row, ensure_ascii=False) for row in table.to_pylist()]
+        self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def close(self) -> None:
+        self._file.close()
+        if self._raw is not None:  # GzipFile does not close the file object it wraps
+            self._raw.close()
+
+
 class ShardWriter:
-    """Streams record batches into one shard file in fixed-size row groups.
+    """Streams record batches into one shard file (`parquet`, `arrow` or `jsonl`) in fixed-size row groups.
 
     Args:
       path: destination (local path or URL); written directly, so pass a temporary name.
-      fmt: `parquet`, `arrow` or `jsonl`.
+      fmt: `parquet`, `arrow` or `jsonl` (token files have their own writers: `easydata.io.token_files`).
       schema: schema of every batch written.
       compression: codec (`none` for uncompressed).
       row_group_size: rows per Parquet row group / Arrow record batch / JSONL write.
     """
 
+    companions: dict[str, str] = {}
+
     def __init__(self, path: str, fmt: str, schema: pa.Schema, compression: str = "zstd",
                  row_group_size: int = 1000):
+        encoder = _ROW_ENCODERS.get(fmt)
+        if encoder is None:
+            raise ValueError(f"unknown output format {fmt!r}")
         self.path, self.fmt, self.schema = path, fmt, schema
         self.row_group_size = row_group_size
         self.rows = 0
+        self.columns = tuple((f.name, str(f.type)) for f in schema)
         self._pending: list[pa.RecordBatch] = []
         self._pending_rows = 0
-        codec = None if compression == "none" else compression
-        self._writer: Any = None
-        self._raw: Optional[IO] = None
-        if fmt == "jsonl" and codec == "gzip":
-            import gzip
-
-            # No file name and mtime 0 in the gzip header, so the bytes depend on the rows alone.
-            self._raw = open_file(path, "wb")
-            self._file: IO = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
-        elif fmt == "jsonl":
-            self._file = open_file(path, "wb", compression=codec)
-        else:
-            self._file = open_arrow_file(path, "wb")
-            if fmt == "parquet":
-                import pyarrow.parquet as pq
-
-                self._writer = pq.ParquetWriter(self._file, schema, compression=codec or "none",
-                                                write_statistics=False, use_dictionary=dictionary_columns(schema))
-            elif fmt == "arrow":
-                options = pa.ipc.IpcWriteOptions(compression=codec)
-                self._writer = pa.ipc.new_file(self._file, schema, options=options)
-            else:
-                raise ValueError(f"unknown output format {fmt!r}")
+        self._encoder = encoder(path, schema, None if compression == "none" else compression)
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Buffers rows and writes every full row group."""
@@ -241,66 +288,117 @@ class ShardWriter:
     def _emit(self, table: pa.Table) -> None:
         table = table.combine_chunks()
         self.rows += table.num_rows
-        if self.fmt == "parquet":
-            self._writer.write_table(table, row_group_size=table.num_rows)
-        elif self.fmt == "arrow":
-            # Fresh buffers: IPC would write a zero-copy slice with its parent's buffer extents, so the
-            # bytes would depend on how the rows arrived.
-            table = pa.Table.from_arrays([pa.concat_arrays(c.chunks) for c in table.columns], schema=table.schema)
-            for b in table.to_batches(max_chunksize=table.num_rows):
-                self._writer.write_batch(b)
-        else:
-            lines = [json.dumps(row, ensure_ascii=False) for row in table.to_pylist()]
-            self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
+        self._encoder.emit(table)
 
     def close(self) -> int:
         """Writes the remaining rows and the footer; returns the number of rows written."""
         if self._pending_rows:
             self._emit(pa.Table.from_batches(self._pending, self.schema))
             self._pending, self._pending_rows = [], 0
-        if self._writer is not None:
-            self._writer.close()
-        self._file.close()
-        if self._raw is not None:  # GzipFile does not close the file object it wraps
-            self._raw.close()
+        self._encoder.close()
         return self.rows
+
+
+_ROW_ENCODERS: dict[str, Any] = {"parquet": _ParquetEncoder, "arrow": _ArrowEncoder, "jsonl": _JsonlEncoder}
+
+
+def _parquet_batches(path: str, columns: Optional[list[str]]) -> Iterator[pa.RecordBatch]:
+    import pyarrow.parquet as pq
+
+    with open_arrow_file(path) as f:
+        pf = pq.ParquetFile(f)
+        for g in range(pf.num_row_groups):
+            yield from pf.read_row_group(g, columns=columns).to_batches()
+
+
+def _arrow_batches(path: str, columns: Optional[list[str]]) -> Iterator[pa.RecordBatch]:
+    with open_arrow_file(path) as f:
+        reader = pa.ipc.open_file(f)
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            yield batch.select(columns) if columns else batch
+
+
+def _jsonl_batches(path: str, columns: Optional[list[str]]) -> Iterator[pa.RecordBatch]:
+    import pyarrow.json as pj
+
+    with open_file(path) as f:
+        first = f.readline()
+    if not first.strip():
+        return
+    # JSON has no integer widths: token columns are declared int32, other fields inferred.
+    header = json.loads(first)
+    explicit = pa.schema([(c, pa.list_(pa.int32())) for c in TOKEN_COLUMNS if c in header])
+    options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
+    with open_file(path) as f:
+        for batch in pj.open_json(f, parse_options=options):
+            yield batch.select(columns) if columns else batch
+
+
+def _parquet_rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    with open_arrow_file(path) as f:
+        return pq.ParquetFile(f).metadata.num_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFormat:
+    """One output format: its file extension, how a shard is written and how it is read back.
+
+    Attributes:
+      extension: the shard file's extension (JSONL adds `.gz` / `.zst` when compressed).
+      open_writer: `(path, schema, compression, row_group_size, token_spec)` -> a writer with
+        `write(batch)`, `close() -> rows`, `columns` (as stored) and `companions` (files beside it).
+      batches: `(path, columns)` -> the shard's record batches, one row group / chunk at a time.
+      rows: `path` -> the shard's row count (None: count the batches).
+    """
+
+    extension: str
+    open_writer: Callable[..., Any]
+    batches: Callable[[str, Optional[list[str]]], Iterator[pa.RecordBatch]]
+    rows: Optional[Callable[[str], int]] = None
+
+
+def _row_format(fmt: str, extension: str, batches: Any, rows: Any = None) -> ShardFormat:
+    def open_writer(path: str, schema: pa.Schema, compression: str, row_group_size: int, token_spec: Any) -> Any:
+        return ShardWriter(path, fmt, schema, compression=compression, row_group_size=row_group_size)
+
+    return ShardFormat(extension, open_writer, batches, rows)
+
+
+def _token_format(fmt: str, extension: str) -> ShardFormat:
+    from easydata.io import token_files
+
+    def open_writer(path: str, schema: pa.Schema, compression: str, row_group_size: int, token_spec: Any) -> Any:
+        return token_files.open_token_file_writer(path, fmt, schema, token_spec, compression)
+
+    return ShardFormat(extension, open_writer, lambda path, columns: token_files.iter_token_file_batches(path, fmt, columns))
+
+
+#: Every output format (`save.format`), by name: the one place a format is looked up.
+SHARD_FORMATS: dict[str, ShardFormat] = {
+    "parquet": _row_format("parquet", ".parquet", _parquet_batches, _parquet_rows),
+    "arrow": _row_format("arrow", ".arrow", _arrow_batches),
+    "jsonl": _row_format("jsonl", ".jsonl", _jsonl_batches),
+    "bin": _token_format("bin", ".bin"),
+    "megatron": _token_format("megatron", ".bin"),
+    "npz": _token_format("npz", ".npz"),
+}
+SHARD_EXTENSIONS = {name: f.extension for name, f in SHARD_FORMATS.items()}
+
+
+def shard_format(fmt: str) -> ShardFormat:
+    """The format named `fmt` (ValueError for an unknown one)."""
+    found = SHARD_FORMATS.get(fmt)
+    if found is None:
+        raise ValueError(f"unknown shard format {fmt!r}")
+    return found
 
 
 def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None) -> Iterator[pa.RecordBatch]:
     """Streams the record batches of a shard (one row group at a time)."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        with open_arrow_file(path) as f:
-            pf = pq.ParquetFile(f)
-            for g in range(pf.num_row_groups):
-                yield from pf.read_row_group(g, columns=columns).to_batches()
-    elif fmt == "arrow":
-        with open_arrow_file(path) as f:
-            reader = pa.ipc.open_file(f)
-            for i in range(reader.num_record_batches):
-                batch = reader.get_batch(i)
-                yield batch.select(columns) if columns else batch
-    elif fmt in ("bin", "npz", "megatron"):
-        from easydata.io.token_files import iter_token_file_batches
-
-        yield from iter_token_file_batches(path, fmt, columns)
-    elif fmt == "jsonl":
-        import pyarrow.json as pj
-
-        with open_file(path) as f:
-            first = f.readline()
-        if not first.strip():
-            return
-        # JSON has no integer widths: token columns are declared int32, other fields inferred.
-        header = json.loads(first)
-        explicit = pa.schema([(c, pa.list_(pa.int32())) for c in TOKEN_COLUMNS if c in header])
-        options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="infer")
-        with open_file(path) as f:
-            for batch in pj.open_json(f, parse_options=options):
-                yield batch.select(columns) if columns else batch
-    else:
-        raise ValueError(f"unknown shard format {fmt!r}")
+    yield from shard_format(fmt).batches(path, columns)
 
 
 def read_shard_table(path: str, fmt: str, columns: Optional[list[str]] = None) -> pa.Table:
@@ -310,12 +408,8 @@ def read_shard_table(path: str, fmt: str, columns: Optional[list[str]] = None) -
 
 def count_shard_rows(path: str, fmt: str) -> int:
     """Row count from the footer / index where the format has one."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        with open_arrow_file(path) as f:
-            return pq.ParquetFile(f).metadata.num_rows
-    return sum(b.num_rows for b in iter_shard_batches(path, fmt, columns=None))
+    counter = shard_format(fmt).rows
+    return counter(path) if counter is not None else sum(b.num_rows for b in iter_shard_batches(path, fmt))
 
 
 def write_piece(table: pa.Table, path: str) -> None:
@@ -402,14 +496,8 @@ def assemble_shard(pieces: Sequence[str | tuple[str, int, int]], dest: str, fmt:
 
     drop = {*drop_columns, PIECE_COLUMN}  # hidden bookkeeping of cut documents is never written
     out_schema = pa.schema([f for f in schema if f.name not in drop])
-    if fmt in ("bin", "npz", "megatron"):
-        from easydata.io.token_files import open_token_file_writer
-
-        writer: Any = open_token_file_writer(dest, fmt, out_schema, token_files, compression)
-        columns = writer.columns
-    else:
-        writer = ShardWriter(dest, fmt, out_schema, compression=compression, row_group_size=row_group_size)
-        columns = tuple((f.name, str(f.type)) for f in out_schema)
+    writer = shard_format(fmt).open_writer(dest, out_schema, compression, row_group_size, token_files)
+    columns = writer.columns
     tokens = padding = trained = documents = cut = 0
     packed = "segment_ids" in out_schema.names
     masked = "loss_mask" in out_schema.names
@@ -431,5 +519,5 @@ def assemble_shard(pieces: Sequence[str | tuple[str, int, int]], dest: str, fmt:
                 else real
             writer.write(batch)
     rows = writer.close()
-    return AssembledShard(rows, tokens, padding, trained, documents, cut, dict(getattr(writer, "companions", {})),
+    return AssembledShard(rows, tokens, padding, trained, documents, cut, dict(writer.companions),
                           columns)
