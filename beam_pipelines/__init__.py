@@ -1,7 +1,7 @@
 """Runnable pipelines composed from `transforms/`: batch, streaming, and the Dataflow Flex Template entry.
 
-Submodules load lazily, so `python -m beam_pipelines.local_worker` (and the dask worker preload
-`beam_pipelines.dask_worker`) can set up logging before Beam loads.
+Submodules load lazily, so `python -m beam_pipelines.local.local_worker` (and the dask worker preload
+`beam_pipelines.dask.dask_worker`) can set up logging before Beam loads.
 """
 
 import importlib
@@ -12,7 +12,7 @@ __all__ = ["run_batch", "build_batch_pipeline", "BatchResult", "OfflineDirectRun
 
 _HOMES = {"run_batch": "batch", "build_batch_pipeline": "batch", "BatchResult": "batch",
           "OfflineDirectRunner": "runners", "make_runner_and_options": "runners",
-          "ManagedDaskRunner": "dask_runner", "build_batch_job": "batch", "launch_batch": "batch"}
+          "ManagedDaskRunner": "dask.dask_runner", "build_batch_job": "batch", "launch_batch": "batch"}
 
 
 def __getattr__(name: str) -> Any:

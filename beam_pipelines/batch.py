@@ -35,7 +35,7 @@ from easydata.ops.splits import split_output_name
 from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags
-from beam_pipelines.worker_pool import discard_prestarted, prestart
+from beam_pipelines.local.worker_pool import discard_prestarted, prestart
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
     ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
     WriteShards
@@ -161,7 +161,7 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     report progress there); `announce_resume` says on stderr whether an unfinished run is resumed.
 
     With `start_workers`, the local worker processes a multi-process run needs start first, and
-    import their libraries while this process plans and builds the job (`beam_pipelines.worker_pool`);
+    import their libraries while this process plans and builds the job (`beam_pipelines.local.worker_pool`);
     the caller then ends any the runner did not take (`discard_prestarted`), also when this raises.
     """
     beam_args = list(beam_args or [])

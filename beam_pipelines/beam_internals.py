@@ -9,7 +9,7 @@ Here: the state sampler's sleep (`short_state_sampling`), failing a lost worker'
 (`fail_bundles_of_lost_workers`: the control connection's `_read` / `push`, `_futures_by_id`,
 `threading.excepthook`), the names of every Beam flag (`beam_flag_names`: Beam's argument parser
 class and its `_actions`). Still elsewhere (known debt): the worker pool's `_start_worker`
-(`worker_pool`), the lean-import list (`lean_import`) and Dask's `_Create` override (`dask_runner`).
+(`local/worker_pool`), the lean-import list (`local/lean_import`) and Dask's `_Create` override (`dask/dask_runner`).
 """
 
 from __future__ import annotations

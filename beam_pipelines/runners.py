@@ -7,7 +7,7 @@ worker process per usable core, each tokenizing on its share of the cores (one i
 a single core); `--direct_num_workers=N` runs N (1: in-process). Its options make each view once
 (`LocalRunOptions`).
 `--runner=DaskRunner` runs on a dask `distributed` cluster through `ManagedDaskRunner`
-(`beam_pipelines.dask_runner`: Beam's DaskRunner with a complete batch translation; without an address
+(`beam_pipelines.dask.dask_runner`: Beam's DaskRunner with a complete batch translation; without an address
 it starts a local cluster). Any other runner name and every other flag pass through to Beam unchanged.
 """
 
@@ -24,7 +24,7 @@ from apache_beam.runners.runner import PipelineRunner
 from easydata.errors import EasyDataError
 from easydata.run.machine import usable_cores
 from beam_pipelines.beam_internals import DropMessage, beam_flag_names, fail_bundles_of_lost_workers, short_state_sampling
-from beam_pipelines.worker_pool import LOCAL_RUNNERS, default_worker_count, take_prestarted, \
+from beam_pipelines.local.worker_pool import LOCAL_RUNNERS, default_worker_count, take_prestarted, \
     tokenizer_threads_per_worker
 
 __all__ = ["OfflineDirectRunner", "LocalRunOptions", "make_runner_and_options", "is_local_runner", "is_dask_runner",
@@ -36,10 +36,10 @@ _DASK_RUNNERS = {"DaskRunner", "ManagedDaskRunner"}
 class OfflineDirectRunner(DirectRunner):
     """DirectRunner that runs batch pipelines on the FnApiRunner, never trying Prism.
 
-    In `multi_processing` mode the worker processes are forked by `beam_pipelines.worker_pool.StandbyWorkers`
+    In `multi_processing` mode the worker processes are forked by `beam_pipelines.local.worker_pool.StandbyWorkers`
     (a server started ahead of the job when the launcher could, see `prestart`), offered to the
     FnApiRunner as an external worker pool; each runs Beam's harness with a quiet stderr
-    (`beam_pipelines.local_worker`).
+    (`beam_pipelines.local.local_worker`).
     """
 
     def run_pipeline(self, pipeline, options):  # noqa: D401 - Beam's signature
@@ -100,7 +100,7 @@ def _dask_runner() -> PipelineRunner:
     except ImportError as e:
         raise EasyDataError(f"--runner=DaskRunner needs dask and distributed ({e}): install them with"
                             " pip install 'easydata-beam[dask]' (in a checkout: pip install -e '.[dask]')") from e
-    from beam_pipelines.dask_runner import ManagedDaskRunner
+    from beam_pipelines.dask.dask_runner import ManagedDaskRunner
 
     return ManagedDaskRunner()
 

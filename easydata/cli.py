@@ -160,7 +160,7 @@ def _run_streaming(config: Any, beam_args: list[str], verbose: bool) -> int:
 def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool, resume: bool = False,
                   whole_process: bool = False) -> int:
     """Runs a batch job. `whole_process`: this process is the `easydata` command and ends with it, so a
-    local job may run without the optional libraries it never uses (`beam_pipelines.lean_import`)."""
+    local job may run without the optional libraries it never uses (`beam_pipelines.local.lean_import`)."""
     import logging
 
     if not verbose:
@@ -172,8 +172,8 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         handler.addFilter(DropUserErrors())  # user and environment errors: one line from `main` instead
         logging.basicConfig(handlers=[handler], level=logging.WARNING)
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    from beam_pipelines.lean_import import without_unused_libraries
-    from beam_pipelines.worker_pool import prestart, runs_locally
+    from beam_pipelines.local.lean_import import without_unused_libraries
+    from beam_pipelines.local.worker_pool import prestart, runs_locally
 
     prestart(beam_args, config)  # local worker processes, if any, start while this process imports Beam
     lean = whole_process and runs_locally(beam_args)
@@ -367,7 +367,7 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
 
 def _stop_local_workers() -> None:
     """No local worker outlives an interrupted command (only if the worker pool was ever imported)."""
-    pool = sys.modules.get("beam_pipelines.worker_pool")
+    pool = sys.modules.get("beam_pipelines.local.worker_pool")
     if pool is not None:
         pool.stop_all_workers()
 

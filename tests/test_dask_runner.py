@@ -33,7 +33,7 @@ from tests.conftest import REPO_ROOT, free_port, make_texts, write_jsonl
 
 distributed = pytest.importorskip("distributed")  # the `dask` extra (part of `dev`)
 
-from beam_pipelines.dask_runner import ManagedDaskRunner  # noqa: E402 - needs dask
+from beam_pipelines.dask.dask_runner import ManagedDaskRunner  # noqa: E402 - needs dask
 
 # Fields of the manifest that describe the run rather than the output.
 _RUN_FIELDS = ("created_at", "run.run_id", "run.elapsed_seconds")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipelines.lean_import import UNUSED_IN_LOCAL_BATCH_JOBS, without_unused_libraries
-from beam_pipelines.worker_pool import runs_locally
+from beam_pipelines.local.lean_import import UNUSED_IN_LOCAL_BATCH_JOBS, without_unused_libraries
+from beam_pipelines.local.worker_pool import runs_locally
 from easydata.tools.validate import validate_output
 
 from tests.conftest import make_texts, write_jsonl
@@ -41,7 +41,7 @@ def test_pyarrow_and_beam_import_and_build_arrays_without_them():
     turns a Python list into an array; Beam when it is imported."""
     code = """
 import sys
-from beam_pipelines.lean_import import UNUSED_IN_LOCAL_BATCH_JOBS, without_unused_libraries
+from beam_pipelines.local.lean_import import UNUSED_IN_LOCAL_BATCH_JOBS, without_unused_libraries
 with without_unused_libraries():
     import apache_beam
     import pyarrow as pa

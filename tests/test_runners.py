@@ -12,7 +12,7 @@ from apache_beam.options.pipeline_options import DebugOptions, DirectOptions, Pi
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.runners import LocalRunOptions, OfflineDirectRunner, make_runner_and_options
-from beam_pipelines.worker_pool import default_worker_count, local_worker_count, tokenizer_threads_per_worker
+from beam_pipelines.local.worker_pool import default_worker_count, local_worker_count, tokenizer_threads_per_worker
 from easydata.run.machine import usable_cores
 
 

@@ -14,11 +14,11 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_pipelines import worker_pool
-from beam_pipelines.local_worker import START_METHOD_VARIABLE
+from beam_pipelines.local import worker_pool
+from beam_pipelines.local.local_worker import START_METHOD_VARIABLE
 from easydata.errors import EasyDataError
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options
-from beam_pipelines.worker_pool import StandbyWorkers, default_worker_count, discard_prestarted, job_tokenizers, \
+from beam_pipelines.local.worker_pool import StandbyWorkers, default_worker_count, discard_prestarted, job_tokenizers, \
     local_worker_count, prestart, take_prestarted
 from easydata.config import PipelineConfig, TokenizerConfig
 from easydata.text.tokenizer import load_tokenizer
@@ -217,7 +217,7 @@ def test_a_workers_user_error_is_not_logged_or_printed_but_other_errors_are():
     import io
     import logging
 
-    from beam_pipelines.local_worker import _QuietUserErrors, _StderrWithoutUserErrorTracebacks
+    from beam_pipelines.local.local_worker import _QuietUserErrors, _StderrWithoutUserErrorTracebacks
     from easydata.errors import InputError
 
     user = "Traceback (most recent call last):\n  File \"x.py\", line 1\neasydata.errors.InputError: bad input\n"

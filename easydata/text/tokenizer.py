@@ -400,7 +400,7 @@ _PRELOADED: dict[TokenizerConfig, TokenizerHandle] = {}
 def preload_tokenizers(configs: Iterable[TokenizerConfig]) -> None:
     """Loads each tokenizer now, for `shared_tokenizer` to hand out later in this process.
 
-    A local worker server calls this before it forks its workers (`beam_pipelines.local_worker`): each
+    A local worker server calls this before it forks its workers (`beam_pipelines.local.local_worker`): each
     worker then starts with the tokenizer loaded, instead of every worker parsing the same
     `tokenizer.json` (~0.3 s each, all at the start of tokenizing). Loading starts no tokenizer thread,
     so forking afterwards is safe. A tokenizer that fails to load is left out: the step that needs it

@@ -1,6 +1,6 @@
 """Entry point of local Beam worker processes: one process imports once, then forks a quiet harness per worker.
 
-Started by `beam_pipelines.worker_pool.StandbyWorkers` before the job needs it, this process imports
+Started by `beam_pipelines.local.worker_pool.StandbyWorkers` before the job needs it, this process imports
 Beam's harness and the libraries the job's steps use (about 2.5 CPU seconds), then serves requests on
 stdin: each line is a JSON object of the environment variables Beam's harness reads (control and
 logging endpoints, worker id, pipeline options), and for each one the process forks a child that runs
@@ -11,7 +11,7 @@ forks (named in `PRELOAD_TOKENIZERS_VARIABLE`; each worker's steps then find the
 `easydata.text.tokenizer.shared_tokenizer`). Nothing that starts threads (gRPC channels, a tokenizer's
 encoding threads, Arrow's thread pools) runs before a fork; the harness creates them in the child. Where
 forking such a process is unsafe (macOS: system frameworks), or with `EASYDATA_WORKER_START=spawn`,
-each worker is a fresh interpreter instead (`python -m beam_pipelines.local_worker --worker`, its
+each worker is a fresh interpreter instead (`python -m beam_pipelines.local.local_worker --worker`, its
 endpoints in its environment), still a child of this process.
 
 Status lines go to the launcher on this process's original stdout, written with single `os.write`
@@ -24,7 +24,7 @@ The harness logs every gRPC channel at INFO on its own stderr before it has read
 Beam logs warnings about optional GCP libraries at import; only errors reach stderr here (worker log
 records still travel to the launching process, whose logging configuration decides what is shown).
 Logging is set up before Beam is imported; this process and its workers run without the optional
-libraries a local batch job never uses (`beam_pipelines.lean_import`). Bundles end without waiting
+libraries a local batch job never uses (`beam_pipelines.local.lean_import`). Bundles end without waiting
 for Beam's state sampler (`beam_pipelines.beam_internals.short_state_sampling`).
 
 Once the harness has shut down (every DoFn torn down), a child flushes its log stream and ends
@@ -45,7 +45,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING, Any, Optional
 
-from beam_pipelines.lean_import import without_unused_libraries
+from beam_pipelines.local.lean_import import without_unused_libraries
 from easydata.errors import DropUserErrors, ends_in_user_error
 
 if TYPE_CHECKING:

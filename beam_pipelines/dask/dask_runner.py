@@ -314,7 +314,7 @@ class _DaskJob(PipelineResult):
 def _start_local_cluster(workers: Optional[int]) -> distributed.LocalCluster:
     return distributed.LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
                                     dashboard_address=":0", silence_logs=logging.ERROR,
-                                    preload=["beam_pipelines.dask_worker"])
+                                    preload=["beam_pipelines.dask.dask_worker"])
 
 
 class ManagedDaskRunner(DaskRunner):
