@@ -666,7 +666,7 @@ class PipelineConfig:
         changes: dict[str, Any] = {}
         if spec.max_length is not None:
             changes["max_length"] = spec.max_length
-            changes["truncation"] = spec.truncation if spec.truncation is not None else None
+            changes["truncation"] = spec.truncation
         elif spec.truncation is not None:
             changes["truncation"] = spec.truncation
         if not spec.add_special_tokens:

@@ -196,3 +196,17 @@ def test_pipeline_schedule_is_the_read_time_mix(tmp_path, tokenizer_dir, monkeyp
                   DatasetConfig(name="b", data_files=_texts_file(tmp_path / "b.jsonl", 100, seed=1))])
     pipeline = Pipeline(config).source().tokenize().mix()
     assert not pipeline.config.mix.static and pipeline.config.mix.weight_schedule == config.schedule
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "jsonl", "bin"])
+def test_the_build_result_reads_any_output_format(tmp_path, tokenizer_dir, fmt):
+    """The source `build()` returns reads the output with its format's own reader (it used to take
+    every non-Parquet, non-Arrow output for Parquet)."""
+    from easydata import DatasetConfig
+
+    config = PipelineConfig(default_tokenizer=str(tokenizer_dir),
+                            datasets=[DatasetConfig(name="web", data_files=_texts_file(tmp_path / "a.jsonl", 30))])
+    result = Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().save(
+        output_dir=str(tmp_path / "out"), format=fmt).build()
+    rows = list(result)
+    assert len(rows) == 30 and all(len(r["input_ids"]) > 0 for r in rows)

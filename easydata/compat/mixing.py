@@ -122,15 +122,13 @@ class MixedShardedSource(ShardedDataSource):
         iterators = {n: iter(self.sources[n]) for n in names}
         taken = {n: 0.0 for n in names}
         exhausted: set[str] = set()
+        must_run_out = {n for n in names if self.weights_or_schedule_positive(n)}  # zero throughout: never chosen
         emitted_units, step = 0.0, 0
         while True:
             weights = self._weights_at(step)
             total = sum(weights.values())
             live = [n for n in names if weights[n] > 0]
             if not live or total <= 0:
-                return
-            if self.stop_strategy != "first_exhausted" and exhausted.issuperset(
-                    n for n in names if self.weights_or_schedule_positive(n)):
                 return
             name = max(live, key=lambda n: (weights[n] / total * emitted_units - taken[n], -rank[n]))
             row = next(iterators[name], _END)
@@ -142,7 +140,7 @@ class MixedShardedSource(ShardedDataSource):
                 row = next(iterators[name], _END)
                 if row is _END:  # empty, or a one-shot iterator: nothing to restart
                     return
-                if exhausted.issuperset(n for n in names if self.weights_or_schedule_positive(n)):
+                if exhausted >= must_run_out:
                     return
             units = _units(row)
             taken[name] += units

@@ -27,7 +27,7 @@ import json
 import os
 from typing import Any, Iterator, Optional, Sequence
 
-from easydata.compat.sources import (FilesBackedSource, HuggingFaceShardedSource, ParquetShardedSource,
+from easydata.compat.sources import (FilesBackedSource, HuggingFaceShardedSource, OutputShardedSource,
                                      source_for_files)
 from easydata.compat.transforms import TokenizedShardedSource
 from easydata.config import (DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, PipelineConfig,
@@ -371,7 +371,7 @@ class JobOutputSource(FilesBackedSource):
 
     def __init__(self, job: _Job, name: str):
         self.job, self.name = job, name
-        self._files: Optional[ParquetShardedSource] = None
+        self._files: Optional[OutputShardedSource] = None
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -385,12 +385,9 @@ class JobOutputSource(FilesBackedSource):
     @property
     def files(self) -> Any:
         if self._files is None:
-            from easydata.compat.sources import _BY_TYPE
-
             self.job.run()
             directory, name = self.job.location(self.name)
-            fmt = self.job.config.save.format
-            self._files = _BY_TYPE.get(fmt, ParquetShardedSource)(directory, name=name)
+            self._files = OutputShardedSource(directory, name=name)
         return self._files
 
     def __len__(self) -> int:
@@ -463,10 +460,9 @@ def _longest_row(directory: str, name: Optional[str], fmt: str) -> int:
     """The most tokens any row of an output holds (unpacked rows have different lengths)."""
     import pyarrow.compute as pc
 
-    from easydata.compat.sources import _BY_TYPE
     from easydata.io.formats import iter_shard_batches
 
-    files = _BY_TYPE.get(fmt, ParquetShardedSource)(directory, name=name)
+    files = OutputShardedSource(directory, name=name)
     longest = 0
     for shard in files.shard_names:
         for batch in iter_shard_batches(shard, fmt, columns=["input_ids"]):

@@ -18,7 +18,7 @@ from easydata.io.formats import iter_shard_batches
 from easydata.run.manifest import MANIFEST_NAME, member_path, read_manifest
 
 __all__ = ["FileShardedSource", "ParquetShardedSource", "ArrowShardedSource", "JsonShardedSource",
-           "CsvShardedSource", "TextShardedSource", "FilesBackedSource", "HuggingFaceShardedSource",
+           "CsvShardedSource", "TextShardedSource", "OutputShardedSource", "FilesBackedSource", "HuggingFaceShardedSource",
            "HFDatasetShardedSource", "source_for_files"]
 
 
@@ -62,15 +62,11 @@ class FileShardedSource(ShardedDataSource):
         return self._list()[0]
 
     @property
-    def _shards(self) -> list[str]:
-        return self._list()[0]
-
-    @property
     def _rows(self) -> dict[str, Optional[int]]:
         return self._list()[1]
 
     def _check(self, shard_name: str) -> None:
-        if shard_name not in self._shards:
+        if shard_name not in self.shard_names:
             raise ValueError(f"unknown shard {shard_name!r}; see shard_names")
 
     def open_shard(self, shard_name: str) -> Iterator[dict[str, Any]]:
@@ -92,7 +88,7 @@ class FileShardedSource(ShardedDataSource):
 
     def get_shard_info(self, shard_name: str) -> Optional[ShardInfo]:
         self._check(shard_name)
-        return ShardInfo(self._shards.index(shard_name), shard_name, num_rows=self._rows.get(shard_name),
+        return ShardInfo(self.shard_names.index(shard_name), shard_name, num_rows=self._rows.get(shard_name),
                          byte_size=file_size(shard_name), url=shard_name)
 
     def __len__(self) -> int:
@@ -129,6 +125,15 @@ class ArrowShardedSource(_BatchFileSource):
     """Arrow IPC files, or an easydata Arrow output directory."""
 
     fmt = "arrow"
+
+
+class OutputShardedSource(_BatchFileSource):
+    """An easydata output directory in any of its formats (the manifest says which): its shards,
+    read by the format's own reader (`easydata.io.formats.SHARD_FORMATS`)."""
+
+    def __init__(self, output_dir: str, *, name: Optional[str] = None):
+        super().__init__(output_dir, name=name)
+        self.fmt = read_manifest(output_dir).get("format", "parquet")
 
 
 class JsonShardedSource(FileShardedSource):
