@@ -8,8 +8,13 @@ has a test (`tests/test_beam_internals.py`).
 Here: the state sampler's sleep (`short_state_sampling`), failing a lost worker's bundles
 (`fail_bundles_of_lost_workers`: the control connection's `_read` / `push`, `_futures_by_id`,
 `threading.excepthook`), the names of every Beam flag (`beam_flag_names`: Beam's argument parser
-class and its `_actions`). Still elsewhere (known debt): the worker pool's `_start_worker`
-(`local/worker_pool`), the lean-import list (`local/lean_import`) and Dask's `_Create` override (`dask/dask_runner`).
+class and its `_actions`), the primitives Beam's DaskRunner rewrites a pipeline into (`dask_primitives`:
+the private classes of `apache_beam.runners.dask.overrides`) and a side input's view options
+(`side_input_view`: `AsSideInput._view_options`). No other module of this project names a private Beam
+attribute (`tests/test_beam_internals.py` checks the source).
+
+Not here because they touch no private name: `local/lean_import` hides optional libraries Beam imports
+when installed (a plain import hook), `local/worker_pool` serves Beam's public worker-pool gRPC service.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 __all__ = ["STATE_SAMPLING_PERIOD_MS", "short_state_sampling", "state_sampler_is_known",
-           "fail_bundles_of_lost_workers", "control_connection_is_known", "beam_flag_names", "DropMessage"]
+           "fail_bundles_of_lost_workers", "control_connection_is_known", "beam_flag_names", "DropMessage",
+           "DaskPrimitives", "dask_primitives", "side_input_view"]
 
 
 #: Longest sleep of Beam's per-bundle state sampler thread in local runs (Beam's default: 200 ms).
@@ -171,3 +177,41 @@ def beam_flag_names() -> Optional[set[str]]:
         cls._add_argparse_args(parser)
     return {flag[2:].replace("-", "_") for action in parser._actions for flag in action.option_strings
             if flag.startswith("--")}
+
+
+class DaskPrimitives(NamedTuple):
+    """The transforms Beam's `dask_overrides()` rewrite a pipeline into (besides `ParDo`), and the rewrite."""
+
+    create: type  # holds its elements in `.values`
+    group_by_key: type
+    flatten: type
+    reshuffle: type
+    overrides: Callable[[], list]
+
+
+def dask_primitives() -> Optional[DaskPrimitives]:
+    """Beam's DaskRunner primitives (private classes of `apache_beam.runners.dask.overrides`); None when
+    this Beam no longer has them as expected (the guard: the caller then refuses to run, since Beam's
+    own DaskRunner translation loses outputs, see `beam_pipelines.dask.dask_runner`)."""
+    try:
+        from apache_beam.runners.dask import overrides
+    except ImportError:
+        return None
+    names = ("_Create", "_GroupByKeyOnly", "_Flatten", "_Reshuffle")
+    classes = [getattr(overrides, name, None) for name in names]
+    create = classes[0]
+    if not all(isinstance(c, type) for c in classes) or not callable(getattr(overrides, "dask_overrides", None)):
+        return None
+    if "values" not in getattr(create, "__dataclass_fields__", {}):
+        return None
+    return DaskPrimitives(*classes, overrides.dask_overrides)
+
+
+def side_input_view(side_input: Any) -> Any:
+    """A side input's view options (Beam's `AsSideInput._view_options()`), which rebuild its view
+    (`SideInputMap`) in a worker; raises `RuntimeError` when this Beam has no such method."""
+    view_options = getattr(side_input, "_view_options", None)
+    if not callable(view_options):
+        raise RuntimeError(f"this Apache Beam's side inputs have no _view_options(): the DaskRunner translation"
+                           f" was written against apache-beam 2.77 ({type(side_input).__name__})")
+    return view_options()

@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 from easydata.config import PipelineConfig, apply_overrides, parse_mapping_text
 from easydata.errors import ConfigError, EasyDataError
-from easydata.io.filesystems import open_file
+from easydata.io.filesystems import read_text
 
 __all__ = ["main", "parse_template_args", "config_from_template_args", "template_parser", "ENTRY_PARAMETERS",
            "BATCH_ONLY", "STREAMING_ONLY", "CONFIG_PATH_PATTERN"]
@@ -125,8 +125,7 @@ def _load_config_mapping(value: str) -> dict[str, Any]:
     if CONFIG_PATH_PATTERN.fullmatch(text):
         source = f"config file '{text}'"
         try:
-            with open_file(text, "rb") as f:
-                text = f.read().decode("utf-8")
+            text = read_text(text)
         except (EasyDataError, OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{source} cannot be read: {e}") from None
     try:

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from easydata.errors import DropUserErrors, EasyDataError, environment_error_in, user_error_in
+from easydata.errors import EasyDataError, environment_error_in, user_error_in
 
 __all__ = ["main"]
 
@@ -146,41 +146,23 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
 
 
 def _run_streaming(config: Any, beam_args: list[str], verbose: bool) -> int:
-    import logging
+    from easydata.launch import run_streaming_job
+    from easydata.logs import command_logging
 
-    if not verbose:
-        logging.basicConfig(level=logging.WARNING)
-        logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    from beam_pipelines.streaming import run_streaming
-
-    run_streaming(config, beam_args)
+    command_logging(verbose)
+    run_streaming_job(config, beam_args)
     return 0
 
 
 def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool, resume: bool = False,
                   whole_process: bool = False) -> int:
-    """Runs a batch job. `whole_process`: this process is the `easydata` command and ends with it, so a
-    local job may run without the optional libraries it never uses (`beam_pipelines.local.lean_import`)."""
-    import logging
+    """Runs a batch job and prints its summary. `whole_process`: this process is the `easydata` command
+    and ends with it (`easydata.launch.run_batch_job`)."""
+    from easydata.launch import run_batch_job
+    from easydata.logs import command_logging
 
-    if not verbose:
-        # Beam warns about optional GCP client libraries on import and reports local worker start-up
-        # chatter as warnings; keep the terminal for progress. Errors still show.
-        handler = logging.StreamHandler()
-        handler.setLevel(logging.WARNING)  # a local dask cluster's scheduler logs at INFO
-        handler.addFilter(lambda record: "apitools not found" not in record.getMessage())
-        handler.addFilter(DropUserErrors())  # user and environment errors: one line from `main` instead
-        logging.basicConfig(handlers=[handler], level=logging.WARNING)
-        logging.getLogger("apache_beam").setLevel(logging.ERROR)
-    from beam_pipelines.local.lean_import import without_unused_libraries
-    from beam_pipelines.local.worker_pool import prestart, runs_locally
-
-    prestart(beam_args, config)  # local worker processes, if any, start while this process imports Beam
-    lean = whole_process and runs_locally(beam_args)
-    with without_unused_libraries() if lean else contextlib.nullcontext():
-        from beam_pipelines.batch import run_batch
-
-        result = run_batch(config, beam_args, show_progress=not quiet, resume=resume)
+    command_logging(verbose)
+    result = run_batch_job(config, beam_args, show_progress=not quiet, resume=resume, whole_process=whole_process)
     m = result.manifest
     totals = m["totals"]
     print(f"wrote {result.output_dir}")
@@ -366,10 +348,9 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
 
 
 def _stop_local_workers() -> None:
-    """No local worker outlives an interrupted command (only if the worker pool was ever imported)."""
-    pool = sys.modules.get("beam_pipelines.local.worker_pool")
-    if pool is not None:
-        pool.stop_all_workers()
+    from easydata.launch import stop_local_workers
+
+    stop_local_workers()
 
 
 def _quiet_broken_pipe() -> None:

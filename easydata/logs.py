@@ -1,11 +1,12 @@
-"""Quiet Python API calls: Beam's import and worker chatter kept off the user's terminal.
+"""Beam's import and worker chatter kept off the user's terminal: for the command and for Python API calls.
 
 Importing Apache Beam warns about optional GCP libraries (`Failed to import GCSFileSystem`,
 `apitools not found`, the second through an implicit `logging.basicConfig` on the root logger), and
 its local workers report start-up notes as warnings. `quiet_beam_logs()` holds Beam's loggers at
 ERROR and drops those root-logger notes for the length of a call, then puts everything back
 (including a root handler Beam's implicit `basicConfig` added), so the caller's own logging setup
-is untouched and real errors still show.
+is untouched and real errors still show. `command_logging(verbose)` sets up the `easydata` command's own
+terminal logging once, for the length of the process.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import logging
 from typing import Iterator
 
-__all__ = ["quiet_beam_logs"]
+__all__ = ["quiet_beam_logs", "command_logging"]
 
 _NOISE = ("apitools not found", "Failed to import GCSFileSystem", "semi_persistent_directory",
           "Discarding unparseable args")
@@ -25,6 +26,22 @@ class _DropBeamNoise(logging.Filter):
         if record.levelno >= logging.ERROR:
             return True
         return not (record.name.startswith("apache_beam") or any(n in record.getMessage() for n in _NOISE))
+
+
+def command_logging(verbose: bool) -> None:
+    """The `easydata` command's terminal: warnings and errors, without Beam's warnings, the known import
+    notes, or the errors of user and environment problems (`main` prints those as one line); with
+    `verbose`, Python's defaults (everything Beam logs shows)."""
+    if verbose:
+        return
+    from easydata.errors import DropUserErrors
+
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)  # a local dask cluster's scheduler logs at INFO
+    handler.addFilter(_DropBeamNoise())
+    handler.addFilter(DropUserErrors())
+    logging.basicConfig(handlers=[handler], level=logging.WARNING)
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,10 @@ looks different it leaves Beam alone (the job then runs as Beam would run it).""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
+import pytest
 from apache_beam.runners.worker import statesampler
 from apache_beam.utils.counters import CounterFactory
 
@@ -69,3 +73,68 @@ def test_flag_names_guard(monkeypatch) -> None:
 
     monkeypatch.setattr(runners, "beam_flag_names", lambda: None)
     assert unknown_beam_flags(["--runer=DirectRunner"]) == []  # then no flag is called unknown
+
+
+def test_dask_primitives_guard(monkeypatch, tmp_path) -> None:
+    """The DaskRunner's primitives are known here; on a Beam without them the runner refuses in one line
+    before any cluster starts (Beam's own translation would lose outputs: never a silent fallback)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.dask import overrides
+
+    from beam_pipelines.beam_internals import dask_primitives, side_input_view
+    from beam_pipelines.dask.dask_runner import ManagedDaskRunner
+    from easydata.errors import EasyDataError
+
+    primitives = dask_primitives()
+    assert primitives is not None and primitives.create is overrides._Create
+    assert side_input_view(beam.pvalue.AsList(beam.Pipeline() | beam.Create([1]))) is not None
+    monkeypatch.delattr(overrides, "_Reshuffle")  # a Beam whose DaskRunner rewrites differently
+    assert dask_primitives() is None
+    pipeline = beam.Pipeline(options=PipelineOptions(["--dask_scheduler_file", str(tmp_path / "none.json")]))
+    _ = pipeline | beam.Create([1]) | beam.Map(str)
+    with pytest.raises(EasyDataError, match="apache-beam>=2.77,<2.78"):
+        ManagedDaskRunner().run_pipeline(pipeline, pipeline.options)
+    with pytest.raises(RuntimeError, match="_view_options"):
+        side_input_view(object())
+
+
+def _private_beam_names(path: Path) -> list[str]:
+    """Private Beam names a module touches: `from apache_beam... import _x`, attribute chains rooted at a
+    name imported from Beam with a `_x` part, and `getattr(<Beam name>, "_x")`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    beam_names: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("apache_beam"):
+            for alias in node.names:
+                beam_names.add(alias.asname or alias.name)
+                if alias.name.startswith("_"):
+                    found.append(f"{path}:{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.Import):
+            beam_names.update(a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("apache_beam"))
+
+    def root(node: ast.AST) -> str | None:
+        while isinstance(node, (ast.Attribute, ast.Call)):
+            node = node.value if isinstance(node, ast.Attribute) else node.func
+        return node.id if isinstance(node, ast.Name) else None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and root(node) in beam_names:
+            found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr") \
+                and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and str(node.args[1].value).startswith("_") and root(node.args[0]) in beam_names:
+            found.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_private_beam_names_only_in_beam_internals() -> None:
+    root = Path(__file__).resolve().parents[1]
+    internals = root / "beam_pipelines" / "beam_internals.py"
+    assert _private_beam_names(internals), "the check finds the private names beam_internals does touch"
+    touched = [hit for package in ("easydata", "transforms", "beam_pipelines")
+               for path in sorted((root / package).rglob("*.py")) if path != internals
+               for hit in _private_beam_names(path)]
+    assert touched == []

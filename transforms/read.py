@@ -15,6 +15,7 @@ Outputs (tagged):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
@@ -32,25 +33,32 @@ STATS_TAG = "stats"
 REJECTED_TAG = "rejected_files"
 
 
+@dataclasses.dataclass(frozen=True)
+class _ReadSettings:
+    """What every worker needs to read a dataset's work units (see `ReadDocuments`)."""
+
+    dataset: DatasetConfig
+    batch_size: int
+    max_document_bytes: Optional[int]
+    staging: str
+    progress_dir: Optional[str]
+    messages_field: str
+    checkpoint: bool
+
+
 class _ReadSplitsFn(beam.DoFn):
     """Reads a work unit (splits read in order, sharing one `num_rows` limit)."""
 
-    def __init__(self, dataset: DatasetConfig, batch_size: int, max_document_bytes: Optional[int],
-                 staging: str, progress_dir: Optional[str], messages_field: str, checkpoint: bool):
-        self._dataset = dataset
-        self._checkpoint = checkpoint
-        self._messages_field = messages_field
-        self._batch_size = batch_size
-        self._max_document_bytes = max_document_bytes
-        self._staging = staging
-        self._progress_dir = progress_dir
+    def __init__(self, settings: _ReadSettings):
+        self._settings = settings
         self._progress: Optional[ProgressSink] = None
 
     def setup(self) -> None:
-        self._progress = ProgressSink(self._progress_dir)
+        self._progress = ProgressSink(self._settings.progress_dir)
 
     def process(self, unit: list[InputSplit]) -> Iterator[Any]:
-        remaining = self._dataset.num_rows
+        settings = self._settings
+        remaining = settings.dataset.num_rows
         rejects: list[Reject] = []
         documents = 0
         input_bytes = 0
@@ -59,9 +67,9 @@ class _ReadSplitsFn(beam.DoFn):
             if remaining is not None and remaining <= 0:
                 break
             before = len(rejects)
-            for batch in read_split(split, self._dataset, batch_size=self._batch_size,
-                                    max_document_bytes=self._max_document_bytes, limit=remaining,
-                                    rejects=rejects, messages_field=self._messages_field):
+            for batch in read_split(split, settings.dataset, batch_size=settings.batch_size,
+                                    max_document_bytes=settings.max_document_bytes, limit=remaining,
+                                    rejects=rejects, messages_field=settings.messages_field):
                 documents += len(batch)
                 input_bytes += batch.input_bytes
                 if remaining is not None:
@@ -74,8 +82,8 @@ class _ReadSplitsFn(beam.DoFn):
                 remaining -= sum(r.records for r in rejects[before:])
         rel = None
         if rejects:
-            rel = write_dead_letters(self._staging, dead_letter_path(self._dataset.name, f"split-{unit[0].index:05d}"),
-                                     rejects)
+            rel = write_dead_letters(settings.staging,
+                                     dead_letter_path(settings.dataset.name, f"split-{unit[0].index:05d}"), rejects)
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
         rejected = sum(r.records for r in rejects)
         stats = {"documents_in": documents + rejected, "documents_rejected": rejected,
@@ -83,10 +91,10 @@ class _ReadSplitsFn(beam.DoFn):
         partial = [r.partial_entry() for r in rejects if r.partial_input]
         if partial:  # files read only in part: listed in the manifest (`easydata.run.finalize`)
             stats[PARTIAL_INPUTS] = partial
-        if self._checkpoint:
-            write_unit(self._staging, self._dataset.name, unit[0].index, batches=batches, stats=stats,
+        if settings.checkpoint:
+            write_unit(settings.staging, settings.dataset.name, unit[0].index, batches=batches, stats=stats,
                        rejected_file=rel)
-        yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset.name, stats))
+        yield beam.pvalue.TaggedOutput(STATS_TAG, (settings.dataset.name, stats))
 
     def teardown(self) -> None:
         if self._progress is not None:
@@ -112,15 +120,12 @@ class ReadDocuments(beam.PTransform):
                  max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None,
                  messages_field: str = "messages", checkpoint: bool = False, skip_units: Iterable[int] = ()):
         super().__init__()
-        self._checkpoint = checkpoint
-        self._skip_units = frozenset(skip_units)
-        self._messages_field = messages_field
+        self._settings = _ReadSettings(dataset=dataset, batch_size=batch_size, max_document_bytes=max_document_bytes,
+                                       staging=staging, progress_dir=progress_dir, messages_field=messages_field,
+                                       checkpoint=checkpoint)
         self._dataset = dataset
         self._splits = splits
-        self._batch_size = batch_size
-        self._max_document_bytes = max_document_bytes
-        self._staging = staging
-        self._progress_dir = progress_dir
+        self._skip_units = frozenset(skip_units)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         # With a row limit the splits are read in order by one worker; otherwise each is a unit.
@@ -129,10 +134,7 @@ class ReadDocuments(beam.PTransform):
         return (pbegin
                 | "Splits" >> beam.Create(units)
                 | "Distribute" >> beam.Reshuffle()
-                | "Read" >> beam.ParDo(_ReadSplitsFn(self._dataset, self._batch_size, self._max_document_bytes,
-                                                     self._staging, self._progress_dir, self._messages_field,
-                                                     self._checkpoint)
-                                       ).with_output_types(DocumentBatch)
+                | "Read" >> beam.ParDo(_ReadSplitsFn(self._settings)).with_output_types(DocumentBatch)
                 .with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:

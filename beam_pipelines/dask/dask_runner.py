@@ -55,7 +55,6 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.runners.common import DoFnRunner, DoFnState, Receiver
 from apache_beam.runners.dask.dask_runner import DaskOptions, DaskRunner
-from apache_beam.runners.dask.overrides import _Create, _Flatten, _GroupByKeyOnly, _Reshuffle, dask_overrides
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.transforms.core import ParDo
 from apache_beam.transforms.sideinputs import SideInputMap
@@ -69,6 +68,7 @@ import distributed
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
+from beam_pipelines.beam_internals import DaskPrimitives, dask_primitives, side_input_view
 from easydata.errors import EasyDataError
 
 __all__ = ["ManagedDaskRunner", "LocalDaskClusterOptions"]
@@ -172,19 +172,19 @@ def _per_partition(bag: db.Bag, prefix: str, func: Any, *items: db.Item, data: A
 
 # ---- translation -------------------------------------------------------------------------------------
 
-_SUPPORTED = (_Create, ParDo, _GroupByKeyOnly, _Flatten, _Reshuffle)
 
 
 def _main_inputs(node: AppliedPTransform) -> list[pvalue.PCollection]:
     return [p for p in node.inputs if isinstance(p, pvalue.PCollection)]
 
 
-def _refusal(node: AppliedPTransform) -> Optional[str]:
+def _refusal(node: AppliedPTransform, primitives: DaskPrimitives) -> Optional[str]:
     """Why this runner cannot run a primitive step (None: it can)."""
     transform = node.transform
     if any(not p.is_bounded for p in _main_inputs(node)):
         return f"the DaskRunner runs batch pipelines only: step {node.full_label!r} reads an unbounded PCollection"
-    if not isinstance(transform, _SUPPORTED):
+    if not isinstance(transform, (ParDo, primitives.create, primitives.group_by_key, primitives.flatten,
+                                  primitives.reshuffle)):
         return (f"the DaskRunner cannot run step {node.full_label!r}: {type(transform).__name__} is not supported"
                 " (supported: Create, ParDo without state or timers, GroupByKey, Flatten, Reshuffle and composites"
                 " of them)")
@@ -197,8 +197,11 @@ def _refusal(node: AppliedPTransform) -> Optional[str]:
 class _SupportCheck(PipelineVisitor):
     """Raises `NotImplementedError` at the first step the translation cannot run."""
 
+    def __init__(self, primitives: DaskPrimitives):
+        self._primitives = primitives
+
     def visit_transform(self, node: AppliedPTransform) -> None:
-        reason = _refusal(node)
+        reason = _refusal(node, self._primitives)
         if reason is not None:
             raise NotImplementedError(reason)
 
@@ -210,28 +213,30 @@ class _Translator(PipelineVisitor):
       bag_kwargs: `npartitions` or `partition_size` of every Create (default: one element per
         partition, up to 1,024 partitions).
       shuffle_partitions: output partitions of every GroupByKey (its parallelism).
+      primitives: the transforms Beam's `dask_overrides()` rewrote the pipeline into.
     """
 
-    def __init__(self, bag_kwargs: dict[str, int], shuffle_partitions: int):
+    def __init__(self, bag_kwargs: dict[str, int], shuffle_partitions: int, primitives: DaskPrimitives):
+        self._primitives = primitives
         self.bags: dict[pvalue.PCollection, db.Bag] = {}
         self.consumed: set[pvalue.PCollection] = set()
         self._bag_kwargs = bag_kwargs
         self._shuffle_partitions = shuffle_partitions
 
     def visit_transform(self, node: AppliedPTransform) -> None:  # `_SupportCheck` has passed every step
-        transform, main = node.transform, _main_inputs(node)
+        transform, main, primitives = node.transform, _main_inputs(node), self._primitives
         self.consumed.update(main)
         self.consumed.update(si.pvalue for si in node.side_inputs)
-        if isinstance(transform, _Create):
+        if isinstance(transform, primitives.create):
             self._set(node, self._create(list(transform.values)))
         elif isinstance(transform, ParDo):
             self._pardo(node, main[0])
-        elif isinstance(transform, _GroupByKeyOnly):
+        elif isinstance(transform, primitives.group_by_key):
             self._set(node, self._group_by_key(node, main[0]))
-        elif isinstance(transform, _Flatten):
+        elif isinstance(transform, primitives.flatten):
             bags = [self.bags[p] for p in main]
             self._set(node, db.concat(bags) if bags else db.from_sequence([], npartitions=1))
-        else:  # _Reshuffle: partitions already spread the work
+        else:  # reshuffle: partitions already spread the work
             self._set(node, self.bags[main[0]])
 
     def sinks(self) -> list[db.Bag]:
@@ -250,7 +255,7 @@ class _Translator(PipelineVisitor):
 
     def _pardo(self, node: AppliedPTransform, main: pvalue.PCollection) -> None:
         transform = node.transform
-        views = [(type(si), si._view_options()) for si in node.side_inputs]
+        views = [(type(si), side_input_view(si)) for si in node.side_inputs]
         payload = pickler.dumps((transform.fn, transform.args, transform.kwargs, views, main.windowing,
                                  node.full_label))
         sides = [self.bags[si.pvalue].reduction(list, _concat) for si in node.side_inputs]
@@ -342,8 +347,12 @@ class ManagedDaskRunner(DaskRunner):
         self.check_options(options)
         client_kwargs = options.view_as(DaskOptions).get_all_options(drop_default=True, current_only=True)
         bag_kwargs = {k: client_kwargs.pop(k) for k in ("npartitions", "partition_size") if k in client_kwargs}
-        pipeline.replace_all(dask_overrides())
-        pipeline.visit(_SupportCheck())  # before any cluster starts
+        primitives = dask_primitives()
+        if primitives is None:
+            raise EasyDataError("the DaskRunner translation was written against apache-beam 2.77 and this Beam's"
+                                " DaskRunner no longer looks like it: install apache-beam>=2.77,<2.78")
+        pipeline.replace_all(primitives.overrides())
+        pipeline.visit(_SupportCheck(primitives))  # before any cluster starts
         cluster = None
         if self.uses_local_cluster(options):
             cluster = _start_local_cluster(options.view_as(LocalDaskClusterOptions).dask_local_workers)
@@ -359,7 +368,7 @@ class ManagedDaskRunner(DaskRunner):
             threads = sum(client.nthreads().values())
             shuffle_partitions = bag_kwargs.get("npartitions") or (
                 _SHUFFLES_PER_THREAD * threads if threads else _DEFAULT_SHUFFLE_PARTITIONS)
-            translator = _Translator(bag_kwargs, shuffle_partitions)
+            translator = _Translator(bag_kwargs, shuffle_partitions, primitives)
             pipeline.visit(translator)
             futures = client.compute([sink.reduction(_count, sum) for sink in translator.sinks()])
         except BaseException:

@@ -238,9 +238,9 @@ def _run_job(config: PipelineConfig, beam_args: Optional[Sequence[str]], show_pr
     from easydata.logs import quiet_beam_logs
 
     with quiet_beam_logs():
-        from beam_pipelines.batch import run_batch
+        from easydata.launch import run_batch_job
 
-        return run_batch(config, _worker_args(config, list(beam_args or [])), show_progress=show_progress)
+        return run_batch_job(config, _worker_args(config, list(beam_args or [])), show_progress=show_progress)
 
 
 def _worker_args(config: PipelineConfig, args: list[str]) -> list[str]:

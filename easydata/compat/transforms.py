@@ -16,7 +16,7 @@ import numpy as np
 
 from easydata.compat.chat_transform import ChatTemplateTransform, as_tokenizer_handle
 from easydata.core.protocols import (DropFields, FilterTransform, MapTransform, RenameFields, SelectFields,
-                                     ShardedDataSource, TransformedShardedSource)
+                                     DerivedShardedSource, ShardedDataSource, TransformedShardedSource)
 
 __all__ = ["TransformedShardedSource", "MapTransform", "FilterTransform", "RenameFields", "SelectFields",
            "DropFields", "ChatTemplateTransform", "TokenizedShardedSource", "as_tokenizer_handle"]
@@ -24,7 +24,7 @@ __all__ = ["TransformedShardedSource", "MapTransform", "FilterTransform", "Renam
 Example = dict[str, Any]
 
 
-class TokenizedShardedSource(ShardedDataSource):
+class TokenizedShardedSource(DerivedShardedSource):
     """`source` with `input_ids` and `attention_mask` added, tokenized in batches on the fly.
 
     Args:
@@ -54,14 +54,7 @@ class TokenizedShardedSource(ShardedDataSource):
             self._handle = as_tokenizer_handle(self.tokenizer)
         return self._handle
 
-    @property
-    def shard_names(self) -> Sequence[str]:
-        return self.source.shard_names
-
-    def num_shards(self) -> int:
-        return self.source.num_shards()
-
-    def _tokenized(self, examples: Iterator[Example]) -> Iterator[Example]:
+    def _apply(self, examples: Iterator[Example]) -> Iterator[Example]:
         batch: list[Example] = []
         for example in examples:
             batch.append(example)
@@ -81,12 +74,6 @@ class TokenizedShardedSource(ShardedDataSource):
             out["input_ids"] = ids.tolist()
             out["attention_mask"] = np.ones(len(ids), dtype=np.int32).tolist()
             yield out
-
-    def open_shard(self, shard_name: str) -> Iterator[Example]:
-        return self._tokenized(self.source.open_shard(shard_name))
-
-    def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[Example]:
-        return self._tokenized(self.source.open_shard_at_row(shard_name, row))
 
     def __len__(self) -> int:
         return len(self.source)

@@ -15,7 +15,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-__all__ = ["ShardInfo", "ShardedDataSource", "BaseStage", "PipelineContext", "TransformedShardedSource",
+__all__ = ["ShardInfo", "ShardedDataSource", "BaseStage", "PipelineContext", "DerivedShardedSource", "TransformedShardedSource",
            "MapTransform", "FilterTransform", "RenameFields", "SelectFields", "DropFields"]
 
 Example = dict[str, Any]
@@ -107,11 +107,11 @@ class ShardedDataSource(ABC):
                                                                     output_field=output_field, **kwargs))
 
 
-class TransformedShardedSource(ShardedDataSource):
-    """`source` with `transform` applied to every example (examples it maps to None are dropped)."""
+class DerivedShardedSource(ShardedDataSource):
+    """A source whose examples are made from `source`'s, shard by shard (same shards): subclasses
+    define `_apply` on one shard's examples."""
 
-    def __init__(self, source: ShardedDataSource, transform: Callable[[Example], Optional[Example]]):
-        self.source, self.transform_fn = source, transform
+    source: ShardedDataSource
 
     @property
     def shard_names(self) -> Sequence[str]:
@@ -121,10 +121,7 @@ class TransformedShardedSource(ShardedDataSource):
         return self.source.num_shards()
 
     def _apply(self, examples: Iterator[Example]) -> Iterator[Example]:
-        for example in examples:
-            out = self.transform_fn(example)
-            if out is not None:
-                yield out
+        raise NotImplementedError
 
     def open_shard(self, shard_name: str) -> Iterator[Example]:
         return self._apply(self.source.open_shard(shard_name))
@@ -132,6 +129,19 @@ class TransformedShardedSource(ShardedDataSource):
     def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[Example]:
         """Rows counted in the source (a filter may drop some): resuming is exact either way."""
         return self._apply(self.source.open_shard_at_row(shard_name, row))
+
+
+class TransformedShardedSource(DerivedShardedSource):
+    """`source` with `transform` applied to every example (examples it maps to None are dropped)."""
+
+    def __init__(self, source: ShardedDataSource, transform: Callable[[Example], Optional[Example]]):
+        self.source, self.transform_fn = source, transform
+
+    def _apply(self, examples: Iterator[Example]) -> Iterator[Example]:
+        for example in examples:
+            out = self.transform_fn(example)
+            if out is not None:
+                yield out
 
 
 class MapTransform:

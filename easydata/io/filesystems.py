@@ -18,7 +18,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
+__all__ = ["read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "open_file", "open_arrow_file", "compression_of", "strip_compression", "join", "get_fs",
            "file_size", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -202,6 +202,13 @@ class _CheckedZstdReader(io.RawIOBase):
     def close(self) -> None:
         self._raw.close()
         super().close()
+
+
+def read_text(path: str) -> str:
+    """A (possibly remote or compressed) file's text, as UTF-8; raises `OSError`, `UnicodeDecodeError` or
+    `EasyDataError` (an unknown protocol) for the caller to word."""
+    with open_file(path, "rb") as f:
+        return f.read().decode("utf-8")
 
 
 def local_path(path: str) -> str | None:

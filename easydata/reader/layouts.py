@@ -36,31 +36,29 @@ def _raw(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
     return batch
 
 
+def _next(values: np.ndarray, fill: int) -> np.ndarray:
+    """Each row's values shifted one position left (the next token's), `fill` at the end."""
+    out = np.full_like(values, fill)
+    out[:, :-1] = values[:, 1:]
+    return out
+
+
 def _maxtext(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
     ids, seg, pos = batch["input_ids"], batch["segment_ids"], batch["positions"]
-    targets = np.full_like(ids, pad_id)
-    targets[:, :-1] = ids[:, 1:]
-    next_seg = np.zeros_like(seg)
-    next_seg[:, :-1] = seg[:, 1:]
-    target_seg = np.where((next_seg == seg) & (seg != 0), seg, 0)
+    targets = _next(ids, pad_id)
+    target_seg = np.where((_next(seg, 0) == seg) & (seg != 0), seg, 0)
     if "loss_mask" in batch:
-        next_mask = np.zeros_like(seg)
-        next_mask[:, :-1] = batch["loss_mask"][:, 1:]
-        target_seg = np.where(next_mask != 0, target_seg, 0)
+        target_seg = np.where(_next(batch["loss_mask"], 0) != 0, target_seg, 0)
     return {"inputs": ids, "inputs_segmentation": seg, "inputs_position": pos, "targets": targets,
             "targets_segmentation": target_seg.astype(seg.dtype), "targets_position": pos}
 
 
 def _maxtext_stock(batch: dict[str, np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
     ids, seg, pos = batch["input_ids"], batch["segment_ids"], batch["positions"]
-    targets = np.full_like(ids, pad_id)
-    targets[:, :-1] = ids[:, 1:]
-    target_seg = np.zeros_like(seg)
-    target_seg[:, :-1] = seg[:, 1:]
+    targets = _next(ids, pad_id)
+    target_seg = _next(seg, 0)
     if "loss_mask" in batch:
-        next_mask = np.zeros_like(seg)
-        next_mask[:, :-1] = batch["loss_mask"][:, 1:]
-        target_seg = np.where(next_mask != 0, target_seg, 0)
+        target_seg = np.where(_next(batch["loss_mask"], 0) != 0, target_seg, 0)
     target_seg = np.where(targets != pad_id, target_seg, 0)  # as MaxText: a pad-id target is never trained
     return {"inputs": ids, "inputs_segmentation": seg, "inputs_position": pos, "targets": targets,
             "targets_segmentation": target_seg.astype(seg.dtype), "targets_position": pos}

@@ -14,7 +14,7 @@ from easydata.run.checkpoint import UnitCheckpoint, completed_units, run_signatu
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.text.chat import ChatRenderer
 from easydata.errors import ConfigError, InputError
-from easydata.io.filesystems import file_version, join, open_file
+from easydata.io.filesystems import file_version, join, read_text
 from easydata.ops.mixing import mix_budget, normalise_weights
 from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.output import new_run_id, prepare_output, staging_dir
@@ -83,8 +83,7 @@ def load_chat_template(value: Optional[str]) -> Optional[str]:
         return None
     if "{" not in value:  # not template text: must be a file
         try:
-            with open_file(value, "rb") as f:
-                value = f.read().decode("utf-8")
+            value = read_text(value)
         except (InputError, OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"chat.template '{value}' is neither a readable file nor a jinja template: {e}") from None
     try:

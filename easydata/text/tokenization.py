@@ -122,8 +122,9 @@ def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer
     keys, fields, extra = batch.keys, batch.fields, {}
     if config.truncation_mode != "none" and config.max_length is not None:
         eos = tokenizer.eos_token_id if config.add_eos else None
+        bos = tokenizer.bos_token_id if config.add_bos else None
         pieces = cut_documents(ids, offsets, mode=config.truncation_mode, max_length=config.max_length,
-                               stride=config.stride or 0, eos=eos, mask=mask)
+                               stride=config.stride or 0, eos=eos, bos=bos, mask=mask)
         ids, offsets, mask = pieces.ids, pieces.offsets, pieces.mask
         doc, piece = pieces.doc.tolist(), pieces.piece.tolist()
         keys = [keys[d] if p <= 1 else f"{keys[d]}#w{p}" for d, p in zip(doc, piece)]

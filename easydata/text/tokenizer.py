@@ -13,7 +13,6 @@ Arrow buffers instead of Python lists.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import itertools
 import json
@@ -25,6 +24,7 @@ import numpy as np
 
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
+from easydata.text.windows import cut_documents
 
 __all__ = ["TokenizerHandle", "TokenizerInfo", "load_tokenizer", "preload_tokenizers", "resolve_tokenizer_files",
            "shared_tokenizer"]
@@ -230,9 +230,9 @@ class TokenizerHandle:
                   max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
         """The Python half of `encode_batch`: `Encoding`s -> `(flat_ids, offsets)` with special tokens."""
         flat, lengths = _flat_ids(encodings)
-        return _apply_specials(flat, lengths,
-                               bos=self.bos_token_id if add_bos else None,
-                               eos=self.eos_token_id if add_eos else None, max_length=max_length)
+        ids, offsets, _ = _apply_specials(flat, lengths, bos=self.bos_token_id if add_bos else None,
+                                          eos=self.eos_token_id if add_eos else None, max_length=max_length)
+        return ids, offsets
 
     def encode_batch(self, texts: Sequence[str], *, add_bos: Optional[bool], add_eos: bool,
                      max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
@@ -268,9 +268,9 @@ class TokenizerHandle:
             masks.append(mask.astype(np.int32))
         flat, lengths = _flat_ids(encodings)
         mask_flat = np.concatenate(masks) if masks else np.zeros(0, np.int32)
-        eos = self.eos_token_id if add_eos else None
-        layout = _special_layout(flat, lengths, bos=None, eos=eos, max_length=max_length)
-        return layout.apply(flat, 0, eos or 0), layout.offsets, layout.apply(mask_flat, 0, 0)
+        ids, offsets, mask = _apply_specials(flat, lengths, bos=None, eos=self.eos_token_id if add_eos else None,
+                                             max_length=max_length, mask=mask_flat)
+        return ids, offsets, mask.astype(np.int32, copy=False)
 
     def encode_chat_batch(self, texts: Sequence[str], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
                           max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -305,54 +305,31 @@ def _flat_ids(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class _Layout:
-    """Where ids go when BOS/EOS are added and documents truncated (see `_special_layout`)."""
+    """Where BOS / EOS go when they are added (see `_special_layout`)."""
 
     offsets: np.ndarray  # new document boundaries
     starts: np.ndarray   # each document's first position in the input
     lengths: np.ndarray  # each document's input length
     front: np.ndarray    # 1 where a BOS is prepended
-    body: np.ndarray     # input ids kept per document (fewer than `lengths` when truncated)
     back: np.ndarray     # 1 where an EOS is appended
 
     def apply(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
-        """`values` (aligned with the input ids) laid out like the output ids, specials filled in."""
-        values = values.astype(np.int32, copy=False)
-        if np.array_equal(self.body, self.lengths):  # nothing cut: insert the specials
-            return self._insert(values, bos_value, eos_value)
-        src, dst = self._kept_positions
-        out = np.empty(int(self.offsets[-1]), dtype=np.int32)
-        out[dst] = values[src]
-        out[self.offsets[:-1][self.front > 0]] = bos_value
-        out[self.offsets[1:][self.back > 0] - 1] = eos_value
-        return out
+        """`values` (aligned with the input ids) laid out like the output ids, specials filled in.
 
-    @functools.cached_property
-    def _kept_positions(self) -> tuple[np.ndarray, np.ndarray]:
-        """Input positions of the kept ids and where they land (per-token index arrays, built once
-        however many aligned arrays are laid out: ids, then a loss mask)."""
-        doc = np.repeat(np.arange(len(self.lengths)), self.body)
-        rank = np.arange(len(doc)) - np.repeat(np.cumsum(self.body) - self.body, self.body)
-        return self.starts[doc] + rank, self.offsets[:-1][doc] + self.front[doc] + rank
-
-    def _insert(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
-        """One `np.insert` (a boolean mask inside) instead of per-token index arrays: ~20x faster.
-
+        One `np.insert` (a boolean mask inside) instead of per-token index arrays: ~20x faster.
         Insertions are listed document by document, BOS before EOS; `np.insert` keeps that order
         among equal positions, so an empty document gets BOS then EOS, and one document's EOS comes
         before the next one's BOS at their shared boundary.
         """
+        values = values.astype(np.int32, copy=False)
         where = np.column_stack([self.starts, self.starts + self.lengths]).ravel()
         what = np.tile(np.array([bos_value, eos_value], dtype=np.int32), len(self.lengths))
         wanted = np.column_stack([self.front > 0, self.back > 0]).ravel()
         return np.insert(values, where[wanted], what[wanted])
 
 
-def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
-                    max_length: Optional[int]) -> _Layout:
-    """Plans prepending BOS / appending EOS / truncating, vectorised over the whole batch.
-
-    A document keeps its BOS and EOS when truncated: the body is cut to make room for them.
-    """
+def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int]) -> _Layout:
+    """Plans prepending BOS / appending EOS (unless a document already has it), vectorised over the batch."""
     n = len(lengths)
     starts = np.cumsum(lengths) - lengths
     safe = max(len(flat) - 1, 0)
@@ -365,26 +342,26 @@ def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int]
     if eos is not None:
         last = np.clip(starts + lengths - 1, 0, safe)
         back = (~(nonempty & (flat[last] == eos)) if len(flat) else np.ones(n, bool)).astype(np.int64)
-    body = lengths.copy()
-    if max_length is not None:
-        front = np.minimum(front, max_length)
-        if eos is not None:
-            # A cut document loses the EOS it may already end with, so it needs one appended.
-            back = np.where(front + body + back > max_length, 1, back)
-        back = np.minimum(back, max_length - front)
-        body = np.minimum(body, max_length - front - back)
-    sizes = front + body + back
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return _Layout(offsets=offsets, starts=starts, lengths=lengths, front=front, body=body, back=back)
+    offsets = np.concatenate([[0], np.cumsum(front + lengths + back)]).astype(np.int64)
+    return _Layout(offsets=offsets, starts=starts, lengths=lengths, front=front, back=back)
 
 
 def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
-                    max_length: Optional[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Prepends BOS / appends EOS / truncates ids; returns `(flat_ids, offsets)`."""
-    if bos is None and eos is None and max_length is None:
-        return flat, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    layout = _special_layout(flat, lengths, bos=bos, eos=eos, max_length=max_length)
-    return layout.apply(flat, bos or 0, eos or 0), layout.offsets
+                    max_length: Optional[int], mask: Optional[np.ndarray] = None
+                    ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """Prepends BOS / appends EOS, then truncates to `max_length` the one way documents are truncated
+    (`easydata.text.windows.cut_documents`); returns `(flat_ids, offsets, mask)` (an added special's
+    mask is 0)."""
+    if bos is None and eos is None:
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    else:
+        layout = _special_layout(flat, lengths, bos=bos, eos=eos)
+        flat, offsets = layout.apply(flat, bos or 0, eos or 0), layout.offsets
+        mask = None if mask is None else layout.apply(mask, 0, 0)
+    if max_length is None:
+        return flat, offsets, mask
+    pieces = cut_documents(flat, offsets, mode="truncate", max_length=max_length, bos=bos, eos=eos, mask=mask)
+    return pieces.ids, pieces.offsets, pieces.mask
 
 
 def load_tokenizer(spec: str | TokenizerConfig) -> TokenizerHandle:

@@ -4,8 +4,9 @@ Both work on a batch of documents already encoded with their special tokens (BOS
 ids plus offsets, vectorised over the batch:
 
 * `truncate` keeps a document's first `max_length` tokens; a cut document keeps its BOS and still
-  ends with EOS when EOS is appended (the last kept token becomes EOS). Same ids as truncating while
-  encoding.
+  ends with EOS when EOS is appended (the last kept token becomes EOS), except that a document cut to
+  one token keeps its BOS (BOS before EOS when only one fits). The one truncation of the project:
+  `TokenizerHandle.encode_batch(max_length=...)` truncates through it too.
 * `window` cuts a document longer than `max_length` into overlapping windows of `max_length`
   tokens. Window `k` starts at `k * (max_length - stride)`; windows are emitted until one reaches
   the end, so the last window may be shorter (it always holds more than `stride` tokens, at least
@@ -94,7 +95,7 @@ def _gather(values: np.ndarray, offsets: np.ndarray, doc: np.ndarray, start: np.
 
 
 def cut_documents(ids: np.ndarray, offsets: np.ndarray, *, mode: str, max_length: int, stride: int = 0,
-                  eos: Optional[int] = None, mask: Optional[np.ndarray] = None) -> Pieces:
+                  eos: Optional[int] = None, bos: Optional[int] = None, mask: Optional[np.ndarray] = None) -> Pieces:
     """Applies `truncate` or `window` to encoded documents (see the module docstring).
 
     Args:
@@ -103,6 +104,8 @@ def cut_documents(ids: np.ndarray, offsets: np.ndarray, *, mode: str, max_length
       max_length: row length limit.
       stride: window overlap (`window` only).
       eos: for `truncate`, the EOS id a cut document ends with (None: plain cut).
+      bos: for `truncate`, the BOS id documents were given (None: none added); a document cut to
+        its first token keeps that BOS rather than become EOS.
       mask: an optional per-token loss mask, cut like the ids (a replaced last token gets 0).
     """
     offsets = np.asarray(offsets, dtype=np.int64)
@@ -125,6 +128,8 @@ def cut_documents(ids: np.ndarray, offsets: np.ndarray, *, mode: str, max_length
     out_mask = _gather(mask, offsets, doc, start, size)[0] if mask is not None else None
     if mode == "truncate" and eos is not None:
         last = out_offsets[1:][piece > 0] - 1
+        if bos is not None:
+            last = last[~((size[piece > 0] == 1) & (out_ids[last] == bos))]
         out_ids[last] = eos
         if out_mask is not None:
             out_mask[last] = 0
