@@ -12,6 +12,7 @@ from easydata.config import PipelineConfig
 from easydata.errors import ConfigError, InputError
 from easydata.run.run_plan import load_chat_template, prepare_run
 from easydata.io.sources import plan_splits
+from easydata.run.machine import splits_per_dataset
 from tests.conftest import write_jsonl
 
 CHATML = (Path(__file__).parent / "chat_templates" / "chatml.jinja").read_text()
@@ -70,11 +71,11 @@ def test_resume_replans_with_the_interrupted_runs_split_size(tmp_path, tokenizer
     config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
                                        "datasets": [{"name": "d", "data_files": str(data)}],
                                        "save": {"output_dir": str(tmp_path / "out")}})
-    monkeypatch.setattr("easydata.io.sources.usable_cores", lambda: 8)
+    monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: 8)
     interrupted = prepare_run(config)
     assert len(interrupted.datasets[0].splits) == 32
-    monkeypatch.setattr("easydata.io.sources.usable_cores", lambda: 2)
-    assert len(plan_splits(config.datasets[0])) == 16  # a new run would plan for this machine
+    monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: 2)
+    assert len(plan_splits(config.datasets[0], splits_wanted=splits_per_dataset())) == 16  # a new run: this machine's
     resumed = prepare_run(config, resume=True)
     assert resumed.resumed and resumed.run_id == interrupted.run_id
     assert resumed.datasets[0].splits == interrupted.datasets[0].splits

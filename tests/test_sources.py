@@ -27,9 +27,10 @@ from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.filesystems import (compression_of, expand_data_files, join, open_arrow_file, open_file,
                                   strip_compression)
-from easydata.io.sources import InputSplit, Reject, default_split_count, infer_type, key_names, plan_input, plan_splits, \
+from easydata.io.sources import InputSplit, Reject, infer_type, key_names, plan_input, plan_splits, \
     read_split, split_size, total_input_bytes
 
+from easydata.run.machine import splits_per_dataset
 from tests.conftest import make_texts, write_jsonl
 
 # Texts that stress the CSV / JSON encoders: separators, quotes, newlines, non-ASCII, numbers.
@@ -795,9 +796,9 @@ def test_split_indices_run_across_files(tmp_path: Path) -> None:
     (64, 64 * 1024, 64),  # 64 MB at most
 ])
 def test_split_size_gives_every_core_splits(monkeypatch, cores: int, total_mb: int, expected_mb: int) -> None:
-    monkeypatch.setattr("easydata.io.sources.usable_cores", lambda: cores)
-    assert default_split_count() == max(16, 4 * cores)
-    assert split_size(total_mb * 2**20) == expected_mb * 2**20
+    monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: cores)
+    assert splits_per_dataset() == max(16, 4 * cores)
+    assert split_size(total_mb * 2**20, splits_wanted=splits_per_dataset()) == expected_mb * 2**20
     assert split_size(total_mb * 2**20, splits_wanted=1) == min(64, total_mb) * 2**20
 
 
@@ -807,9 +808,9 @@ def test_plan_input_reports_the_split_size_it_used(tmp_path: Path, monkeypatch) 
         f.truncate(256 * 2**20)
     ds = DatasetConfig(name="d", data_files=str(path))
     for cores, count in ((2, 16), (8, 32)):
-        monkeypatch.setattr("easydata.io.sources.usable_cores", lambda: cores)
-        plan = plan_input(ds)
+        monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: cores)
+        plan = plan_input(ds, splits_wanted=splits_per_dataset())
         assert (len(plan.splits), plan.split_bytes) == (count, 256 * 2**20 // count)
-        assert plan.splits == plan_splits(ds)
+        assert plan.splits == plan_splits(ds, splits_wanted=splits_per_dataset())
         assert sum(s.size for s in plan.splits) == 256 * 2**20
     assert plan_input(ds, target_bytes=100 * 2**20).split_bytes == 100 * 2**20

@@ -30,11 +30,10 @@ from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.filesystems import compression_of, expand_data_files, file_size, open_arrow_file, open_file, \
     strip_compression
-from easydata.run.machine import usable_cores
 from easydata.io.record_format import FormatError
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
-           "infer_type", "total_input_bytes", "key_names", "split_size", "default_split_count", "MAX_BATCH_CHARS",
+           "infer_type", "total_input_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
            "collect_records", "parse_json_record"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
@@ -149,24 +148,21 @@ def infer_type(path: str) -> str:
     return _EXTENSION_TYPES[ext]
 
 
-def default_split_count() -> int:
-    """Splits to aim for per dataset: 16, or 4 per usable core on machines with more than 4 (a local
-    run has one worker process per core, and 4 splits each even out their shares)."""
-    return max(16, 4 * usable_cores())
+#: Splits planned per dataset unless the caller says how many (a run asks for as many as keep this
+#: machine's workers busy: `easydata.run.machine.splits_per_dataset`).
+DEFAULT_SPLITS = 16
 
 
 def split_size(total_bytes: int, *, minimum: int = 4 * 2**20, maximum: int = 64 * 2**20,
-               splits_wanted: Optional[int] = None) -> int:
-    """A split size giving about `splits_wanted` splits (default: `default_split_count()`), within
-    `[minimum, maximum]` bytes.
+               splits_wanted: int = DEFAULT_SPLITS) -> int:
+    """A split size giving about `splits_wanted` splits, within `[minimum, maximum]` bytes.
 
     Small inputs still get several splits, so several workers share them; large inputs get splits
-    of at most `maximum`, a few seconds of tokenization each. The default depends on this machine's
+    of at most `maximum`, a few seconds of tokenization each. A run asks for splits by this machine's
     cores, so a run resumed elsewhere may plan other splits: `--resume` then re-plans with the
     interrupted run's split size (`easydata.run.run_plan`).
     """
-    wanted = default_split_count() if splits_wanted is None else splits_wanted
-    return int(min(maximum, max(minimum, total_bytes // wanted)))
+    return int(min(maximum, max(minimum, total_bytes // max(1, splits_wanted))))
 
 
 class SplitPlan(NamedTuple):
@@ -177,9 +173,10 @@ class SplitPlan(NamedTuple):
 
 
 def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None,
-                exclude_dirs: tuple[str, ...] = ()) -> list[InputSplit]:
-    """Lists a dataset's files and cuts them into splits of about `target_bytes` (default: from the
-    dataset's total size, see `split_size`); `plan_input` also says which size that was.
+                exclude_dirs: tuple[str, ...] = (), splits_wanted: int = DEFAULT_SPLITS) -> list[InputSplit]:
+    """Lists a dataset's files and cuts them into splits of about `target_bytes` (default: the
+    dataset's total size over `splits_wanted`, see `split_size`); `plan_input` also says which size
+    that was.
 
     With `num_rows` set, each file is one split so the first `num_rows` documents in input order can
     be taken; the limit itself is applied by the caller.
@@ -187,11 +184,11 @@ def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None,
     Raises:
       InputError: for missing files, globs matching nothing, or unknown types.
     """
-    return plan_input(dataset, target_bytes, exclude_dirs).splits
+    return plan_input(dataset, target_bytes, exclude_dirs, splits_wanted).splits
 
 
 def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
-               exclude_dirs: tuple[str, ...] = ()) -> SplitPlan:
+               exclude_dirs: tuple[str, ...] = (), splits_wanted: int = DEFAULT_SPLITS) -> SplitPlan:
     """`plan_splits`, with the split size used; files inside `exclude_dirs` (the run's output) are
     never inputs."""
     if dataset.type == "huggingface":  # a Hub dataset id: its split's files, from the HF cache
@@ -209,7 +206,7 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
         seen[name] = path
     sizes = {path: file_size(path) for path in files}
     if target_bytes is None:
-        target_bytes = split_size(sum(sizes.values()))
+        target_bytes = split_size(sum(sizes.values()), splits_wanted=splits_wanted)
     splits: list[InputSplit] = []
     for path in files:
         kind = dataset.type if dataset.type not in (None, "huggingface") else infer_type(path)

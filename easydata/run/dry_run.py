@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
+from easydata.run.machine import splits_per_dataset, usable_cores
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError
 
@@ -132,7 +133,6 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
       ConfigError / InputError / TokenizerError: what the run itself would stop with first.
     """
     from easydata.io.filesystems import get_fs, join
-    from easydata.run.machine import usable_cores
     from easydata.run.manifest import MANIFEST_NAME
     from easydata.io.sources import plan_input
     from easydata.text.tokenizer import load_tokenizer
@@ -142,7 +142,7 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         raise ConfigError(problems)
     reports, handles = [], {}
     for ds in config.datasets:
-        plan = plan_input(ds)
+        plan = plan_input(ds, splits_wanted=splits_per_dataset())
         key = config.tokenizer_for(ds)
         if key not in handles:
             handles[key] = load_tokenizer(key)

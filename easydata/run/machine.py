@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-__all__ = ["usable_cores", "physical_memory_bytes"]
+__all__ = ["usable_cores", "physical_memory_bytes", "splits_per_dataset"]
 
 
 def usable_cores() -> int:
@@ -26,3 +26,10 @@ def physical_memory_bytes() -> Optional[int]:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def splits_per_dataset() -> int:
+    """Input splits a run plans per dataset on this machine: 16, or 4 per usable core on machines with
+    more than 4 (a local run has one worker process per core, and 4 splits each even out their
+    shares). Passed to `easydata.io.sources.plan_input` by the run's planning."""
+    return max(16, 4 * usable_cores())

@@ -20,6 +20,7 @@ from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.output import new_run_id, prepare_output, staging_dir
 from easydata.ops.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
 from easydata.io.sources import InputSplit, plan_input, plan_splits, total_input_bytes
+from easydata.run.machine import splits_per_dataset
 from easydata.text.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
 __all__ = ["DatasetPlan", "RunPlan", "prepare_run", "work_units"]
@@ -139,8 +140,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                   " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
             loaded[tok] = handle.info
             handles[tok] = handle
-        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes,
-                                                 exclude_dirs=(config.save.output_dir,))
+        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
+                                                 splits_wanted=splits_per_dataset())
         input_bytes = total_input_bytes(splits)
         info = loaded[tok]
         template = configured_template if configured_template is not None else info.chat_template
