@@ -36,8 +36,8 @@ from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags
 from beam_pipelines.local.worker_pool import discard_prestarted, prestart
-from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, STATS_TAG, \
-    ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
+from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, SHUFFLE_STATS_TAG, \
+    STATS_TAG, ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
     WriteShards
 
 __all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch", "BatchResult"]
@@ -99,11 +99,13 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
             packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=pad_id,
                                                     seed=config.seed, num_groups=num_groups, staging=plan.staging,
                                                     group_dir=group_dir("pack", name))
-            groups = packed.groups
+            groups = packed["groups"]
             stats.append(packed[PACK_STATS_TAG])
         else:
-            groups = rows | f"Sort[{name}]" >> SortGroups(name=name, num_groups=num_groups, staging=plan.staging,
-                                                          group_dir=group_dir("sort", name))
+            sorted_groups = rows | f"Sort[{name}]" >> SortGroups(name=name, num_groups=num_groups, staging=plan.staging,
+                                                                 group_dir=group_dir("sort", name))
+            groups = sorted_groups["groups"]
+            stats.append(sorted_groups[SHUFFLE_STATS_TAG])
         shards.append(groups | f"Write[{name}]" >> WriteShards(
             name=name, num_groups=num_groups, save=config.save, staging=plan.staging,
             token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id)))

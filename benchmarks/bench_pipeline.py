@@ -14,10 +14,14 @@ What one run does (nothing is downloaded):
 3. Baseline. The same texts, read into memory, encoded with `tokenizers.Tokenizer.encode_batch` in
    batches of 1,000 documents using the tokenizer's own thread pool on every core; only the encode
    calls are timed. Also shown, for reference: `encode_batch_fast` (what the pipeline calls),
-   `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process), and the same in two
-   child processes at once, each encoding half of the documents (every other one) once both have
-   loaded them: one thread -> two processes is the machine's own 1 -> 2 core scaling for this work,
-   the ceiling for the pipeline's (a shared host often gives less than 2.0).
+   `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process), and the tokenizer's
+   ceiling: the same in one child process per usable core at once, each encoding its share of the
+   documents (every N-th one) once all have loaded them and counting `len(encoding)` only. The
+   ceiling is what the pipeline's worker processes (one single-threaded tokenizer each) could do at
+   best; each mode is printed as a fraction of it and per vCPU (the `r` of docs/dataflow.md's cost
+   model), with the shuffled bytes per token its manifest reports (the model's `s`). One thread ->
+   the ceiling is the machine's own 1 -> N core scaling for this work (a shared host often gives
+   less than N).
 4. Pipeline. `easydata run CONFIG --quiet` as a subprocess, wall-clock of the whole command
    (interpreter start, Beam import, planning, reading, tokenizing, first_fit packing at 2048 unless
    `--no-pack`, shuffling, Parquet/zstd writing, commit), in four local modes (`--modes` picks some):
@@ -273,6 +277,9 @@ def encode_all(tokenizer_dir: Path, texts: list[str], method: str = "encode_batc
         began = time.perf_counter()
         encodings = encode(batch)
         seconds += time.perf_counter() - began
+        if eos is None:  # the tokenizer's own rate: `len(encoding)` only, no Python list of ids
+            tokens += sum(map(len, encodings))
+            continue
         for e in encodings:
             ids = e.ids
             tokens += len(ids)
@@ -442,7 +449,8 @@ def run_pipeline(label: str, config: Path, flags: list[str], env_changes: dict[s
         manifest = json.loads(manifest_path.read_text())
         result.update(tokens=manifest["totals"]["tokens"], documents=manifest["documents_written"],
                       rejected=manifest["documents_rejected"], shards=manifest["totals"]["shards"],
-                      internal_seconds=manifest.get("run", {}).get("elapsed_seconds"))
+                      internal_seconds=manifest.get("run", {}).get("elapsed_seconds"),
+                      shuffle=manifest.get("shuffle"))
     return result
 
 
@@ -546,7 +554,7 @@ def print_scaling(results: list[tuple[str, dict, dict]],
     the raw tokenizer's own 1 -> 2 process scaling in this run, the machine's ceiling for it."""
     by_name = {name: (full, tiny) for name, full, tiny in results}
     raw = dict(baselines)
-    one_raw, two_raw = raw.get("encode_batch, 1 thread"), raw.get("encode_batch, 1 thread x 2 processes")
+    one_raw, two_raw = raw.get("encode_batch, 1 thread"), raw.get(CEILING)
     ceiling = one_raw["seconds"] / two_raw["seconds"] if one_raw and two_raw else None
     if ceiling:
         print(f"\nScaling ceiling, raw encode_batch with one thread -> the same in two processes at once:"
@@ -567,6 +575,32 @@ def print_scaling(results: list[tuple[str, dict, dict]],
                 print(f"  without start-up (each mode's 10-document run subtracted): {one_net:.1f} s -> {two_net:.1f} s,"
                       f" {one_net / two_net:.2f}x" + (f" ({one_net / two_net / ceiling:.2f} of the ceiling)"
                                                       if ceiling else ""))
+
+
+def print_ceiling(results: list[tuple[str, dict, dict]], ceiling: Optional[dict[str, Any]], text_bytes: int) -> None:
+    """Each mode against the tokenizer's ceiling measured in this run, per vCPU, and the shuffled bytes
+    per token its manifest reports: the `r` and `s` of docs/dataflow.md's cost model."""
+    cores = usable_cores()
+    if ceiling is None:
+        print("\n(no ceiling: the single-thread baseline failed)")
+        return
+    print(f"\nAgainst the tokenizer's ceiling ({CEILING}: {ceiling['seconds']:.2f} s,"
+          f" {text_bytes / 1e6 / ceiling['seconds'] / cores:.3f} MB/s per vCPU)")
+    rows = []
+    for name, full, tiny in results:
+        if not ok(full):
+            continue
+        net = full["seconds"] - tiny["seconds"] if ok(tiny) else None
+        shuffle = full.get("shuffle") or {}
+        rows.append([name, f"{text_bytes / 1e6 / full['seconds'] / cores:.3f}",
+                     f"{ceiling['seconds'] / full['seconds']:.3f}",
+                     f"{ceiling['seconds'] / net:.3f}" if net and net > 0 else "n/a",
+                     f"{shuffle['bytes_per_token']:.2f}" if shuffle else "n/a"])
+    print_table(rows, ["mode", "MB/s per vCPU", "vs ceiling", "vs ceiling, no startup", "shuffle B/token"])
+    print("  vs ceiling: the ceiling's seconds over the whole command's, for the same texts (the ceiling times"
+          "\n  only its encode calls, on texts in memory)."
+          "\n  shuffle B/token: the manifest's `shuffle.bytes_per_token`, token data through the group-by as"
+          "\n  its coder encodes it (what Dataflow Shuffle would carry).")
 
 
 def print_resources(results: list[tuple[str, dict, dict]]) -> None:
@@ -662,6 +696,18 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return failed[0] if failed else sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity), as the pipeline's local runner counts them."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+#: The tokenizer's ceiling: one single-threaded `encode_batch` process per core, `len(encoding)` only.
+CEILING = f"encode_batch, 1 thread x {usable_cores()} processes (ceiling)"
+
+
 def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: Optional[int],
                       repeat: int, single_thread: bool = True) -> list[tuple[str, Optional[dict[str, Any]]]]:
     """`encode_batch` on every core, `encode_batch_fast`, and (with `single_thread`) one thread."""
@@ -669,14 +715,15 @@ def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: 
     raw = median_run([encode_all(tokenizer_dir, texts, "encode_batch", eos) for _ in range(repeat)])
     fast = median_run([encode_all(tokenizer_dir, texts, "encode_batch_fast") for _ in range(repeat)]) \
         if has_encode_batch_fast() else None
-    singles, pairs = [], []
-    for _ in range(repeat if single_thread else 0):  # alternated: the host's speed drifts
-        singles.append(encode_single_thread(tokenizer_dir, corpus))
-        pairs.append(encode_single_thread(tokenizer_dir, corpus, processes=2))
-    singles, pairs = [r for r in singles if r], [r for r in pairs if r]
+    singles, ceilings = [], []
+    for _ in range(repeat):  # alternated: the host's speed drifts
+        if single_thread:
+            singles.append(encode_single_thread(tokenizer_dir, corpus))
+        ceilings.append(encode_single_thread(tokenizer_dir, corpus, processes=usable_cores()))
+    singles, ceilings = [r for r in singles if r], [r for r in ceilings if r]
     return [(f"encode_batch, {cores} threads", raw), (f"encode_batch_fast, {cores} threads", fast),
             ("encode_batch, 1 thread", median_run(singles) if singles else None),
-            ("encode_batch, 1 thread x 2 processes", median_run(pairs) if pairs else None)]
+            (CEILING, median_run(ceilings) if ceilings else None)]
 
 
 def measure_datasets_path(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int) -> dict[str, Any]:
@@ -728,10 +775,13 @@ def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int,
             continue
         tiny = median_run([run_pipeline(f"{name}-tiny", tiny_config, flags, env_changes, workdir,
                                         workdir / "out-tiny", prefix) for _ in range(repeat)])
-        full = median_run([run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full", prefix)
-                           for _ in range(repeat)])
+        runs = [run_pipeline(name, full_config, flags, env_changes, workdir, workdir / "out-full", prefix)
+                for _ in range(repeat)]
+        full = median_run(runs)
         results.append((name, full, tiny))
-        print(f"  ran {name}: {full['seconds']:.1f}s (10-doc: {tiny['seconds']:.1f}s)", flush=True)
+        seconds = ", ".join(f"{r['seconds']:.1f}" for r in runs)
+        spread = f" (runs: {seconds} s)" if repeat > 1 else ""
+        print(f"  ran {name}: {full['seconds']:.1f}s{spread} (10-doc: {tiny['seconds']:.1f}s)", flush=True)
     return results
 
 
@@ -774,6 +824,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print_pipeline_results(results, raw["tokens"] / raw["seconds"],
                            fast["tokens"] / fast["seconds"] if fast else None, text_bytes)
     print_drift(results, raw, raw_after)
+    print_ceiling(results, dict(baselines).get(CEILING), text_bytes)
     print_resources(results)
     print_scaling(results, baselines)
     print_token_check(results, expected)

@@ -176,6 +176,11 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
     read = m["documents_in"] + sum(info.get("documents_unused", 0) for info in m["datasets"].values())
     print(f"  total: {read:,} documents read, {totals['tokens']:,} tokens written, {totals['shards']} shards,"
           f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")
+    shuffle = m.get("shuffle")
+    if shuffle and shuffle["bytes"]:
+        stages = ", ".join(f"{stage} {info['bytes_per_token']:.2f}" for stage, info in shuffle["stages"].items())
+        print(f"  shuffle: {shuffle['bytes']:,} bytes of token data, {shuffle['bytes_per_token']:.2f} bytes/token"
+              f" ({stages})")
     if m["documents_rejected"]:
         print(f"  rejected records: {result.output_dir}/rejected/")
     for name, entries in m.get("partial_inputs", {}).items():

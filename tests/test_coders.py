@@ -8,7 +8,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.coders import registry
+from apache_beam.coders import BytesCoder, VarIntCoder, registry
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.batch import build_batch_job
@@ -17,6 +17,7 @@ from easydata.config import PipelineConfig
 from easydata.io.sources import DocumentBatch
 from tests.conftest import write_jsonl
 from transforms.coders import DocumentBatchCoder, KeyedBatch, RecordBatchCoder
+from transforms.shuffle import KEYED_ROWS_CODER
 
 
 def _rows() -> pa.RecordBatch:
@@ -81,5 +82,7 @@ def test_batch_job_declares_its_bulk_element_types(tmp_path: Path, tokenizer_dir
     assert isinstance(coders["Read[d]/Read/ParDo(_ReadSplitsFn)"], DocumentBatchCoder)
     assert isinstance(coders["Chat[d]/Render/ParDo(_RenderFn)"], DocumentBatchCoder)
     assert isinstance(coders["Tokenize[d]/Encode"], RecordBatchCoder)
-    assert isinstance(coders["Pack[d]/GroupDocuments/MapGroupFiles"].coders()[1].value_coder(), RecordBatchCoder)
-    assert isinstance(coders["Pack[d]/RouteToGroups"].coders()[1], RecordBatchCoder)
+    assert isinstance(coders["Pack[d]/GroupDocuments/Group/MapGroupFiles"].coders()[1].value_coder(), RecordBatchCoder)
+    # What crosses the shuffle: (group, compactly encoded rows), Beam's own key and bytes coders.
+    assert coders["Pack[d]/GroupDocuments/RouteToGroups"] == KEYED_ROWS_CODER
+    assert [type(c) for c in KEYED_ROWS_CODER.coders()] == [VarIntCoder, BytesCoder]

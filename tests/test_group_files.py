@@ -1,5 +1,5 @@
-"""Grouping through files: `GroupFileWriter` / `read_group_files` keep every row of every group, and
-`GroupBatchesViaFiles` groups like `beam.GroupByKey`; a whole packed job writes the same bytes either way."""
+"""Grouping through files: `GroupFileWriter` / `read_group_files` keep every element of every group, and
+`GroupViaFiles` groups like `beam.GroupByKey`; a whole packed job writes the same bytes either way."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from apache_beam.testing.util import assert_that
 from beam_pipelines.batch import build_batch_pipeline
 from beam_pipelines.runners import OfflineDirectRunner
 from easydata.config import PipelineConfig
+from easydata.io.compact_rows import decode_rows, encode_rows
 from easydata.io.group_files import GroupFileWriter, read_group_files
 from easydata.run.run_plan import prepare_run
 from tests.conftest import make_texts, write_jsonl
@@ -27,36 +28,43 @@ def _batch(values: list[int], extra: object = None) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(columns)
 
 
-def test_writer_keeps_every_row_of_every_group_across_schema_changes(tmp_path: Path) -> None:
+def test_writer_keeps_every_element_of_every_group_across_schema_changes(tmp_path: Path) -> None:
     writer = GroupFileWriter(str(tmp_path / "groups"))
-    writer.write(0, _batch([1, 2]))
-    writer.write(1, _batch([3]))
-    writer.write(0, _batch([4], extra="a"))  # new schema: a second file for group 0
-    writer.write(0, _batch([5, 6], extra="b"))
-    writer.write(1, _batch([7], extra=8))
+    writer.write(0, encode_rows(_batch([1, 2])))
+    writer.write(1, encode_rows(_batch([3])))
+    writer.write(0, encode_rows(_batch([4], extra="a")))  # another schema: each element says its own
+    writer.write(0, b"")  # an empty element is an element too
+    writer.write(0, encode_rows(_batch([5, 6], extra="b")))
+    writer.write(1, encode_rows(_batch([7], extra=8)))
     files = writer.close()
     assert writer.close() == []  # nothing written since
     by_group = collections.defaultdict(list)
     for group, path in files:
         by_group[group].append(path)
         assert Path(path).is_file()
-    assert sorted((g, len(p)) for g, p in by_group.items()) == [(0, 2), (1, 2)]
-    rows = {g: sorted(v for b in read_group_files(paths) for v in b.column("x").to_pylist())
-            for g, paths in by_group.items()}
-    assert rows == {0: [1, 2, 4, 5, 6], 1: [3, 7]}
+    writer.write(1, encode_rows(_batch([9])))  # after a close: a new file
+    for group, path in writer.close():
+        by_group[group].append(path)
+    assert sorted((g, len(p)) for g, p in by_group.items()) == [(0, 1), (1, 2)]
+    elements = {g: list(read_group_files(paths)) for g, paths in by_group.items()}
+    assert b"" in [bytes(e) for e in elements[0]]
+    rows = {g: sorted(v for e in found if len(e) for v in decode_rows(e).column("x").to_pylist())
+            for g, found in elements.items()}
+    assert rows == {0: [1, 2, 4, 5, 6], 1: [3, 7, 9]}
 
 
-def _grouped_rows(element: tuple[int, list[pa.RecordBatch]]) -> tuple[int, list[int]]:
-    group, batches = element
-    return group, sorted(v for b in batches for v in b.column("x").to_pylist())
+def _grouped_rows(element: tuple[int, list[bytes]]) -> tuple[int, list[int]]:
+    group, encoded = element
+    return group, sorted(v for e in encoded for v in decode_rows(e).column("x").to_pylist())
 
 
 def test_transform_groups_like_group_by_key(tmp_path: Path) -> None:
-    from transforms.group_files import GroupBatchesViaFiles
+    from transforms.group_files import GroupViaFiles
 
-    pairs = [(i % 3, _batch(list(range(10 * i, 10 * i + i + 1)))) for i in range(12)]
+    batches = [(i % 3, _batch(list(range(10 * i, 10 * i + i + 1)))) for i in range(12)]
+    pairs = [(group, encode_rows(batch)) for group, batch in batches]
     expected = collections.defaultdict(list)
-    for group, batch in pairs:
+    for group, batch in batches:
         expected[group].extend(batch.column("x").to_pylist())
     expected = sorted((g, sorted(v)) for g, v in expected.items())
 
@@ -64,10 +72,10 @@ def test_transform_groups_like_group_by_key(tmp_path: Path) -> None:
         assert sorted(actual) == expected
 
     with beam.Pipeline(runner=OfflineDirectRunner()) as pipeline:
-        grouped = (pipeline | beam.Create(pairs) | GroupBatchesViaFiles(str(tmp_path / "groups"))
+        grouped = (pipeline | beam.Create(pairs) | GroupViaFiles(str(tmp_path / "groups"))
                    | beam.Map(_grouped_rows))
         assert_that(grouped, check)
-    assert list((tmp_path / "groups").glob("*.arrow"))  # the rows went through files
+    assert list((tmp_path / "groups").glob("*.rows"))  # the rows went through files
 
 
 def _digest(out: Path) -> dict[str, str]:

@@ -40,13 +40,15 @@ def _plain(output: Any) -> Any:
 
 
 def _read_fn(tmp_path: Path):
-    from transforms.read import _ReadSplitsFn
+    from transforms.read import _ReadSettings, _ReadSplitsFn
 
     write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": t} for t in make_texts(30)])
     with open(tmp_path / "in" / "a.jsonl", "ab") as f:
         f.write(b'{"text": \n{"body": "no text"}\n')  # two dead letters
     dataset = DatasetConfig(name="web", data_files=str(tmp_path / "in" / "a.jsonl"))
-    fn = _ReadSplitsFn(dataset, 8, None, str(tmp_path / "staging"), None, "messages", checkpoint=True)
+    fn = _ReadSplitsFn(_ReadSettings(dataset=dataset, batch_size=8, max_document_bytes=None,
+                                     staging=str(tmp_path / "staging"), progress_dir=None, messages_field="messages",
+                                     checkpoint=True))
     fn.setup()
     return fn, [plan_splits(dataset)[0]]
 
@@ -102,9 +104,10 @@ def test_sorting_and_assembling_twice_give_the_same_files(tmp_path):
 def test_group_files_of_a_retried_bundle_are_not_read_twice(tmp_path):
     """A bundle that failed after writing some group files is retried: the files of the failed attempt
     are never handed on (a runner drops a failed attempt's outputs), so no row is grouped twice."""
+    from easydata.io.compact_rows import decode_rows, encode_rows
     from transforms.group_files import _WriteGroupFilesFn, _read_group
 
-    rows = pa.record_batch({"x": pa.array(list(range(10)))})
+    rows = encode_rows(pa.record_batch({"x": pa.array(list(range(10)))}))
     fn = _WriteGroupFilesFn(str(tmp_path / "groups"))
     fn.start_bundle()
     _drain(fn.process((7, rows)))
@@ -113,7 +116,7 @@ def test_group_files_of_a_retried_bundle_are_not_read_twice(tmp_path):
     _drain(fn.process((7, rows)))
     emitted = [value.value for value in fn.finish_bundle()]
     assert len(emitted) == 1
-    group, batches = _read_group((7, [path for _, path in emitted]))
+    group, batches = _read_group((7, [path for _, path in emitted]), decode_rows)
     assert group == 7 and sum(b.num_rows for b in batches) == 10
 
 

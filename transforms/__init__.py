@@ -8,6 +8,7 @@
 - `SplitRows`: token rows -> one stream per train / validation / ... split
 - `Pack`: token rows -> fixed-length packed rows, staged as sorted groups
 - `SortGroups`: token rows -> hash groups staged sorted (packing stages its groups itself)
+- `ShuffleRows` (`transforms.shuffle`): token rows -> their hash groups, compactly encoded and counted
 - `WriteShards`: sorted groups -> shuffled, evenly sized staged shards
 - `CommitOutput`: staged shards -> committed output with `manifest.json`
 
@@ -23,8 +24,9 @@ from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
 from transforms.resume import LoadCheckpoints
 from transforms.split import SplitRows
 from transforms.tokenize import Tokenize
+from transforms.shuffle import SHUFFLE_STATS_TAG
 from transforms.write import SortGroups, WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
            "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints",
-           "SplitRows", "SortGroups", "RecordBatchCoder", "DocumentBatchCoder"]
+           "SplitRows", "SortGroups", "SHUFFLE_STATS_TAG", "RecordBatchCoder", "DocumentBatchCoder"]

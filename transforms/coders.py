@@ -14,7 +14,7 @@ Importing this module registers both coders; the transforms declare their output
 from __future__ import annotations
 
 import pickle
-from typing import Any, List, Tuple
+from typing import Any, Tuple
 
 import pyarrow as pa
 from apache_beam import coders
@@ -23,12 +23,10 @@ from apache_beam.coders.coders import FastCoder
 
 from easydata.io.sources import DocumentBatch
 
-__all__ = ["RecordBatchCoder", "DocumentBatchCoder", "KeyedBatch", "GroupedBatches"]
+__all__ = ["RecordBatchCoder", "DocumentBatchCoder", "KeyedBatch"]
 
 #: `(hash group, rows)`: what the routing steps emit.
 KeyedBatch = Tuple[int, pa.RecordBatch]
-#: `(hash group, all its rows)`: what a grouping step emits.
-GroupedBatches = Tuple[int, List[pa.RecordBatch]]
 
 
 class _TypeCoder(FastCoder):

@@ -7,9 +7,10 @@ worker count or bundle sizes. The packed rows keep hashes in their group's range
 their final order, so each group's rows are staged at once as a sorted group file for `WriteShards`
 (no second routing and sort, unlike unpacked rows, which go through `SortGroups`).
 
-Outputs (tagged):
-  main: `SortedGroup`, one per group
-  `pack_stats`: `(dataset, PackStats.as_dict())` per group
+Outputs:
+  `groups`: `SortedGroup`, one per group
+  `pack_stats`: `(dataset, PackStats.as_dict())` per group, and the shuffle's byte counts
+    (`transforms.shuffle`)
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import pyarrow as pa
 from easydata.config import PackStageConfig
 from easydata.ops.pack_stage import pack_group
 from easydata.io.formats import write_staged_batches
-from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema, split_by_group
-from transforms.coders import KeyedBatch
-from transforms.group_files import GroupBatchesViaFiles
+from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema
+from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
 from transforms.write import HIDDEN_COLUMNS, sorted_group_path
 
 __all__ = ["Pack", "PACK_STATS_TAG"]
@@ -70,7 +70,7 @@ class Pack(beam.PTransform):
       seed: the pipeline seed.
       num_groups: hash groups (`easydata.ops.sharding.choose_num_groups`).
       staging: the run's staging directory (sorted group files go below it).
-      group_dir: group the documents through files in this directory (`GroupBatchesViaFiles`, for
+      group_dir: group the documents through files in this directory (`GroupViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
     """
 
@@ -80,14 +80,14 @@ class Pack(beam.PTransform):
         self._name, self._config, self._pad_id = name, config, pad_id
         self._seed, self._num_groups, self._staging, self._group_dir = seed, num_groups, staging, group_dir
 
-    def expand(self, rows: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        return (rows
-                | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups).with_output_types(KeyedBatch)
-                | "GroupDocuments" >> (beam.GroupByKey() if self._group_dir is None
-                                       else GroupBatchesViaFiles(self._group_dir))
-                | "PackGroups" >> beam.ParDo(_PackGroupFn(self._name, self._config, self._pad_id, self._seed,
-                                                          self._num_groups, self._staging)
-                                             ).with_outputs(PACK_STATS_TAG, main="groups"))
+    def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
+        shuffled = rows | "GroupDocuments" >> ShuffleRows(name=self._name, num_groups=self._num_groups, stage="pack",
+                                                          group_dir=self._group_dir)
+        packed = shuffled["groups"] | "PackGroups" >> beam.ParDo(
+            _PackGroupFn(self._name, self._config, self._pad_id, self._seed, self._num_groups, self._staging)
+        ).with_outputs(PACK_STATS_TAG, main="groups")
+        stats = (packed[PACK_STATS_TAG], shuffled[SHUFFLE_STATS_TAG]) | "AllPackStats" >> beam.Flatten()
+        return {"groups": packed.groups, PACK_STATS_TAG: stats}
 
     def display_data(self) -> dict[str, Any]:
         return {"seq_length": self._config.seq_length, "strategy": self._config.strategy}

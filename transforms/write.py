@@ -25,11 +25,10 @@ from easydata.config import SaveStageConfig
 from easydata.io.filesystems import file_size, join
 from easydata.io.formats import assemble_shard, shard_file_name, write_piece
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
-    plan_shards, serialize_schema, sort_group, split_by_group, unify_schemas
+    plan_shards, serialize_schema, sort_group, unify_schemas
 from easydata.io.token_files import TokenFileSpec
 from easydata.text.windows import PIECE_COLUMN
-from transforms.coders import KeyedBatch
-from transforms.group_files import GroupBatchesViaFiles
+from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
 
 __all__ = ["SortGroups", "WriteShards", "sorted_group_path", "HIDDEN_COLUMNS"]
 
@@ -65,23 +64,22 @@ class SortGroups(beam.PTransform):
       name: output name (the dataset's name, or `mixed`).
       num_groups: hash groups (`easydata.ops.sharding.choose_num_groups`).
       staging: the run's staging directory.
-      group_dir: group the rows through files in this directory (`GroupBatchesViaFiles`, for
+      group_dir: group the rows through files in this directory (`GroupViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
 
     Returns:
-      A PCollection of `SortedGroup`, one per non-empty group.
+      Outputs `groups`, `SortedGroup` per non-empty group, and `shuffle_stats` (`transforms.shuffle`).
     """
 
     def __init__(self, *, name: str, num_groups: int, staging: str, group_dir: Optional[str] = None):
         super().__init__()
         self._name, self._num_groups, self._staging, self._group_dir = name, num_groups, staging, group_dir
 
-    def expand(self, rows: beam.PCollection) -> beam.PCollection:
-        return (rows
-                | "RouteToGroups" >> beam.FlatMap(split_by_group, self._num_groups).with_output_types(KeyedBatch)
-                | "GroupRows" >> (beam.GroupByKey() if self._group_dir is None
-                                  else GroupBatchesViaFiles(self._group_dir))
-                | "SortGroup" >> beam.ParDo(_SortGroupFn(self._name, self._staging)))
+    def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
+        shuffled = rows | "GroupRows" >> ShuffleRows(name=self._name, num_groups=self._num_groups, stage="sort",
+                                                     group_dir=self._group_dir)
+        return {"groups": shuffled["groups"] | "SortGroup" >> beam.ParDo(_SortGroupFn(self._name, self._staging)),
+                SHUFFLE_STATS_TAG: shuffled[SHUFFLE_STATS_TAG]}
 
 
 def _group_counts(group: SortedGroup) -> tuple[int, tuple[int, int]]:

@@ -1,37 +1,33 @@
 """Rows of hash groups moved between stages through files: how local runs group without holding them.
 
-The local runners' GroupByKey keeps every grouped element in memory, encoded: each Arrow batch of
-token rows was pickled, buffered and unpickled (three copies), and a job's memory grew with its
-corpus. Instead, a local run writes each bundle's rows of each group to one uncompressed Arrow IPC
-file under the run's staging directory (`GroupFileWriter`), groups only the file names, and the
-consumer memory-maps the files of its group (`read_group_files`). Which file a row arrives in does
-not matter: every consumer sorts its group by (hash, key) first. The files go with the staging
-directory when the run commits; a retried bundle writes new files under new names, and Beam drops the
-failed attempt's names.
+The local runners' GroupByKey keeps every grouped element in memory, encoded, and a job's memory grew
+with its corpus. Instead, a local run writes each bundle's elements of each group (the rows as the
+shuffle encodes them, `easydata.io.compact_rows`: the same bytes a remote runner's shuffle carries)
+to one file per group under the run's staging directory (`GroupFileWriter`), groups only the file
+names, and the consumer reads the files of its group (`read_group_files`). Which file an element
+arrives in does not matter: every consumer sorts its group by (hash, key) first. The files go with
+the staging directory when the run commits; a retried bundle writes new files under new names, and
+Beam drops the failed attempt's names.
+
+A file is a sequence of frames: an 8-byte little-endian length, then that many bytes.
 """
 
 from __future__ import annotations
 
+import struct
 import uuid
-from typing import Any, Iterable, Iterator, NamedTuple
-
-import pyarrow as pa
+from typing import Any, Iterable, Iterator
 
 from easydata.io.filesystems import join, open_arrow_file
-from easydata.io.formats import iter_shard_batches
 
 __all__ = ["GroupFileWriter", "read_group_files"]
 
 
-class _OpenFile(NamedTuple):
-    path: str
-    sink: Any
-    writer: Any
-    schema: pa.Schema
+_LENGTH = struct.Struct("<Q")
 
 
 class GroupFileWriter:
-    """Appends record batches to one Arrow IPC file per group (a new file when a group's schema changes).
+    """Appends encoded elements to one file per group.
 
     Args:
       directory: where the files go (created as needed; local or any fsspec URL).
@@ -39,36 +35,34 @@ class GroupFileWriter:
 
     def __init__(self, directory: str):
         self._directory = directory
-        self._open: dict[int, _OpenFile] = {}
-        self._closed: list[tuple[int, str]] = []
+        self._open: dict[int, tuple[str, Any]] = {}
 
-    def write(self, group: int, batch: pa.RecordBatch) -> None:
-        """Appends `batch` to `group`'s file."""
+    def write(self, group: int, element: bytes) -> None:
+        """Appends `element` to `group`'s file."""
         entry = self._open.get(group)
-        if entry is not None and not entry.schema.equals(batch.schema):  # additional fields typed differently
-            self._finish(group)
-            entry = None
         if entry is None:
-            path = join(self._directory, f"g{group:06d}-{uuid.uuid4().hex}.arrow")
-            sink = open_arrow_file(path, "wb")
-            entry = self._open[group] = _OpenFile(path, sink, pa.ipc.new_file(sink, batch.schema), batch.schema)
-        entry.writer.write_batch(batch)
-
-    def _finish(self, group: int) -> None:
-        done = self._open.pop(group)
-        done.writer.close()
-        done.sink.close()
-        self._closed.append((group, done.path))
+            path = join(self._directory, f"g{group:06d}-{uuid.uuid4().hex}.rows")
+            entry = self._open[group] = (path, open_arrow_file(path, "wb"))
+        entry[1].write(_LENGTH.pack(len(element)))
+        entry[1].write(element)
 
     def close(self) -> list[tuple[int, str]]:
         """Closes every file; returns `(group, path)` of each file written since the last `close`."""
-        for group in list(self._open):
-            self._finish(group)
-        closed, self._closed = self._closed, []
+        closed = []
+        for group, (path, sink) in self._open.items():
+            sink.close()
+            closed.append((group, path))
+        self._open = {}
         return closed
 
 
-def read_group_files(paths: Iterable[str]) -> Iterator[pa.RecordBatch]:
-    """The record batches of a group's files (memory-mapped when local: no copy)."""
+def read_group_files(paths: Iterable[str]) -> Iterator[memoryview]:
+    """The elements of a group's files, in file order."""
     for path in sorted(paths):
-        yield from iter_shard_batches(path, "arrow")
+        with open_arrow_file(path, "rb") as f:
+            data = memoryview(f.read())
+        at = 0
+        while at < len(data):
+            (size,) = _LENGTH.unpack_from(data, at)
+            yield data[at + _LENGTH.size:at + _LENGTH.size + size]
+            at += _LENGTH.size + size

@@ -18,7 +18,7 @@ from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
 from easydata.io.filesystems import join, open_file
 from easydata.io.formats import TOKEN_COLUMNS
-from easydata.run.manifest import PARTIAL_INPUTS, build_manifest
+from easydata.run.manifest import PARTIAL_INPUTS, SHUFFLE_BYTES_PREFIX, build_manifest
 from easydata.ops.mixing import MIXED_NAME, MixPlan
 from easydata.run.output import commit_output
 from easydata.run.run_plan import RunPlan
@@ -200,6 +200,17 @@ def _refuse_empty_datasets(plan: RunPlan, counters: dict[str, collections.Counte
                             f" {join(plan.staging, 'rejected', d.name)}; set allow_empty_datasets: true to accept)")
 
 
+def shuffle_entry(shuffled: dict[str, int], tokens: int) -> dict[str, Any]:
+    """The manifest's `shuffle`: bytes of token data each stage sent through the shuffle, as its coder
+    encodes them (what a remote runner's shuffle carries and bills), in all and per token written."""
+    def per_token(n: int) -> float:
+        return round(n / tokens, 4) if tokens else 0.0
+
+    total = sum(shuffled.values())
+    return {"bytes": total, "bytes_per_token": per_token(total),
+            "stages": {stage: {"bytes": n, "bytes_per_token": per_token(n)} for stage, n in sorted(shuffled.items())}}
+
+
 def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo],
                     stats: Iterable[tuple[str, dict[str, int]]], rejected_files: Iterable[str],
                     started_at: float, mix_plan: Optional[MixPlan] = None) -> dict[str, Any]:
@@ -214,9 +225,12 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     """
     counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     partial: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    shuffled: collections.Counter = collections.Counter()
     for name, values in stats:
         values = dict(values)
         partial[name].extend(values.pop(PARTIAL_INPUTS, ()))
+        shuffled.update({k[len(SHUFFLE_BYTES_PREFIX):]: values.pop(k) for k in list(values)
+                         if k.startswith(SHUFFLE_BYTES_PREFIX)})
         counters[name].update(values)
     names = [MIXED_NAME] if mix_plan is not None else [d.name for d in plan.datasets]
     fractions = config.save.split_fractions()
@@ -283,6 +297,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         run={"run_id": plan.run_id, "elapsed_seconds": round(elapsed, 3),
              **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix,
         partial_inputs={name: sorted(entries, key=lambda e: (e["path"], e["offset"])) for name, entries in partial.items()})
+    manifest["shuffle"] = shuffle_entry(shuffled, manifest["totals"]["tokens"])
     if fractions is not None:
         manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",

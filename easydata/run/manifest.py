@@ -17,7 +17,7 @@ from typing import Any, Iterable, Optional
 from easydata.errors import InputError, ValidationFailed
 from easydata.io.filesystems import get_fs, join, open_file
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "build_manifest", "write_manifest",
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "SHUFFLE_BYTES_PREFIX", "build_manifest", "write_manifest",
            "read_manifest", "member_path"]
 
 FORMAT_VERSION = 1
@@ -25,6 +25,8 @@ MANIFEST_NAME = "manifest.json"
 COMMIT_MARKER = ".easydata-committing"  # present while a run replaces the output (easydata.run.output)
 #: Manifest key: per input dataset, the files read only in part (truncated or corrupt part-way).
 PARTIAL_INPUTS = "partial_inputs"
+#: Stats keys `shuffle_bytes.<stage>`: bytes of token data a stage sent through the shuffle (`transforms.shuffle`).
+SHUFFLE_BYTES_PREFIX = "shuffle_bytes."
 
 
 def member_path(output_dir: str, relative: Any, what: str = "path") -> str:

@@ -1,0 +1,97 @@
+"""The shuffle's encoding of token rows (`easydata.io.compact_rows`): every batch comes back exactly
+(ids at the edges of every id width, empty documents, long documents cut into several rows, loss
+masks, hidden and additional columns, slices, nulls), in fewer bytes than Arrow IPC."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from easydata.io.compact_rows import decode_rows, encode_rows
+from easydata.io.formats import documents_to_batch
+from easydata.text.windows import PIECE_COLUMN, cut_documents
+
+EDGES = [0, 1, 255, 256, 65_535, 65_536, 2**31 - 1]
+
+
+@st.composite
+def token_batches(draw: st.DrawFn) -> pa.RecordBatch:
+    """Unpacked token rows as the tokenize stage makes them, cut into windows or not, often sliced."""
+    high = draw(st.sampled_from(EDGES))
+    ids = st.one_of(st.sampled_from([0, high]), st.integers(0, high))
+    docs = draw(st.lists(st.lists(ids, max_size=40), max_size=12))
+    lengths = np.array([len(d) for d in docs], dtype=np.int64)
+    flat = np.array([t for d in docs for t in d], dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    mask = None
+    if draw(st.booleans()):
+        mask = np.array(draw(st.lists(st.integers(0, 1), min_size=len(flat), max_size=len(flat))), dtype=np.int32)
+    extra = {}
+    if draw(st.booleans()) and draw(st.integers(1, 8)) < 4:  # long documents: windows, several rows each
+        pieces = cut_documents(flat, offsets, mode="window", max_length=draw(st.integers(2, 8)), stride=1, mask=mask)
+        flat, offsets, mask = pieces.ids, pieces.offsets, pieces.mask
+        extra[PIECE_COLUMN] = pa.array(pieces.piece, type=pa.int32())
+    rows = len(offsets) - 1
+    fields = {}
+    if draw(st.booleans()):
+        fields["source"] = draw(st.lists(st.one_of(st.text(max_size=5), st.none()), min_size=rows, max_size=rows))
+    if draw(st.booleans()):
+        fields["tags"] = draw(st.lists(st.lists(st.integers(-3, 3), max_size=3), min_size=rows, max_size=rows))
+    extra["__key__"] = pa.array([f"doc-{i}-é" for i in range(rows)], type=pa.string())
+    extra["__hash__"] = pa.array(draw(st.lists(st.integers(0, 2**64 - 1), min_size=rows, max_size=rows)),
+                                 type=pa.uint64())
+    batch = documents_to_batch(flat, offsets, fields, extra, loss_mask=mask)
+    if rows and draw(st.booleans()):
+        start = draw(st.integers(0, rows))
+        batch = batch.slice(start, draw(st.integers(0, rows - start)))
+    return batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=token_batches())
+def test_every_batch_comes_back_exactly(batch: pa.RecordBatch) -> None:
+    decoded = decode_rows(encode_rows(batch))
+    assert decoded.schema.equals(batch.schema, check_metadata=True)
+    assert decoded.equals(batch)
+    assert decoded.num_rows == batch.num_rows
+
+
+@pytest.mark.parametrize("high, width", [(255, 1), (256, 2), (65_535, 2), (65_536, 4), (2**31 - 1, 4)])
+def test_ids_travel_in_the_narrowest_width(high: int, width: int) -> None:
+    tokens = 10_000
+    flat = np.full(tokens, high, dtype=np.int32)
+    batch = documents_to_batch(flat, np.array([0, tokens]), {}, {"__hash__": pa.array([7], pa.uint64())})
+    size = len(encode_rows(batch))
+    assert width * tokens <= size < width * tokens + 400  # lengths, a short directory, the hash
+    assert decode_rows(encode_rows(batch)).equals(batch)
+
+
+def test_fewer_bytes_than_arrow_ipc_on_token_rows() -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 2000, 64)
+    flat = rng.integers(0, 32_000, int(lengths.sum())).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    batch = documents_to_batch(flat, offsets, {}, {"__key__": pa.array([f"k{i}" for i in range(64)]),
+                                                   "__hash__": pa.array(rng.integers(0, 2**63, 64), pa.uint64())})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    compact = len(encode_rows(batch))
+    assert compact < 2.1 * len(flat) < len(sink.getvalue()) / 3.5  # ~2 bytes per token instead of ~8
+
+
+def test_schema_metadata_and_odd_token_columns_survive() -> None:
+    ids = pa.array([[1, 2], None, [3]], type=pa.list_(pa.int32()))  # a null row: shipped as IPC
+    mask = pa.array([[0, 2], [], [1]], type=pa.list_(pa.int32()))  # not 0/1
+    batch = pa.RecordBatch.from_arrays([ids, mask], names=["input_ids", "loss_mask"]).replace_schema_metadata(
+        {b"origin": b"test"})
+    decoded = decode_rows(encode_rows(batch))
+    assert decoded.schema.equals(batch.schema, check_metadata=True) and decoded.equals(batch)
+
+
+def test_other_bytes_are_refused() -> None:
+    with pytest.raises(ValueError, match="not a batch of rows"):
+        decode_rows(b"PAR1" + bytes(16))

@@ -1,0 +1,98 @@
+"""`ShuffleRows`: token rows -> their hash groups, in few bytes, with the bytes shuffled counted.
+
+  rows --split by hash group, encode (`easydata.io.compact_rows`)--> (group, bytes)
+       --GroupByKey (or `GroupViaFiles`)--> (group, [bytes]) --decode--> (group, [RecordBatch])
+
+The one place token data crosses a shuffle in a batch run (packing and the unpacked sort both group
+through it). Each routing bundle counts the encoded size of every element it emits, as the element's
+coder encodes it (`KEYED_ROWS_CODER`: what a remote runner's shuffle carries), and reports it on the
+`shuffle_stats` output as `(output name, {"shuffle_bytes.<stage>": n})`; the run adds them up in
+its manifest (`shuffle`). A retried bundle's report is dropped with its other outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Optional, Tuple
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam import coders, typehints
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from easydata.io.compact_rows import decode_rows, encode_rows
+from easydata.ops.sharding import split_by_group
+from easydata.run.manifest import SHUFFLE_BYTES_PREFIX
+from transforms.group_files import GroupViaFiles
+
+__all__ = ["ShuffleRows", "SHUFFLE_STATS_TAG", "KEYED_ROWS_CODER", "KeyedRows"]
+
+SHUFFLE_STATS_TAG = "shuffle_stats"
+#: `(hash group, encoded rows)`: what crosses the shuffle.
+KeyedRows = Tuple[int, bytes]
+#: `(hash group, all its rows)`: what comes out.
+GroupedRows = Tuple[int, List[pa.RecordBatch]]
+#: The coder Beam gives `KeyedRows` elements (the routing step declares that type): a variable-length
+#: integer and length-prefixed bytes (`tests/test_coders.py` checks it is the one the job uses).
+KEYED_ROWS_CODER = coders.registry.get_coder(typehints.Tuple[int, bytes])
+
+
+def _route(batch: pa.RecordBatch, num_groups: int) -> Iterator[KeyedRows]:
+    """Splits a batch by hash group and encodes each part."""
+    for group, part in split_by_group(batch, num_groups):
+        yield group, encode_rows(part)
+
+
+class _CountFn(beam.DoFn):
+    """Counts the encoded size of the elements entering the shuffle, reported once per bundle."""
+
+    def __init__(self, name: str, stage: str):
+        self._name, self._key = name, f"{SHUFFLE_BYTES_PREFIX}{stage}"
+        self._bytes = 0
+
+    def start_bundle(self) -> None:
+        self._bytes = 0
+
+    def process(self, element: KeyedRows) -> Iterator[Any]:
+        self._bytes += KEYED_ROWS_CODER.estimate_size(element)
+        return iter(())
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._bytes:
+            yield WindowedValue((self._name, {self._key: self._bytes}), MAX_TIMESTAMP, (GlobalWindow(),))
+
+
+def _decode(element: tuple[int, Any]) -> tuple[int, list[pa.RecordBatch]]:
+    group, encoded = element
+    return group, [decode_rows(e) for e in encoded]
+
+
+class ShuffleRows(beam.PTransform):
+    """Groups one output's token rows by hash group (see module docstring).
+
+    Args:
+      name: the output's name (its stats are reported under it).
+      num_groups: hash groups (`easydata.ops.sharding.choose_num_groups`).
+      stage: the stage's name in the manifest's `shuffle` (`pack`, `sort`).
+      group_dir: group through files in this directory (`GroupViaFiles`, for runners whose workers
+        share this machine's files); None: Beam's GroupByKey.
+
+    Returns:
+      Outputs `groups`, `(group, [RecordBatch, ...])` per non-empty group, and `shuffle_stats`.
+    """
+
+    def __init__(self, *, name: str, num_groups: int, stage: str, group_dir: Optional[str] = None):
+        super().__init__()
+        self._name, self._num_groups, self._stage, self._group_dir = name, num_groups, stage, group_dir
+
+    def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
+        routed = rows | "RouteToGroups" >> beam.FlatMap(_route, self._num_groups).with_output_types(KeyedRows)
+        stats = routed | "CountShuffled" >> beam.ParDo(_CountFn(self._name, self._stage))
+        if self._group_dir is None:
+            grouped = (routed
+                       | "Group" >> beam.GroupByKey()
+                       | "Decode" >> beam.Map(_decode).with_output_types(GroupedRows))
+        else:  # decoded as each group's files are read
+            grouped = routed | "Group" >> GroupViaFiles(self._group_dir, decode_rows, GroupedRows)
+        return {"groups": grouped, SHUFFLE_STATS_TAG: stats}
