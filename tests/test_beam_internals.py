@@ -78,6 +78,7 @@ def test_flag_names_guard(monkeypatch) -> None:
 def test_dask_primitives_guard(monkeypatch, tmp_path) -> None:
     """The DaskRunner's primitives are known here; on a Beam without them the runner refuses in one line
     before any cluster starts (Beam's own translation would lose outputs: never a silent fallback)."""
+    pytest.importorskip("dask", reason="the Dask extra is not installed (pip install -e '.[dask]')")
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.dask import overrides
