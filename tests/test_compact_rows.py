@@ -1,16 +1,18 @@
 """The shuffle's encoding of token rows (`easydata.io.compact_rows`): every batch comes back exactly
 (ids at the edges of every id width, empty documents, long documents cut into several rows, loss
-masks, hidden and additional columns, slices, nulls), in fewer bytes than Arrow IPC."""
+masks, hidden and additional columns, slices, nulls), compressed or not, in fewer bytes than Arrow
+IPC, and text-like ids in fewer still once compressed."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from easydata.io.compact_rows import decode_rows, encode_rows
+from easydata.io.compact_rows import MIN_COMPRESSED_BYTES, decode_rows, encode_rows
 from easydata.io.formats import documents_to_batch
 from easydata.text.windows import PIECE_COLUMN, cut_documents
 
@@ -51,12 +53,15 @@ def token_batches(draw: st.DrawFn) -> pa.RecordBatch:
 
 
 @settings(max_examples=300, deadline=None)
-@given(batch=token_batches())
-def test_every_batch_comes_back_exactly(batch: pa.RecordBatch) -> None:
-    decoded = decode_rows(encode_rows(batch))
+@given(batch=token_batches(), compress=st.booleans())
+def test_every_batch_comes_back_exactly(batch: pa.RecordBatch, compress: bool) -> None:
+    encoded = encode_rows(batch, compress=compress)
+    assert compress or encoded[:4] == b"EDR2"
+    decoded = decode_rows(encoded)
     assert decoded.schema.equals(batch.schema, check_metadata=True)
     assert decoded.equals(batch)
     assert decoded.num_rows == batch.num_rows
+    assert decode_rows(memoryview(encoded)).equals(batch)  # as group files hand them over
 
 
 @pytest.mark.parametrize("high, width", [(255, 1), (256, 2), (65_535, 2), (65_536, 4), (2**31 - 1, 4)])
@@ -64,9 +69,10 @@ def test_ids_travel_in_the_narrowest_width(high: int, width: int) -> None:
     tokens = 10_000
     flat = np.full(tokens, high, dtype=np.int32)
     batch = documents_to_batch(flat, np.array([0, tokens]), {}, {"__hash__": pa.array([7], pa.uint64())})
-    size = len(encode_rows(batch))
+    size = len(encode_rows(batch, compress=False))
     assert width * tokens <= size < width * tokens + 400  # lengths, a short directory, the hash
-    assert decode_rows(encode_rows(batch)).equals(batch)
+    assert decode_rows(encode_rows(batch, compress=False)).equals(batch)
+    assert len(encode_rows(batch)) < tokens / 20  # one id repeated: next to nothing once compressed
 
 
 def test_fewer_bytes_than_arrow_ipc_on_token_rows() -> None:
@@ -92,6 +98,37 @@ def test_schema_metadata_and_odd_token_columns_survive() -> None:
     assert decoded.schema.equals(batch.schema, check_metadata=True) and decoded.equals(batch)
 
 
+def _text_like_rows(documents: int, seed: int) -> pa.RecordBatch:
+    """Ids drawn the way text uses a vocabulary: a few ids very often (Zipf), most rarely."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 600, documents)
+    flat = np.minimum(rng.zipf(1.3, int(lengths.sum())), 31_999).astype(np.int32)
+    return documents_to_batch(flat, np.concatenate([[0], np.cumsum(lengths)]), {}, {
+        "__key__": pa.array([f"doc-{i}" for i in range(documents)]),
+        "__hash__": pa.array(rng.integers(0, 2**63, documents), pa.uint64())})
+
+
+def test_text_like_ids_are_compressed_and_small_elements_are_not() -> None:
+    batch = _text_like_rows(64, seed=4)
+    raw, compressed = encode_rows(batch, compress=False), encode_rows(batch)
+    assert compressed[:4] == b"EDZ1" and raw[:4] == b"EDR2"
+    assert len(compressed) < 0.7 * len(raw)
+    assert decode_rows(compressed).equals(batch)
+    small = pa.RecordBatch.from_arrays([pa.array([[1, 2, 3]], pa.list_(pa.int32()))], names=["input_ids"])
+    assert len(encode_rows(small, compress=False)) < MIN_COMPRESSED_BYTES
+    assert encode_rows(small) == encode_rows(small, compress=False)  # below the threshold: as it is
+
+
+def test_incompressible_rows_stay_raw() -> None:
+    rng = np.random.default_rng(5)
+    flat = rng.integers(0, 2**31 - 1, 5_000).astype(np.int32)  # random 4-byte ids: nothing to gain
+    batch = documents_to_batch(flat, np.array([0, 5_000]), {}, {})
+    assert encode_rows(batch) == encode_rows(batch, compress=False)
+
+
 def test_other_bytes_are_refused() -> None:
     with pytest.raises(ValueError, match="not a batch of rows"):
         decode_rows(b"PAR1" + bytes(16))
+    compressed = encode_rows(_text_like_rows(16, seed=6))
+    with pytest.raises(zstandard.ZstdError):  # a cut frame never decodes to a shorter batch
+        decode_rows(compressed[:len(compressed) // 2])
