@@ -71,3 +71,27 @@ def test_the_manifest_reports_shuffled_bytes_per_stage(tokenizer_dir, tmp_path: 
     # 2 bytes per id (a small vocabulary), 4 per row length, the hidden key and hash per document,
     # then compressed: under 2 bytes per token, where the issue asked for at most 6.
     assert 0.3 < shuffle["bytes_per_token"] < 2.0
+
+
+def test_the_shuffle_benchmark_measures_more_bytes_per_token_as_groups_multiply(tokenizer_dir, tmp_path: Path,
+                                                                                  capsys) -> None:
+    """`benchmarks/bench_shuffle.py` (the cost model's `s` at scale) sizes what routing would emit."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_shuffle
+    finally:
+        sys.path.pop(0)
+    data = write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(300, seed=5, max_words=120)))
+    batches = list(bench_shuffle.tokenized_batches(data, str(tokenizer_dir), batch_size=100, max_mb=None))
+    assert sum(b.num_rows for b in batches) == 300
+    one, many = bench_shuffle.measure(batches, [1, 4096])
+    assert one[1] == len(batches) and many[1] > 250  # about one element per document at 4,096 groups
+    assert one[2] > one[3] and many[2] > many[3]  # compression pays at both
+    assert many[3] > one[3]  # per-element headers, keys and frames: more bytes per token when spread out
+    expected = sum(KEYED_ROWS_CODER.estimate_size((g, encode_rows(p))) for b in batches
+                   for g, p in split_by_group(b, 4096))
+    assert many[3] == expected / sum(len(b.column("input_ids").values) for b in batches)
+    assert bench_shuffle.main(["--data", str(data), "--tokenizer", str(tokenizer_dir), "--groups", "2,64",
+                               "--doc-chars", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "cut to 200 chars" in out and "B/token zstd" in out
