@@ -7,8 +7,8 @@ a batch of a thousand documents is split into as many elements as it has groups,
 header, column directory, keys and hashes, and each compressed alone. This measures that, without
 running a job: it reads a JSONL corpus with the pipeline's own reader (`easydata.io.sources`),
 tokenizes every batch with the pipeline's own code (`easydata.text.tokenization`), then for each group
-count splits the batches as the routing step does (`split_by_group`), encodes every part
-(`encode_rows`, with and without compression) and sizes each `(group, bytes)` element with the
+count splits and encodes the batches as the routing step does (`group_ranges`, then
+`encode_row_ranges`, with and without compression) and sizes each `(group, bytes)` element with the
 coder the job uses (`transforms.shuffle.KEYED_ROWS_CODER`). Documents can also be cut into pieces of
 at most `--doc-chars` characters first, to stand in for a corpus of short documents (web text).
 
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from easydata.config import DatasetConfig, TokenizeStageConfig
-from easydata.io.compact_rows import encode_rows
+from easydata.io.compact_rows import encode_row_ranges
 from easydata.io.sources import plan_splits, read_split
-from easydata.ops.sharding import choose_num_groups, split_by_group
+from easydata.ops.sharding import choose_num_groups, group_ranges
 from easydata.text.tokenization import tokenize_documents
 from easydata.text.tokenizer import load_tokenizer
 from transforms.shuffle import KEYED_ROWS_CODER
@@ -78,14 +78,16 @@ def measure(batches: list, groups: list[int]) -> list[tuple[int, int, float, flo
     for num_groups in groups:
         elements = raw = compressed = 0
         started = time.process_time()
-        for batch in batches:
-            for group, part in split_by_group(batch, num_groups):
+        for batch in batches:  # as `transforms.shuffle` routes a batch
+            rows, groups_of_rows, starts, stops = group_ranges(batch, num_groups)
+            for group, data in zip(groups_of_rows, encode_row_ranges(rows, starts, stops)):
                 elements += 1
-                compressed += KEYED_ROWS_CODER.estimate_size((group, encode_rows(part)))
+                compressed += KEYED_ROWS_CODER.estimate_size((group, data))
         seconds = time.process_time() - started
         for batch in batches:
-            for group, part in split_by_group(batch, num_groups):
-                raw += KEYED_ROWS_CODER.estimate_size((group, encode_rows(part, compress=False)))
+            rows, groups_of_rows, starts, stops = group_ranges(batch, num_groups)
+            for group, data in zip(groups_of_rows, encode_row_ranges(rows, starts, stops, compress=False)):
+                raw += KEYED_ROWS_CODER.estimate_size((group, data))
         results.append((num_groups, elements, raw / tokens, compressed / tokens, seconds / tokens * 1e6))
     return results
 

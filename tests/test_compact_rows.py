@@ -12,7 +12,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from easydata.io.compact_rows import MIN_COMPRESSED_BYTES, decode_rows, encode_rows
+from easydata.io.compact_rows import MIN_COMPRESSED_BYTES, decode_rows, encode_row_ranges, encode_rows
 from easydata.io.formats import documents_to_batch
 from easydata.text.windows import PIECE_COLUMN, cut_documents
 
@@ -62,6 +62,34 @@ def test_every_batch_comes_back_exactly(batch: pa.RecordBatch, compress: bool) -
     assert decoded.equals(batch)
     assert decoded.num_rows == batch.num_rows
     assert decode_rows(memoryview(encoded)).equals(batch)  # as group files hand them over
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=token_batches(), data=st.data(), compress=st.booleans())
+def test_row_ranges_encode_as_their_slices_would(batch: pa.RecordBatch, data: st.DataObject, compress: bool) -> None:
+    """The routing step's one-pass encoding of many row ranges is, byte for byte, each slice's own."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, batch.num_rows), max_size=8)))
+    starts, stops = [0, *cuts], [*cuts, batch.num_rows]
+    encoded = encode_row_ranges(batch, starts, stops, compress=compress)
+    assert encoded == [encode_rows(batch.slice(a, b - a), compress=compress) for a, b in zip(starts, stops)]
+    for (a, b), one in zip(zip(starts, stops), encoded):
+        assert decode_rows(one).equals(batch.slice(a, b - a))
+
+
+def test_ranges_of_columns_with_nulls_are_decided_range_by_range() -> None:
+    """A range without the batch's nulls is written compactly, as that range alone would be."""
+    ids = pa.array([[1, 2], None, [3, 4, 5], [6]], type=pa.list_(pa.int32()))
+    mask = pa.array([[1, 1], [1], None, [0]], type=pa.list_(pa.int32()))
+    names = pa.array(["a", None, "c", "d"])
+    batch = pa.RecordBatch.from_arrays([ids, mask, names], names=["input_ids", "loss_mask", "name"])
+    starts, stops = [0, 1, 2, 3], [1, 2, 3, 4]
+    encoded = encode_row_ranges(batch, starts, stops, compress=False)
+    assert encoded == [encode_rows(batch.slice(a, b - a), compress=False) for a, b in zip(starts, stops)]
+    first = encoded[0]
+    assert b'"ids"' in first and b'"ones"' in first and b'"s"' in first and b'"ipc"' not in first
+    assert b'"ipc"' in encoded[1]  # the null ids row
+    for (a, b), one in zip(zip(starts, stops), encoded):
+        assert decode_rows(one).equals(batch.slice(a, b - a))
 
 
 @pytest.mark.parametrize("high, width", [(255, 1), (256, 2), (65_535, 2), (65_536, 4), (2**31 - 1, 4)])

@@ -21,8 +21,8 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from easydata.io.compact_rows import decode_rows, encode_rows
-from easydata.ops.sharding import split_by_group
+from easydata.io.compact_rows import decode_rows, encode_row_ranges
+from easydata.ops.sharding import group_ranges
 from easydata.run.manifest import SHUFFLE_BYTES_PREFIX
 from transforms.group_files import GroupViaFiles
 
@@ -39,9 +39,9 @@ KEYED_ROWS_CODER = coders.registry.get_coder(typehints.Tuple[int, bytes])
 
 
 def _route(batch: pa.RecordBatch, num_groups: int) -> Iterator[KeyedRows]:
-    """Splits a batch by hash group and encodes each part."""
-    for group, part in split_by_group(batch, num_groups):
-        yield group, encode_rows(part)
+    """Splits a batch by hash group and encodes each part (`encode_rows` of each, in one pass)."""
+    rows, groups, starts, stops = group_ranges(batch, num_groups)
+    yield from zip(groups, encode_row_ranges(rows, starts, stops))
 
 
 class _CountFn(beam.DoFn):

@@ -25,6 +25,10 @@ Then the whole encoding is compressed with zstd at level 1 (one frame), when it 
 corpus this takes 2.01 bytes per token to 0.67 for under 1 % of the job's CPU (compression runs at
 ~350 MB/s, decompression ~750 MB/s; the tokenizer makes ~3.5 MB/s of ids on 2 cores; see
 docs/performance.md). Small elements stay as they are: a frame's fixed cost would eat the gain.
+
+`encode_row_ranges` encodes many row ranges of one batch at once, each exactly as `encode_rows` would
+encode its slice: the routing step splits every batch into one part per hash group it touches, and
+a large run has so many groups that a part is often one document.
 Pure numpy, pyarrow and zstandard, no Beam.
 """
 
@@ -33,7 +37,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +45,7 @@ import zstandard
 
 from easydata.io.token_arrays import list_column_values, token_list_array
 
-__all__ = ["encode_rows", "decode_rows", "MIN_COMPRESSED_BYTES"]
+__all__ = ["encode_rows", "encode_row_ranges", "decode_rows", "MIN_COMPRESSED_BYTES"]
 
 _MAGIC = b"EDR2"
 _HEADER = struct.Struct("<4sII")  # magic, rows, directory bytes
@@ -56,6 +60,7 @@ _codecs = threading.local()
 _LENGTH = struct.Struct("<Q")
 _TOKEN_TYPE = pa.list_(pa.int32())
 _ID_TYPES = ("<u1", "<u2", "<u4", "<i4")
+_TOKEN_NAMES = ("input_ids", "attention_mask", "loss_mask")
 _STRINGS = {"s": pa.string(), "b": pa.binary()}
 
 
@@ -72,44 +77,80 @@ def _plain(field: pa.Field, column: pa.Array) -> bool:
     return field.nullable and not field.metadata and column.null_count == 0
 
 
-def _tokens(field: pa.Field, column: pa.Array) -> Optional[tuple[np.ndarray, np.ndarray]]:
-    """`(values, offsets)` of a plain `list<int32>` column without nulls, else None."""
-    if field.type != _TOKEN_TYPE or not _plain(field, column) or column.values.null_count:
-        return None
-    return list_column_values(column)
+#: How one column of one row range is written: `(directory entry without sizes, payloads)`.
+_Encoded = tuple[list[Any], list[bytes]]
+#: A column prepared once for a batch, called per row range `[start, stop)`.
+_RangeEncoder = Callable[[int, int], _Encoded]
 
 
-def _encode_column(batch: pa.RecordBatch, index: int, ids_offsets: Optional[np.ndarray]
-                   ) -> tuple[list[Any], list[bytes]]:
-    """One column's directory entry (`[name, kind, ...]`) and payloads."""
-    field, column = batch.schema.field(index), batch.column(index)
-    name = field.name
-    tokens = _tokens(field, column) if field.name in ("input_ids", "attention_mask", "loss_mask") else None
-    if tokens is not None:
-        values, offsets = tokens
+def _ipc(field: pa.Field) -> Callable[[pa.Array], _Encoded]:
+    """Any column as an Arrow IPC stream (what the compact kinds do not cover)."""
+    def encode(column: pa.Array) -> _Encoded:
+        sink = pa.BufferOutputStream()
+        one = pa.RecordBatch.from_arrays([column], schema=pa.schema([field]))
+        with pa.ipc.new_stream(sink, one.schema) as writer:
+            writer.write_batch(one)
+        return [field.name, "ipc"], [sink.getvalue().to_pybytes()]
+    return encode
+
+
+def _prepare(field: pa.Field, column: pa.Array, ids_lengths: Optional[np.ndarray]
+             ) -> tuple[_RangeEncoder, Optional[np.ndarray]]:
+    """`column` made ready to encode any of its row ranges, and its row lengths when it is compact token ids.
+
+    The kind of a range is the kind `column.slice(start, stop - start)` alone would get: a column
+    with nulls is decided range by range (its ranges without nulls are compact), a token mask range
+    by range (all ones, else 0/1 bits, over the same row lengths as the ids of `ids_lengths`).
+    """
+    name, ipc = field.name, _ipc(field)
+    if column.null_count:  # some ranges may hold no nulls: decide each on its own slice
+        def each(start: int, stop: int) -> _Encoded:
+            part = column.slice(start, stop - start)
+            if part.null_count:
+                return ipc(part)
+            lengths = None if ids_lengths is None else ids_lengths[start:stop]
+            return _prepare(field, part, lengths)[0](0, stop - start)
+        return each, None
+    plain = field.nullable and not field.metadata
+    if plain and field.type == _TOKEN_TYPE and name in _TOKEN_NAMES and not column.values.null_count:
+        values, offsets = list_column_values(column)
+        lengths = np.diff(offsets)
         if name == "input_ids":
-            id_type = _id_type(values)
-            return [name, "ids", id_type], [np.diff(offsets).astype("<u4").tobytes(), values.astype(id_type).tobytes()]
-        if ids_offsets is not None and np.array_equal(offsets, ids_offsets):
-            if bool((values == 1).all()):
-                return [name, "ones"], []
-            if bool(((values == 0) | (values == 1)).all()):
-                return [name, "bits"], [np.packbits(values.astype(np.uint8)).tobytes()]
-    if _plain(field, column) and (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
-        values = column.to_numpy()
-        dtype = values.dtype.newbyteorder("<")
-        return [name, "n", dtype.str], [values.astype(dtype).tobytes()]
+            lengths_u4 = lengths.astype("<u4")
+
+            def ids(start: int, stop: int) -> _Encoded:
+                tokens = values[offsets[start]:offsets[stop]]
+                id_type = _id_type(tokens)
+                return [name, "ids", id_type], [lengths_u4[start:stop].tobytes(), tokens.astype(id_type).tobytes()]
+            return ids, lengths
+        if ids_lengths is not None:
+            def mask(start: int, stop: int) -> _Encoded:
+                if not np.array_equal(lengths[start:stop], ids_lengths[start:stop]):
+                    return ipc(column.slice(start, stop - start))
+                bits = values[offsets[start]:offsets[stop]]
+                if bool((bits == 1).all()):
+                    return [name, "ones"], []
+                if bool(((bits == 0) | (bits == 1)).all()):
+                    return [name, "bits"], [np.packbits(bits.astype(np.uint8)).tobytes()]
+                return ipc(column.slice(start, stop - start))
+            return mask, None
+    if plain and (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
+        numbers = column.to_numpy()
+        dtype = numbers.dtype.newbyteorder("<")
+        numbers = numbers.astype(dtype, copy=False)
+        return (lambda start, stop: ([name, "n", dtype.str], [numbers[start:stop].tobytes()])), None
     kind = "s" if field.type == pa.string() else "b" if field.type == pa.binary() else None
-    if kind is not None and _plain(field, column):
+    if plain and kind is not None:
         _, offsets_buffer, data = column.buffers()
-        offsets = np.frombuffer(offsets_buffer, np.int32)[column.offset:column.offset + len(column) + 1]
-        payload = b"" if data is None else data.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pybytes()
-        return [name, kind], [np.diff(offsets).astype("<u4").tobytes(), payload]
-    sink = pa.BufferOutputStream()
-    one = pa.RecordBatch.from_arrays([column], schema=pa.schema([field]))
-    with pa.ipc.new_stream(sink, one.schema) as writer:
-        writer.write_batch(one)
-    return [name, "ipc"], [sink.getvalue().to_pybytes()]
+        string_offsets = np.frombuffer(offsets_buffer, np.int32)[column.offset:column.offset + len(column) + 1]
+        string_lengths = np.diff(string_offsets).astype("<u4")
+        text = memoryview(b"") if data is None else memoryview(data)
+
+        def strings(start: int, stop: int) -> _Encoded:
+            return [name, kind], [string_lengths[start:stop].tobytes(),
+                                  text[string_offsets[start]:string_offsets[stop]].tobytes()]
+        return strings, None
+    return (lambda start, stop: ipc(column.slice(start, stop - start))), None
 
 
 def _compressor() -> zstandard.ZstdCompressor:
@@ -133,27 +174,52 @@ def encode_rows(batch: pa.RecordBatch, *, compress: bool = True) -> bytes:
       batch: token rows (any schema; the token columns are written compactly when they qualify).
       compress: zstd-compress the encoding when that makes it smaller (False: never).
     """
-    encoded = _encode(batch)
+    return encode_row_ranges(batch, [0], [batch.num_rows], compress=compress)[0]
+
+
+def encode_row_ranges(batch: pa.RecordBatch, starts: Sequence[int], stops: Sequence[int], *,
+                      compress: bool = True) -> list[bytes]:
+    """`encode_rows(batch.slice(start, stop - start))` for each row range, byte for byte.
+
+    Each column is taken apart once for the whole batch and each range cuts its payloads from it:
+    routing a batch to tens of thousands of hash groups (about one document per group) then costs a
+    few slices per part instead of a whole encoding per part.
+    """
+    ids_index = batch.schema.get_field_index("input_ids")
+    encoders: list[_RangeEncoder] = []
+    ids_lengths: Optional[np.ndarray] = None
+    for index in range(batch.num_columns):  # the ids first in the directory's sense: masks compare with them
+        encoder, lengths = _prepare(batch.schema.field(index), batch.column(index),
+                                    ids_lengths if index > ids_index else None)
+        encoders.append(encoder)
+        if index == ids_index:
+            ids_lengths = lengths
+    if ids_index >= 0 and ids_lengths is None and batch.column(ids_index).null_count and len(starts) > 1:
+        # ids with null rows: a range without them has compact ids its masks compare with, as on its own
+        return [encode_row_ranges(batch.slice(start, stop - start), [0], [stop - start], compress=compress)[0]
+                for start, stop in zip(starts, stops)]
+    meta = {k.decode("latin-1"): v.decode("latin-1") for k, v in (batch.schema.metadata or {}).items()}
+    encoded = []
+    for start, stop in zip(starts, stops):
+        directory: list[Any] = []
+        payloads: list[bytes] = []
+        for encoder in encoders:
+            entry, parts = encoder(start, stop)
+            directory.append(entry + [len(p) for p in parts])
+            payloads += parts
+        head = json.dumps([directory, meta] if meta else [directory], separators=(",", ":")).encode()
+        encoded.append(_framed(b"".join([_HEADER.pack(_MAGIC, stop - start, len(head)), head, *payloads]),
+                               compress))
+    return encoded
+
+
+def _framed(encoded: bytes, compress: bool) -> bytes:
+    """`encoded` in a zstd frame, when asked and when that is smaller."""
     if compress and len(encoded) >= MIN_COMPRESSED_BYTES:
         frame = _compressor().compress(encoded)
         if _ZSTD_HEADER.size + len(frame) < len(encoded):
             return _ZSTD_HEADER.pack(_ZSTD_MAGIC, len(encoded)) + frame
     return encoded
-
-
-def _encode(batch: pa.RecordBatch) -> bytes:
-    directory: list[Any] = []
-    payloads: list[bytes] = []
-    ids_index = batch.schema.get_field_index("input_ids")
-    ids = _tokens(batch.schema.field(ids_index), batch.column(ids_index)) if ids_index >= 0 else None
-    ids_offsets = ids[1] if ids is not None else None
-    for index in range(batch.num_columns):
-        entry, parts = _encode_column(batch, index, ids_offsets if index > ids_index else None)  # ids decode first
-        directory.append(entry + [len(p) for p in parts])
-        payloads += parts
-    meta = {k.decode("latin-1"): v.decode("latin-1") for k, v in (batch.schema.metadata or {}).items()}
-    head = json.dumps([directory, meta] if meta else [directory], separators=(",", ":")).encode()
-    return b"".join([_HEADER.pack(_MAGIC, batch.num_rows, len(head)), head, *payloads])
 
 
 def decode_rows(data: bytes) -> pa.RecordBatch:

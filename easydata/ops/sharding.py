@@ -39,6 +39,7 @@ __all__ = [
     "group_of",
     "hashes_in_group",
     "split_by_group",
+    "group_ranges",
     "ShardPlan",
     "plan_shards",
     "group_order",
@@ -94,18 +95,25 @@ def hashes_in_group(hashes: np.ndarray, group: int, num_groups: int) -> np.ndarr
     return (np.uint64(group) << np.uint64(64 - bits)) | (hashes >> np.uint64(bits))
 
 
-def split_by_group(batch: pa.RecordBatch, num_groups: int) -> list[tuple[int, pa.RecordBatch]]:
-    """Splits a batch (with a `__hash__` column) into per-group sub-batches."""
+def group_ranges(batch: pa.RecordBatch, num_groups: int) -> tuple[pa.RecordBatch, list[int], list[int], list[int]]:
+    """A batch (with a `__hash__` column) ordered by hash group: `(rows, groups, starts, stops)`, where
+    `rows[starts[i]:stops[i]]` are the rows of group `groups[i]` in their original order (non-empty
+    groups only, ascending)."""
     if num_groups == 1 or batch.num_rows == 0:
-        return [(0, batch)] if batch.num_rows else []
+        return (batch, [0], [0], [batch.num_rows]) if batch.num_rows else (batch, [], [], [])
     groups = group_of(batch.column(HASH_COLUMN).to_numpy(), num_groups)
     order = np.argsort(groups, kind="stable")
     sorted_groups = groups[order]
     cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
     starts = np.concatenate([[0], cuts])
-    ends = np.concatenate([cuts, [len(order)]])
-    taken = take_rows(batch, order)
-    return [(int(sorted_groups[s]), taken.slice(s, e - s)) for s, e in zip(starts, ends)]
+    stops = np.concatenate([cuts, [len(order)]])
+    return take_rows(batch, order), sorted_groups[starts].tolist(), starts.tolist(), stops.tolist()
+
+
+def split_by_group(batch: pa.RecordBatch, num_groups: int) -> list[tuple[int, pa.RecordBatch]]:
+    """Splits a batch (with a `__hash__` column) into per-group sub-batches (`group_ranges`)."""
+    rows, groups, starts, stops = group_ranges(batch, num_groups)
+    return [(g, rows.slice(s, e - s)) for g, s, e in zip(groups, starts, stops)]
 
 
 @dataclasses.dataclass(frozen=True)
