@@ -70,24 +70,24 @@ def tokenized_batches(data: Path, tokenizer_dir: str, batch_size: int, max_mb: O
                 return
 
 
+def routed(batches: list, num_groups: int, compress: bool) -> Iterator[tuple[int, bytes]]:
+    """`(group, encoded rows)` elements, as `transforms.shuffle` routes each batch."""
+    for batch in batches:
+        rows, groups_of_rows, starts, stops = group_ranges(batch, num_groups)
+        yield from zip(groups_of_rows, encode_row_ranges(rows, starts, stops, compress=compress))
+
+
 def measure(batches: list, groups: list[int]) -> list[tuple[int, int, float, float, float]]:
     """Per group count: (groups, elements, raw bytes/token, compressed bytes/token, CPU microseconds per
     token to split and encode)."""
     tokens = sum(len(b.column("input_ids").values) for b in batches)
     results = []
     for num_groups in groups:
-        elements = raw = compressed = 0
         started = time.process_time()
-        for batch in batches:  # as `transforms.shuffle` routes a batch
-            rows, groups_of_rows, starts, stops = group_ranges(batch, num_groups)
-            for group, data in zip(groups_of_rows, encode_row_ranges(rows, starts, stops)):
-                elements += 1
-                compressed += KEYED_ROWS_CODER.estimate_size((group, data))
+        sizes = [KEYED_ROWS_CODER.estimate_size(element) for element in routed(batches, num_groups, compress=True)]
         seconds = time.process_time() - started
-        for batch in batches:
-            rows, groups_of_rows, starts, stops = group_ranges(batch, num_groups)
-            for group, data in zip(groups_of_rows, encode_row_ranges(rows, starts, stops, compress=False)):
-                raw += KEYED_ROWS_CODER.estimate_size((group, data))
+        elements, compressed = len(sizes), sum(sizes)
+        raw = sum(KEYED_ROWS_CODER.estimate_size(element) for element in routed(batches, num_groups, compress=False))
         results.append((num_groups, elements, raw / tokens, compressed / tokens, seconds / tokens * 1e6))
     return results
 

@@ -57,7 +57,6 @@ MIN_COMPRESSED_BYTES = 512
 # zstandard's (de)compressor objects must not be shared between threads (a runner may run several
 # bundles at once in one process); one per thread, made once.
 _codecs = threading.local()
-_LENGTH = struct.Struct("<Q")
 _TOKEN_TYPE = pa.list_(pa.int32())
 _ID_TYPES = ("<u1", "<u2", "<u4", "<i4")
 _TOKEN_NAMES = ("input_ids", "attention_mask", "loss_mask")
@@ -72,9 +71,9 @@ def _id_type(ids: np.ndarray) -> str:
     return "<i4" if low < 0 else "<u1" if high <= 0xFF else "<u2" if high <= 0xFFFF else "<u4"
 
 
-def _plain(field: pa.Field, column: pa.Array) -> bool:
-    """A column without nulls whose field is what `pa.field(name, type)` makes (so the type alone rebuilds it)."""
-    return field.nullable and not field.metadata and column.null_count == 0
+def _plain(field: pa.Field) -> bool:
+    """A field that is what `pa.field(name, type)` makes (so the type alone rebuilds it)."""
+    return field.nullable and not field.metadata
 
 
 #: How one column of one row range is written: `(directory entry without sizes, payloads)`.
@@ -111,7 +110,7 @@ def _prepare(field: pa.Field, column: pa.Array, ids_lengths: Optional[np.ndarray
             lengths = None if ids_lengths is None else ids_lengths[start:stop]
             return _prepare(field, part, lengths)[0](0, stop - start)
         return each, None
-    plain = field.nullable and not field.metadata
+    plain = _plain(field)
     if plain and field.type == _TOKEN_TYPE and name in _TOKEN_NAMES and not column.values.null_count:
         values, offsets = list_column_values(column)
         lengths = np.diff(offsets)
@@ -186,6 +185,10 @@ def encode_row_ranges(batch: pa.RecordBatch, starts: Sequence[int], stops: Seque
     few slices per part instead of a whole encoding per part.
     """
     ids_index = batch.schema.get_field_index("input_ids")
+    if ids_index >= 0 and batch.column(ids_index).null_count and len(starts) > 1:
+        # ids with null rows: a range without them has compact ids its masks compare with, as on its own
+        return [encode_row_ranges(batch.slice(start, stop - start), [0], [stop - start], compress=compress)[0]
+                for start, stop in zip(starts, stops)]
     encoders: list[_RangeEncoder] = []
     ids_lengths: Optional[np.ndarray] = None
     for index in range(batch.num_columns):  # the ids first in the directory's sense: masks compare with them
@@ -194,10 +197,6 @@ def encode_row_ranges(batch: pa.RecordBatch, starts: Sequence[int], stops: Seque
         encoders.append(encoder)
         if index == ids_index:
             ids_lengths = lengths
-    if ids_index >= 0 and ids_lengths is None and batch.column(ids_index).null_count and len(starts) > 1:
-        # ids with null rows: a range without them has compact ids its masks compare with, as on its own
-        return [encode_row_ranges(batch.slice(start, stop - start), [0], [stop - start], compress=compress)[0]
-                for start, stop in zip(starts, stops)]
     meta = {k.decode("latin-1"): v.decode("latin-1") for k, v in (batch.schema.metadata or {}).items()}
     encoded = []
     for start, stop in zip(starts, stops):
