@@ -9,7 +9,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["easydata", "easydata.*", "transforms", "beam_pipelines"]),
+    packages=find_packages(include=["easydata", "easydata.*", "transforms", "transforms.*", "beam_pipelines", "beam_pipelines.*"]),
     install_requires=[
         "apache-beam>=2.77,<2.78",  # the Beam whose internals beam_pipelines/beam_internals.py was checked against
         "pyarrow>=14",

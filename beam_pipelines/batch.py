@@ -158,7 +158,8 @@ def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = Non
 
 def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: bool, plan_options: dict[str, int], *,
                started: Optional[float] = None, progress_dir: Optional[str] = None,
-               announce_resume: bool = False, start_workers: bool = True) -> tuple[beam.Pipeline, RunPlan, bool]:
+               announce_resume: bool = False, start_workers: bool = True,
+               lock_id: Optional[str] = None) -> tuple[beam.Pipeline, RunPlan, bool]:
     """`build_batch_job`, and whether the workers run on this machine (then, with `progress_dir`, they
     report progress there); `announce_resume` says on stderr whether an unfinished run is resumed.
 
@@ -170,7 +171,7 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     if start_workers:
         prestart(beam_args, config)
     _check_beam_flags(beam_args)
-    plan = prepare_run(config, resume=resume, **plan_options)
+    plan = dataclasses.replace(prepare_run(config, resume=resume, **plan_options), lock_id=lock_id)
     if resume and announce_resume:
         print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
               " already tokenized" if plan.resumed else
@@ -264,7 +265,8 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
                                        elapsed_seconds=time.time() - started)
             with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
                 pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
-                                                   progress_dir=progress_dir, announce_resume=show_progress)
+                                                   progress_dir=progress_dir, announce_resume=show_progress,
+                                                   lock_id=lock.run_id)
                 with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
                     _run(pipeline).wait_until_finish()
     finally:

@@ -116,7 +116,7 @@ def write_synthetic_output(output_dir: str, datasets: dict[str, list[list[dict[s
                        "packed": seq_length is not None, "seq_length": seq_length}
     manifest = build_manifest(config={"save": {"output_dir": output_dir}}, fingerprint="fp", schema=manifest_schema,
                               tokenizer=dict(tokenizer or SYNTHETIC_TOKENIZER), datasets=infos, output_format=fmt,
-                              compression=compression)
+                              compression=compression, run={"run_id": "synthetic001"})
     write_manifest(output_dir, manifest)
     return manifest
 

@@ -81,7 +81,7 @@ def test_missing_config_and_existing_output_are_one_line(job, tmp_path, capsys):
     err = _one_line_error(capsys, main(["run", str(job), "--quiet"]))
     assert "already exists" in err
     err = _one_line_error(capsys, main(["run", str(job), "--quiet", "--overwrite"]))
-    assert "not an easydata output" in err
+    assert "'notes.txt' was not written by an easydata run" in err
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 

@@ -113,3 +113,51 @@ def test_two_runs_started_together_into_one_output_never_both_succeed(tmp_path: 
     assert manifest["config"]["datasets"][0]["data_files"] == [str(tmp_path / ("a.jsonl", "b.jsonl")[winner])]
     assert main(["validate", str(tmp_path / "out")]) == 0
     assert not (tmp_path / "out" / LOCK_NAME).exists()
+
+
+_DELAYED_READ = """
+import sys, time
+import easydata.run.lock as lock
+_read = lock._read_raw
+def _slow_read(output_dir):
+    raw = _read(output_dir)
+    time.sleep(float(sys.argv[1]))  # both runs judge the same stale lock, then act on it late
+    return raw
+lock._read_raw = _slow_read
+from easydata.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_two_runs_taking_over_one_stale_lock_never_both_win(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """Before: with a 4 s delay after reading the lock, both runs removed the stale lock (the second
+    removing the first's new one), both exited 0 into one output, one silently replaced."""
+    out = tmp_path / "out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    _write_lock(str(out), run_id="crashed00001", host=socket.gethostname(), pid=int(dead.stdout),
+                started_at=time.time(), heartbeat_at=time.time())
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(200, seed=2)))
+    write_jsonl(tmp_path / "b.jsonl", ({"text": t} for t in make_texts(200, seed=3)))
+    runs = [subprocess.Popen([sys.executable, "-c", _DELAYED_READ, "4", "tokenize", "--data-files",
+                              str(tmp_path / name), "--tokenizer", str(tokenizer_dir), "--output", str(out), "--quiet",
+                              "--direct_num_workers=1"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for name in ("a.jsonl", "b.jsonl")]
+    results = [(run.wait(timeout=300), run.stderr.read()) for run in runs]
+    assert sorted(code for code, _ in results) == [0, 2], results
+    loser = next(err for code, err in results if code == 2).strip()
+    assert len(loser.splitlines()) == 1 and "is in use by run " in loser, loser
+    winner = next(i for i, (code, _) in enumerate(results) if code == 0)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["datasets"][0]["data_files"] == [str(tmp_path / ("a.jsonl", "b.jsonl")[winner])]
+    assert main(["validate", str(out)]) == 0
+    assert not any(p.name.startswith(LOCK_NAME) for p in out.iterdir())  # no lock, no file moved aside
+
+
+def test_a_run_that_lost_its_lock_does_not_commit(tmp_path: Path) -> None:
+    from easydata.run.lock import check_owner
+
+    with OutputLock(str(tmp_path / "out"), "mine00000001", heartbeat_seconds=0):
+        check_owner(str(tmp_path / "out"), "mine00000001")
+        _write_lock(str(tmp_path / "out"), run_id="taker0000001", host="h", pid=1, heartbeat_at=time.time())
+        with pytest.raises(OutputError, match="this run lost its lock on output .* to run taker0000001"):
+            check_owner(str(tmp_path / "out"), "mine00000001")

@@ -15,8 +15,16 @@ from easydata.io.filesystems import get_fs, join
 from easydata.run.manifest import COMMIT_MARKER
 from easydata.run.output import TEMP_PREFIX, commit_output, finish_commit, new_run_id, prepare_output, staging_dir
 
+#: What a previous run's manifest says it wrote (only these files may be removed by an overwrite).
+OLD_MANIFEST = {
+    "format_version": 1, "config_fingerprint": "f" * 16, "run": {"run_id": "0123456789ab"},
+    "datasets": {"web": {"shards": [{"path": "web/part-00000-of-00002.parquet"},
+                                    {"path": "web/part-00001-of-00002.parquet"}]},
+                 "code": {"shards": [{"path": "code/part-00000-of-00001.parquet"}]}},
+    "rejected_files": ["rejected/web-00000.jsonl"],
+}
 OLD_OUTPUT = {
-    "manifest.json": b'{"format_version": 1}',
+    "manifest.json": json.dumps(OLD_MANIFEST).encode(),
     "web/part-00000-of-00002.parquet": b"old web 0",
     "web/part-00001-of-00002.parquet": b"old web 1",
     "code/part-00000-of-00001.parquet": b"old code",  # a dataset the new run no longer has
@@ -90,24 +98,31 @@ def test_prepare_refuses_a_non_empty_directory_without_overwrite(output_url: str
     assert tree(output_url) == OLD_OUTPUT
 
 
-@pytest.mark.parametrize("files", [
-    {"data.csv": b"a,b\n1,2\n"},
-    {"notes/readme.txt": b"mine", "manifest.json.bak": b"{}"},
-    {".easydata-tmp": b"not a staging dir name"},  # the bare prefix is not a run's staging directory
-], ids=["file", "nested", "bare-prefix"])
-def test_overwrite_refuses_a_foreign_directory_and_leaves_it_untouched(output_url: str,
-                                                                       files: dict[str, bytes]) -> None:
+@pytest.mark.parametrize("files, foreign", [
+    ({"data.csv": b"a,b\n1,2\n"}, "data.csv"),
+    ({"notes/readme.txt": b"mine", "manifest.json.bak": b"{}"}, "manifest.json.bak"),
+    ({".easydata-tmp": b"not a staging dir name"}, ".easydata-tmp"),  # the bare prefix is not a run's staging
+    ({"manifest.json": b"{}", "photos/cat.jpg": b"meow"}, "manifest.json"),  # any JSON is not our manifest
+    ({"manifest.json": b'{"format_version": 1}'}, "manifest.json"),  # no run id: not a run's
+    ({".easydata-tmp-0123456789ab/x": b"", "photos/cat.jpg": b"meow"}, "photos"),  # staging does not make it ours
+    ({**OLD_OUTPUT, "photos/cat.jpg": b"meow"}, "photos"),  # a previous output, and a user's file in it
+    ({**OLD_OUTPUT, "web/notes.txt": b"mine"}, "web/notes.txt"),  # beside the previous run's shards
+], ids=["file", "nested", "bare-prefix", "any-json-manifest", "manifest-without-run", "empty-staging",
+        "output-plus-photos", "beside-shards"])
+def test_overwrite_refuses_a_directory_holding_anything_not_ours_and_leaves_it_untouched(
+        output_url: str, files: dict[str, bytes], foreign: str) -> None:
     put(output_url, files)
     with pytest.raises(OutputError) as info:
         prepare_output(output_url, overwrite=True)
-    assert str(info.value) == (f"refusing to overwrite '{output_url}': it is not an easydata output"
-                               " (no manifest.json); remove it yourself or choose another --output")
+    assert str(info.value) == (f"refusing to overwrite '{output_url}': '{foreign}' was not written by an easydata"
+                               " run (overwrite replaces only a previous run's own files); move it away or choose"
+                               " another --output")
     assert tree(output_url) == files
 
 
 @pytest.mark.parametrize("files", [
     OLD_OUTPUT,
-    {"manifest.json": b"{}"},
+    {"manifest.json": json.dumps({**OLD_MANIFEST, "datasets": {}, "rejected_files": []}).encode()},
     {".easydata-tmp-0123456789ab/web/piece-0.arrow": b"a crashed run's staging"},
 ], ids=["finished-output", "manifest-only", "crashed-run"])
 def test_overwrite_allows_an_earlier_easydata_output_and_deletes_nothing_yet(output_url: str,
@@ -115,6 +130,18 @@ def test_overwrite_allows_an_earlier_easydata_output_and_deletes_nothing_yet(out
     put(output_url, files)
     prepare_output(output_url, overwrite=True)
     assert tree(output_url) == files  # nothing is removed before the new output is ready to commit
+
+
+def test_a_commit_removes_only_the_previous_runs_files(output_url: str) -> None:
+    """A file a user puts into the output during the run (after the overwrite check) survives the commit."""
+    put(output_url, OLD_OUTPUT)
+    prepare_output(output_url, overwrite=True)
+    put(output_url, {"web/late-notes.txt": b"mine", "photos/cat.jpg": b"meow"})
+    staging, moves = stage(output_url, "run1", NEW_FILES)
+    commit_output(output_url, staging, moves)
+    files = committed_tree(output_url, "run1")
+    assert files["web/late-notes.txt"] == b"mine" and files["photos/cat.jpg"] == b"meow"
+    assert "code/part-00000-of-00001.parquet" not in files and not exists(output_url, "code")
 
 
 @pytest.mark.parametrize("overwrite", [False, True])

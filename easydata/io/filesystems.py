@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import posixpath
+import stat
 import sys
 from typing import IO, Any, Iterable
 
@@ -112,14 +113,31 @@ def _drop_excluded(files: list[str], exclude_dirs: list[str], patterns: Iterable
 
 
 def _drop_unreadable_links(files: list[str]) -> list[str]:
-    bad = [f for f in files if local_path(f) is not None and os.path.islink(local_path(f))
-           and not os.path.isfile(local_path(f))]
+    """Only regular files are read: a local match that is not one once links are followed (a symlink loop,
+    a broken link, a FIFO that would block forever, a device like `/dev/zero` that never ends, a socket)
+    is skipped with one warning per kind."""
+    kinds: dict[str, list[str]] = {}
+    for f in files:
+        local = local_path(f)
+        if local is None:
+            continue
+        try:
+            mode = os.stat(local).st_mode
+        except OSError:
+            kind = "link(s) that lead to no file (a loop or a broken link)" if os.path.islink(local) else None
+        else:
+            kind = None if stat.S_ISREG(mode) else \
+                "special file(s) (a FIFO, device or socket: only regular files are read)"
+        if kind is not None:
+            kinds.setdefault(kind, []).append(f)
+    bad = {f for group in kinds.values() for f in group}
+    for kind, group in kinds.items():
+        print(f"easydata: warning: skipping {len(group)} {kind}, e.g. '{group[0]}'", file=sys.stderr)
     if bad:
-        print(f"easydata: warning: skipping {len(bad)} link(s) that lead to no file (a loop or a broken link),"
-              f" e.g. '{bad[0]}'", file=sys.stderr)
         files = [f for f in files if f not in bad]
         if not files:
-            raise InputError(f"data_files match only links that lead to no file, e.g. '{bad[0]}'")
+            first = next(iter(kinds.values()))[0]
+            raise InputError(f"data_files match only links that lead to no file or special files, e.g. '{first}'")
     return files
 
 

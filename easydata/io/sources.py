@@ -23,18 +23,19 @@ import io
 import json
 import os
 import posixpath
+import re
 from typing import Any, Iterator, NamedTuple, Optional
 
 from easydata.text.chat import ChatError, conversation_from_record
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.io.filesystems import compression_of, expand_data_files, file_size, open_arrow_file, open_file, \
-    strip_compression
+from easydata.io.filesystems import compression_of, expand_data_files, file_size, file_version, open_arrow_file, \
+    open_file, strip_compression
 from easydata.io.record_format import FormatError
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "infer_type", "total_input_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
-           "collect_records", "parse_json_record"]
+           "collect_records", "parse_json_record", "check_unchanged"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
@@ -59,6 +60,9 @@ class InputSplit:
       size: approximate bytes covered, for progress reporting.
       key_name: the file's name in document keys: its path relative to the dataset's common
         directory, so keys (and the shuffle) do not change when the data moves (local -> gs://).
+      version: what the file was at planning (`easydata.io.filesystems.file_version`: size and
+        modification time, or the object's generation); reading checks it (`check_unchanged`). Empty:
+        not checked.
     """
 
     dataset: str
@@ -69,6 +73,7 @@ class InputSplit:
     index: int = 0
     size: int = 0
     key_name: str = ""
+    version: str = ""
 
 
 @dataclasses.dataclass
@@ -205,6 +210,7 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
                              f" '{name}' (the same file listed twice, or one path on two filesystems)")
         seen[name] = path
     sizes = {path: file_size(path) for path in files}
+    versions = {path: file_version(path) for path in files}
     if target_bytes is None:
         target_bytes = split_size(sum(sizes.values()), splits_wanted=splits_wanted)
     splits: list[InputSplit] = []
@@ -227,7 +233,8 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
                 ranges = [(0, None, size)]
         for start, end, part_size in ranges:
             splits.append(InputSplit(dataset=dataset.name, path=path, type=kind, start=start, end=end,
-                                     index=len(splits), size=part_size, key_name=names[path]))
+                                     index=len(splits), size=part_size, key_name=names[path],
+                                     version=versions[path]))
     return SplitPlan(splits, target_bytes)
 
 
@@ -343,6 +350,10 @@ class _Collector:
                 record = self.formatter(record)
             except FormatError as e:
                 return self.reject(position, str(e), record)
+        for name in (self.ds.content_field, self.messages_field, "prompt", "completion", *self.ds.additional_fields):
+            problem = unusable_value(record[name], f"field '{name}'") if name in record else None
+            if problem:
+                return self.reject(position, problem, record)
         text = record.get(self.ds.content_field, record.get(self.messages_field))
         is_pair = text is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str)
         if isinstance(text, list) or is_pair:
@@ -446,6 +457,7 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
     of the split becomes one dead letter saying why (the documents before it are kept), so one bad
     file cannot end a long job; unreadable Parquet row groups are dead-lettered with their row count.
     """
+    check_unchanged(split)
     collector = _Collector(dataset, split.path, split.key_name or split.path, batch_size, max_document_bytes,
                            limit, messages_field)
     readers = {"jsonl": _read_lines, "txt": _read_lines, "json": _read_json, "csv": _read_csv,
@@ -474,12 +486,27 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
             collector.reject(position, f"unreadable input after {consumed_total} bytes of this split"
                                        f" (starting at {split.start}): {type(e).__name__}: {message}"[:500],
                              read_bytes=consumed_total, unread_bytes=unread)
+        check_unchanged(split)  # changed while being read: what was read matches neither version
         batch = collector.flush()
         if batch is not None:
             yield batch
     finally:
         if rejects is not None:
             rejects.extend(collector.rejects)
+
+
+def check_unchanged(split: InputSplit) -> None:
+    """Raises InputError when the split's file is not what it was at planning (truncated, appended to,
+    replaced): the run's output would match neither version of it."""
+    if not split.version:
+        return
+    try:
+        now = file_version(split.path)
+    except FileNotFoundError:
+        now = "absent"
+    if now != split.version:
+        raise InputError(f"input '{split.path}' changed during the run ({split.version} -> {now}); its documents"
+                         " would match neither version: rerun once it no longer changes")
 
 
 def _excerpt(value: Any) -> str:
@@ -491,14 +518,42 @@ def _excerpt(value: Any) -> str:
 
 
 def parse_json_record(text: str) -> tuple[Any, Optional[str]]:
-    """`(record, None)`, or `(None, reason)` for text that is not one JSON value (malformed, or nested
-    so deeply that the parser would exhaust the stack: bad input, never a crash)."""
+    """`(record, None)`, or `(None, reason)` for text that is not one JSON value (malformed, nested so
+    deeply that the parser would exhaust the stack, or an integer too long to convert: Python refuses
+    more than 4,300 digits): bad input, never a crash, and it costs only its own record."""
     try:
         return json.loads(text), None
     except json.JSONDecodeError as e:
         return None, f"malformed JSON: {e.msg} at column {e.colno}"
     except RecursionError:
         return None, "malformed JSON: nested too deeply"
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        return None, f"unusable JSON number: {str(e).split(';')[0]}"
+
+
+_INT64 = (-2**63, 2**63 - 1)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unusable_value(value: Any, where: str) -> Optional[str]:
+    """Why a value a document carries cannot be stored, else None: an integer outside int64 (JSON allows
+    any; no Arrow column holds it) or text with a lone UTF-16 surrogate (a JSON `\\ud800` escape; no
+    UTF-8 text holds one). Nested values are walked without recursion."""
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                return f"{where} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64[0] <= value <= _INT64[1]:
+                return f"{where} holds an integer outside the int64 range"
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+            stack.extend(k for k in value if isinstance(k, str))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return None
 
 
 def _line_cap(max_bytes: Optional[int]) -> int:

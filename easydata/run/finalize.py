@@ -20,6 +20,8 @@ from easydata.io.filesystems import join, open_file
 from easydata.io.formats import TOKEN_COLUMNS
 from easydata.run.manifest import PARTIAL_INPUTS, SHUFFLE_BYTES_PREFIX, build_manifest
 from easydata.ops.mixing import MIXED_NAME, MixPlan
+from easydata.io.sources import check_unchanged
+from easydata.run.lock import check_owner
 from easydata.run.output import commit_output
 from easydata.run.run_plan import RunPlan
 from easydata.ops.sharding import ShardInfo
@@ -302,5 +304,8 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",
                               "rejected_counted_in": next(iter(fractions))}
+    check_owner(plan.output_dir, plan.lock_id)  # a run whose lock was taken over never commits
+    for split in {s.path: s for d in plan.datasets for s in d.splits}.values():
+        check_unchanged(split)  # an input changed after its splits were read: nothing is committed
     commit_output(plan.output_dir, plan.staging, moves, manifest)  # journaled: a retry completes it
     return manifest

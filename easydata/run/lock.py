@@ -12,6 +12,13 @@ Creating the file is atomic where the filesystem offers create-if-absent: `O_EXC
 `memory://`, `ifGenerationMatch=0` on Google Cloud Storage and `If-None-Match: *` on S3 (through
 fsspec's `xb` mode); on a filesystem without it the check and the create are two steps, and two runs
 started within the same instant could both pass (said in docs/operations.md).
+
+Taking a stale lock over is atomic too: the taker moves the lock file aside under a name of its own
+(a rename: only one mover gets a given file) and compares what it moved with the stale content it
+judged. Equal, the stale lock is gone and the taker creates its own lock as above (create-if-absent:
+one winner). Different, it moved a live lock that another run had just taken: it puts that lock back
+(create-if-absent) and fails as a second run. The commit checks that the lock is still this run's
+(`check_owner`), so a run that lost its lock never commits.
 """
 
 from __future__ import annotations
@@ -21,29 +28,56 @@ import os
 import socket
 import threading
 import time
+import uuid
 from typing import Any, Optional
 
 from easydata.errors import OutputError
 from easydata.io.filesystems import get_fs, join
 
-__all__ = ["LOCK_NAME", "LEASE_SECONDS", "HEARTBEAT_SECONDS", "OutputLock", "read_lock"]
+__all__ = ["LOCK_NAME", "LEASE_SECONDS", "HEARTBEAT_SECONDS", "OutputLock", "read_lock", "check_owner"]
 
 LOCK_NAME = ".easydata-lock"
 HEARTBEAT_SECONDS = 30.0
 LEASE_SECONDS = 300.0
 
 
-def read_lock(output_dir: str) -> Optional[dict[str, Any]]:
-    """The lock's content, `{}` when it is unreadable (being written), or None when there is none."""
+def _read_raw(output_dir: str) -> Optional[bytes]:
     fs, root = get_fs(output_dir)
     try:
         with fs.open(join(root, LOCK_NAME), "rb") as f:
-            data = json.loads(f.read() or b"{}")
+            return f.read()
     except FileNotFoundError:
         return None
-    except (ValueError, OSError):
+    except OSError:
+        return b""
+
+
+def _parse(raw: Optional[bytes]) -> Optional[dict[str, Any]]:
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def read_lock(output_dir: str) -> Optional[dict[str, Any]]:
+    """The lock's content, `{}` when it is unreadable (being written), or None when there is none."""
+    return _parse(_read_raw(output_dir))
+
+
+def check_owner(output_dir: str, run_id: Optional[str]) -> None:
+    """Raises OutputError unless the output's lock is still held by `run_id` (None: no lock to check).
+
+    A run presumed dead whose lock another run took over must not commit over that run's output.
+    """
+    if run_id is None:
+        return
+    holder = read_lock(output_dir)
+    if holder is not None and holder.get("run_id") != run_id:
+        raise OutputError(f"this run lost its lock on output '{output_dir}' to run {holder.get('run_id', '?')}"
+                          " (it was presumed dead); nothing was committed")
 
 
 def _alive(pid: int) -> bool:
@@ -115,7 +149,8 @@ class OutputLock:
                 _create_exclusive(fs, path, self._content(self._started))
                 break
             except FileExistsError:
-                holder = read_lock(self.output_dir)
+                raw = _read_raw(self.output_dir)
+                holder = _parse(raw)
                 if holder is None:
                     continue  # released meanwhile: try again
                 if holder.get("run_id") == self.run_id and holder.get("host") == socket.gethostname() \
@@ -124,14 +159,19 @@ class OutputLock:
                 reason = stale_reason(holder) if holder else None
                 if reason is None:
                     raise OutputError(_describe(self.output_dir, holder or {})) from None
+                if not _move_aside_if_unchanged(fs, path, raw or b""):
+                    live = read_lock(self.output_dir)  # another run took it over first
+                    raise OutputError(_describe(self.output_dir, live or holder)) from None
                 self.took_over = f"run {holder.get('run_id', '?')}'s lock is stale: {reason}"
-                fs.rm(path)
             except OutputError:
                 raise
             except OSError as e:
                 raise OutputError(f"cannot lock output '{self.output_dir}': {e.strerror or e}") from None
         else:
             raise OutputError(_describe(self.output_dir, read_lock(self.output_dir) or {}))
+        holder = read_lock(self.output_dir)
+        if holder is not None and holder.get("run_id") != self.run_id:  # lost in a takeover race after all
+            raise OutputError(_describe(self.output_dir, holder))
         if self.heartbeat_seconds > 0:
             self._thread = threading.Thread(target=self._beat, name="easydata-lock-heartbeat", daemon=True)
             self._thread.start()
@@ -172,6 +212,35 @@ class OutputLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+def _move_aside_if_unchanged(fs: Any, path: str, stale: bytes) -> bool:
+    """Removes the lock at `path` if it still holds the `stale` bytes; False (the lock left as it was) when
+    another run changed or took it meanwhile.
+
+    The move is a rename to a name of this attempt's own, so of two runs taking over one stale lock only
+    one moves it; the other moves nothing, or the winner's new lock, which it puts back at once.
+    """
+    aside = f"{path}.stale-{uuid.uuid4().hex[:12]}"
+    try:
+        fs.mv(path, aside)
+    except FileNotFoundError:
+        return False  # someone else moved or released it first
+    try:
+        with fs.open(aside, "rb") as f:
+            moved = f.read()
+        if moved == stale:
+            return True
+        try:
+            _create_exclusive(fs, path, moved)  # a live lock: back where it was, unless yet another run took the place
+        except FileExistsError:
+            pass
+        return False
+    finally:
+        try:
+            fs.rm(aside)
+        except FileNotFoundError:
+            pass
 
 
 def _create_exclusive(fs: Any, path: str, data: bytes) -> None:

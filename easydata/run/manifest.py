@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import posixpath
 import time
 from typing import Any, Iterable, Optional
 
 from easydata.errors import InputError, ValidationFailed
-from easydata.io.filesystems import get_fs, join, open_file
+from easydata.io.filesystems import get_fs, join, local_path, open_file
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "SHUFFLE_BYTES_PREFIX", "build_manifest", "write_manifest",
-           "read_manifest", "member_path"]
+           "read_manifest", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files"]
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -46,7 +47,52 @@ def member_path(output_dir: str, relative: Any, what: str = "path") -> str:
     if normal == ".." or normal.startswith("../") or normal in (".", MANIFEST_NAME):
         raise ValidationFailed(f"'{output_dir}': manifest {what} {relative!r} points outside the output; refusing"
                                " to open it")
-    return join(output_dir, normal)
+    path = join(output_dir, normal)
+    if not resolves_inside(path, output_dir):
+        raise ValidationFailed(f"'{output_dir}': manifest {what} {relative!r} is a symbolic link (or lies under"
+                               " one) that leads outside the output; refusing to open it")
+    return path
+
+
+def resolves_inside(path: str, directory: str, *, strict: bool = True) -> bool:
+    """`path` lies inside `directory` once `..` and, on local disks, symbolic links are resolved.
+
+    Args:
+      strict: `path` may not be `directory` itself.
+
+    Object stores have no links: there the normalised paths are compared.
+    """
+    local, base = local_path(path), local_path(directory)
+    if local is not None and base is not None:
+        real, root = os.path.realpath(local), os.path.realpath(base)
+    else:
+        real, root = posixpath.normpath(get_fs(path)[1]), posixpath.normpath(get_fs(directory)[1])
+    root = root.rstrip("/") or "/"
+    return (not strict and real == root) or real.startswith(root.rstrip("/") + "/")
+
+
+def is_easydata_manifest(manifest: Any) -> bool:
+    """A manifest an easydata run wrote: a format version, a config fingerprint and a run id (batch) or the
+    streaming flag. Anything else named `manifest.json` is a user's file."""
+    if not isinstance(manifest, dict):
+        return False
+    version = manifest.get("format_version")
+    run = manifest.get("run")
+    return (isinstance(version, int) and not isinstance(version, bool) and isinstance(manifest.get("config_fingerprint"), str)
+            and ((isinstance(run, dict) and isinstance(run.get("run_id"), str)) or manifest.get("streaming") is True))
+
+
+def owned_files(manifest: dict[str, Any]) -> set[str]:
+    """The relative paths of the files a run wrote, by its manifest: shards and the files beside them
+    (`*_path`: a `bin` shard's index), dead letters and the manifest itself. Not checked: pass each
+    through `member_path` before acting on it."""
+    owned = {MANIFEST_NAME}
+    for entry in (manifest.get("datasets") or {}).values():
+        for shard in (entry.get("shards") or []) if isinstance(entry, dict) else []:
+            if isinstance(shard, dict):
+                owned.update(v for k, v in shard.items() if (k == "path" or k.endswith("_path")) and isinstance(v, str))
+    owned.update(p for p in manifest.get("rejected_files") or [] if isinstance(p, str))
+    return owned
 
 
 def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[str, Any],

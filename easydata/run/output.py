@@ -17,17 +17,20 @@ starts during the commit finds the marker instead of a manifest and waits for th
 from __future__ import annotations
 
 import json
+import os
 import posixpath
+import re
 import time
 import uuid
 from typing import Any, Iterable, Optional
 
-from easydata.errors import OutputError
+from easydata.errors import OutputError, ValidationFailed
 from easydata.io.filesystems import get_fs, join
 from easydata.run.lock import LOCK_NAME
-from easydata.run.manifest import COMMIT_MARKER, MANIFEST_NAME, write_manifest
+from easydata.run.manifest import (COMMIT_MARKER, MANIFEST_NAME, is_easydata_manifest, member_path, owned_files,
+                                   resolves_inside, write_manifest)
 
-__all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "staging_dir", "commit_output", "recover_commit",
+__all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "foreign_file", "previous_run_files", "staging_dir", "commit_output", "recover_commit",
            "finish_commit", "move_into_place"]
 
 TEMP_PREFIX = ".easydata-tmp-"
@@ -46,8 +49,8 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
 
     Raises:
       OutputError: when it exists and is not empty without `overwrite` (a directory holding only
-        unfinished runs' staging directories does not count), or when `overwrite` would delete a
-        directory that is not an easydata output.
+        unfinished runs' staging directories does not count), or when `overwrite` would delete
+        anything an easydata run did not write (`foreign_file`).
     """
     fs, root = get_fs(output_dir)
     recover_commit(output_dir)  # a commit a killed run left half done is finished first, never mixed with ours
@@ -66,14 +69,81 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
         if not overwrite:
             raise OutputError(f"output '{output_dir}' already exists; set save.overwrite: true (or"
                               " --set save.overwrite=true) to replace it, or choose another --output")
-        ours = MANIFEST_NAME in entries or COMMIT_MARKER in entries or any(e.startswith(TEMP_PREFIX) for e in entries)
-        if not ours:
-            raise OutputError(f"refusing to overwrite '{output_dir}': it is not an easydata output"
-                              f" (no {MANIFEST_NAME}); remove it yourself or choose another --output")
+        foreign = foreign_file(output_dir)
+        if foreign is not None:
+            raise OutputError(f"refusing to overwrite '{output_dir}': '{foreign}' was not written by an easydata run"
+                              " (overwrite replaces only a previous run's own files); move it away or choose"
+                              " another --output")
     try:
         fs.makedirs(root, exist_ok=True)
     except Exception as e:
         raise OutputError(f"cannot create output '{output_dir}': {e}") from None
+
+
+def _previous_manifest(output_dir: str) -> Optional[dict[str, Any]]:
+    """The output's manifest when an easydata run wrote it, else None (absent, unreadable or foreign)."""
+    fs, root = get_fs(output_dir)
+    try:
+        with fs.open(join(root, MANIFEST_NAME), "rb") as f:
+            manifest = json.loads(f.read())
+    except Exception:
+        return None
+    return manifest if is_easydata_manifest(manifest) else None
+
+
+def previous_run_files(output_dir: str) -> list[str]:
+    """The relative paths a previous run's manifest lists that resolve inside the output (the files an
+    overwrite may delete); empty without an easydata manifest."""
+    manifest = _previous_manifest(output_dir)
+    owned = owned_files(manifest) if manifest is not None else set()
+    fs, root = get_fs(output_dir)
+    try:  # a commit that died before its manifest: the files it moved in are a run's too
+        journal = _read_journal(fs, root)
+        if journal:
+            _trusted(output_dir, journal)
+            owned.update(str(rel) for _, rel in journal.get("moves") or [])
+            owned.update(str(rel) for rel in journal.get("remove") or [])
+    except Exception:
+        pass
+    if not owned:
+        return []
+    inside = [MANIFEST_NAME] if manifest is not None else []
+    for rel in sorted(owned - {MANIFEST_NAME}):
+        try:
+            member_path(output_dir, rel)
+        except ValidationFailed:
+            continue
+        inside.append(posixpath.normpath(rel))
+    return inside
+
+
+def _own_scratch(name: str) -> bool:
+    """Top-level names a run itself writes besides its manifest's files: the lock, the commit journal,
+    staging directories and the temporary names of atomic writes."""
+    return (name in (LOCK_NAME, COMMIT_MARKER) or name.startswith(TEMP_PREFIX) or name.startswith(f".{MANIFEST_NAME}.tmp")
+            or name.startswith(f"{COMMIT_MARKER}.tmp-") or name.startswith(f"{LOCK_NAME}."))
+
+
+def foreign_file(output_dir: str) -> Optional[str]:
+    """One path (relative to the output) that no easydata run wrote, or None when everything under
+    `output_dir` is a previous run's (its manifest's files, dead letters) or a run's scratch files.
+
+    A `manifest.json` that an easydata run did not write makes the manifest itself foreign.
+    """
+    fs, root = get_fs(output_dir)
+    owned = set(previous_run_files(output_dir))
+    if MANIFEST_NAME not in owned and fs.exists(join(root, MANIFEST_NAME)):
+        return MANIFEST_NAME
+    base = root.rstrip("/")
+    for path in sorted(fs.find(root, withdirs=True)):
+        rel = posixpath.relpath(path.rstrip("/"), base)
+        top = rel.split("/", 1)[0]
+        if rel == "." or _own_scratch(top) or rel in owned:
+            continue
+        if fs.isdir(path) and not os.path.islink(path) and any(o.startswith(rel + "/") for o in owned):
+            continue  # a folder of the previous run's files
+        return rel
+    return None
 
 
 def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]],
@@ -106,15 +176,23 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
     # is still staged; a retry may find some already in place.
     _check_staged(fs, root, moves, in_place_counts=retry)
     started = previous["started_at"] if retry else time.time()
+    # What the commit may delete: the previous run's own files (by its manifest), fixed before it goes.
+    remove = previous.get("remove", []) if retry else previous_run_files(output_dir)
     journal = {"run_id": run_id, "started_at": started, "staging": staging_name,
-               "moves": [[src, rel] for src, rel in moves], "manifest": manifest}
+               "moves": [[src, rel] for src, rel in moves], "remove": remove, "manifest": manifest}
+    _trusted(output_dir, journal)
     _write_atomic(fs, join(root, COMMIT_MARKER), json.dumps(journal).encode())
     _complete(fs, root, output_dir, journal)
 
 
 def recover_commit(output_dir: str) -> Optional[str]:
     """Completes a commit that a killed or failed run left half done (its journal names every move and
-    the manifest); returns that run's id, or None when there was nothing to complete."""
+    the manifest); returns that run's id, or None when there was nothing to complete.
+
+    Raises:
+      OutputError: the journal names anything outside the output or its staging (`_trusted`); nothing
+        is done then.
+    """
     fs, root = get_fs(output_dir)
     try:
         journal = _read_journal(fs, root)
@@ -122,8 +200,58 @@ def recover_commit(output_dir: str) -> Optional[str]:
         return None
     if not journal or not isinstance(journal.get("moves"), list) or not isinstance(journal.get("manifest"), dict):
         return None
+    _trusted(output_dir, journal)
     _complete(fs, root, output_dir, journal)
     return str(journal.get("run_id"))
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _trusted(output_dir: str, journal: dict[str, Any]) -> None:
+    """Refuses a commit journal that would act on anything but this output's own files.
+
+    A journal is a file on disk that anyone may edit or forge: its staging must be the
+    `.easydata-tmp-<run id>` child of this output named by its own run id, every staged file must
+    resolve (after `..` and symbolic links) inside that staging, and every destination and file to
+    remove inside the output.
+
+    Raises:
+      OutputError: one line naming the first path refused.
+    """
+    marker = join(output_dir, COMMIT_MARKER)
+
+    def refuse(why: str) -> None:
+        raise OutputError(f"refusing to replay the commit journal '{marker}': {why}; it was not written by an"
+                          " easydata run for this output (nothing was changed; remove it yourself)")
+
+    run_id, staging = journal.get("run_id"), journal.get("staging")
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
+        refuse(f"its run id {run_id!r} is not one easydata makes")
+    if staging != TEMP_PREFIX + run_id:
+        refuse(f"its staging {staging!r} is not this run's '{TEMP_PREFIX}{run_id}'")
+    staging_path = join(output_dir, staging)
+    if not resolves_inside(staging_path, output_dir):
+        refuse(f"its staging {staging!r} leads outside the output")
+    for move in journal.get("moves") or []:
+        if not (isinstance(move, (list, tuple)) and len(move) == 2 and all(isinstance(p, str) for p in move)):
+            refuse(f"a move {move!r} is not a pair of paths")
+        src, rel = move
+        if not resolves_inside(src, staging_path):
+            refuse(f"a staged file {src!r} lies outside its staging directory")
+        try:
+            member_path(output_dir, rel, "commit destination")
+        except ValidationFailed:
+            refuse(f"a destination {rel!r} lies outside the output")
+    remove = journal.get("remove", [])
+    if not isinstance(remove, list):
+        refuse("its list of files to remove is not a list")
+    for rel in remove:
+        try:
+            if rel != MANIFEST_NAME:
+                member_path(output_dir, rel, "file to remove")
+        except ValidationFailed:
+            refuse(f"a file to remove {rel!r} lies outside the output")
 
 
 def _read_journal(fs: Any, root: str) -> Optional[dict[str, Any]]:
@@ -150,27 +278,38 @@ def _check_staged(fs: Any, root: str, moves: list[tuple[str, str]], in_place_cou
 
 
 def _complete(fs: Any, root: str, output_dir: str, journal: dict[str, Any]) -> None:
-    """The commit's steps, each skipping what an earlier attempt did: drop the old manifest and every
-    file that is not this commit's, move what is still staged, remove staging, write the manifest,
-    remove the journal."""
+    """The commit's steps, each skipping what an earlier attempt did: drop the old manifest and the
+    previous run's other files (the journal's `remove`; nothing else in the directory is touched), move
+    what is still staged, remove staging, write the manifest, remove the journal."""
     moves = [(str(src), str(rel)) for src, rel in journal["moves"]]
     staged = {rel: fs.exists(get_fs(src)[1]) for src, rel in moves}
     _check_staged(fs, root, moves)
     manifest = join(root, MANIFEST_NAME)
     if fs.exists(manifest):
         fs.rm(manifest)
-    in_place = {join(root, rel).rstrip("/") for rel, waiting in staged.items() if not waiting}
-    for path in fs.ls(root, detail=False):
-        path = path.rstrip("/")
-        name = posixpath.basename(path)
-        if name in (COMMIT_MARKER, LOCK_NAME) or name.startswith(TEMP_PREFIX) or path in in_place:
-            continue
-        if any(kept.startswith(path + "/") for kept in in_place):  # a folder holding moved files: the rest goes
-            for file in fs.find(path):
-                if file.rstrip("/") not in in_place:
-                    fs.rm(file)
-        else:
-            fs.rm(path, recursive=True)
+    replaced = {posixpath.normpath(rel) for rel in staged}
+    emptied: set[str] = set()
+    for rel in journal.get("remove", []):
+        rel = posixpath.normpath(rel)
+        if rel == MANIFEST_NAME or rel in replaced:
+            continue  # gone already; or overwritten by this commit's move (and maybe already in place)
+        path = join(root, rel)
+        if fs.exists(path) and not fs.isdir(path):
+            fs.rm(path)
+        emptied.add(posixpath.dirname(rel))
+    for folder in sorted(emptied, key=len, reverse=True):  # the previous run's folders it left empty
+        while folder and folder != ".":
+            path = join(root, folder)
+            try:
+                if not fs.exists(path) or fs.ls(path, detail=False):
+                    break
+                fs.rmdir(path)
+            except OSError:
+                break
+            folder = posixpath.dirname(folder)
+    for path in fs.ls(root, detail=False):  # what a failed attempt's atomic writes of the journal left
+        if posixpath.basename(path.rstrip("/")).startswith(f"{COMMIT_MARKER}.tmp-") and not fs.isdir(path):
+            fs.rm(path)
     move_into_place(output_dir, [(src, rel) for src, rel in moves if staged[rel]])
     staging = join(root, str(journal.get("staging") or ""))
     if journal.get("staging") and fs.exists(staging):

@@ -57,6 +57,7 @@ class RunPlan:
     mix_num_groups: Optional[int] = None  # hash groups of the mixed output; None: no mix
     resumed: bool = False  # continues an interrupted run (its staging directory and checkpoints)
     unit_count: int = 0  # work units of all datasets
+    lock_id: Optional[str] = None  # the run id in the output's lock (easydata.run.lock), checked before the commit
 
     @property
     def resumed_unit_count(self) -> int:
