@@ -1031,7 +1031,55 @@ def parse_mapping_text(text: str, *, json_text: bool = False) -> Any:
                 seen[key] = key_node.start_mark
             return super().construct_mapping(node, deep=deep)
 
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    loader = UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        expanded = _expanded_nodes(node)
+        if expanded > MAX_CONFIG_NODES:
+            raise yaml.YAMLError(f"its aliases expand to more than the {MAX_CONFIG_NODES:,} values a config may"
+                                 " hold (a YAML alias bomb?)")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+#: The most values (scalars, lists, mappings) a config may expand to once YAML aliases are followed, and
+#: the largest config file read: a few anchors can otherwise expand to billions of values (4 GB and growing).
+MAX_CONFIG_NODES = 1_000_000
+MAX_CONFIG_BYTES = 16 * 2**20
+
+
+def _expanded_nodes(root: Any) -> int:
+    """How many values a composed YAML node stands for with every alias expanded, computed per distinct
+    node (an alias is the same node object again), so a bomb is measured without being expanded."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    visiting: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [item for pair in node.value for item in pair]
+        else:
+            sizes[id(node)] = 1
+            continue
+        if not children_done:
+            if id(node) in visiting:
+                return 10 * MAX_CONFIG_NODES  # an alias inside its own anchor: endless
+            visiting.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        visiting.discard(id(node))
+        sizes[id(node)] = min(1 + sum(sizes.get(id(child), 1) for child in children), 10 * MAX_CONFIG_NODES)
+    return sizes[id(root)]
 
 
 def load_mapping(path: str | Path) -> dict[str, Any]:
@@ -1040,6 +1088,9 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
 
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file '{path}' is {path.stat().st_size:,} bytes, more than the"
+                              f" {MAX_CONFIG_BYTES // 2**20} MiB a config may be")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file '{path}' does not exist") from None
@@ -1073,8 +1124,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if not parts:
             raise ConfigError(f"--set expects key.path=value, got '{item}'")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
+            value = parse_mapping_text(raw) if raw.strip() else None
+        except yaml.YAMLError as e:
+            if "alias bomb" in str(e):
+                raise ConfigError(f"--set {item[:60]}: {e}") from None
             value = raw
         node: Any = data
         for depth, part in enumerate(parts[:-1]):

@@ -141,6 +141,14 @@ def test_a_template_that_does_not_parse_is_a_value_error():
     "{{ 'x'|indent(10**10, true) }}", "{{ '%10000000000s' % 'x' }}", "{{ '{:>10000000000}'.format('x') }}",
     "{{ '%10000000000s'|format('x') }}", "{% for i in range(10**9) %}x{% endfor %}",
     "{% set s = namespace(x='a') %}{% for i in range(100) %}{% set s.x = s.x + s.x %}{% endfor %}{{ s.x }}",
+    # work per record: nested loops (hung and reached 6 GB), loops over strings, sizes built in all
+    "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+    "{% for c in 'a' * 100000 %}{% for d in 'b' * 100000 %}{% endfor %}{% endfor %}",
+    "{% set s %}{% for i in range(100000) %}{% for j in range(9) %}" + "y" * 2000 + "{% endfor %}{% endfor %}"
+    "{% endset %}{{ s }}",
+    "{% for i in range(1000) %}{{ 'z' * 1000000 }}{% endfor %}",
+    "{{ messages|tojson(indent=1e8) }}", "{{ messages|tojson(indent=10**8) }}",
 ])
 def test_template_bombs_are_chat_errors_in_bounded_memory(bomb):
     """`{{ 'A' * 10**10 }}` took 6 GB in 4 s; each of these now fails before building the value."""

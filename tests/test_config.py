@@ -504,3 +504,49 @@ def test_one_compression_default_rule(tmp_path, fmt, codec) -> None:
     saving = Pipeline.from_config(PipelineConfig.from_dict(base)).source().save(format=fmt, enabled=False)
     assert saving.config.save.codec == codec  # (enabled=False: the settings only, nothing is written)
     assert PipelineConfig.from_dict({**base, "save": {"format": fmt, "compression": "none"}}).save.codec == "none"
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """YAML anchors, each a list of nine aliases of the previous: `9 ** levels` values once expanded."""
+    names = [f"l{i}" for i in range(levels)]
+    lines = [f"&{names[0]} [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"&{names[i]} [" + ", ".join([f"*{names[i - 1]}"] * 9) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(lines) + "]"
+
+
+@pytest.mark.parametrize("where", ["additional_fields", "data_files", "set"])
+def test_a_yaml_alias_bomb_is_refused_in_one_line_before_it_expands(tmp_path, where) -> None:
+    """Before: anchors expanding 9^9 inside `additional_fields` or `data_files` reached 4.3 GB and grew."""
+    import resource
+    import subprocess
+    import sys
+
+    (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
+    fields = _alias_bomb() if where == "additional_fields" else "[]"
+    files = _alias_bomb() if where == "data_files" else str(tmp_path / "a.jsonl")
+    (tmp_path / "job.yaml").write_text(f"datasets:\n  - name: web\n    data_files: {files}\n"
+                                       f"    additional_fields: {fields}\nsave:\n  output_dir: {tmp_path / 'out'}\n")
+    extra = ["--set", f"datasets.0.additional_fields={_alias_bomb()}"] if where == "set" else []
+
+    def limit_memory() -> None:  # a regression fails the test instead of filling the machine
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    done = subprocess.run([sys.executable, "-m", "easydata", "run", str(tmp_path / "job.yaml"), *extra],
+                          capture_output=True, text=True, timeout=120, preexec_fn=limit_memory)
+    err = done.stderr.strip()
+    assert done.returncode == 2 and len(err.splitlines()) == 1, err
+    assert "aliases expand to more than the 1,000,000 values a config may hold" in err
+
+
+def test_an_oversized_or_self_referencing_config_is_refused(tmp_path) -> None:
+    from easydata.config import MAX_CONFIG_BYTES, load_mapping
+
+    (tmp_path / "loop.yaml").write_text("a: &a [1, *a]\n")
+    with pytest.raises(ConfigError, match="aliases expand to more than"):
+        load_mapping(tmp_path / "loop.yaml")
+    with open(tmp_path / "big.yaml", "w") as f:
+        f.write("seed: 1\n" + "#" * (MAX_CONFIG_BYTES + 1))
+    with pytest.raises(ConfigError, match="more than the 16 MiB a config may be"):
+        load_mapping(tmp_path / "big.yaml")
+    (tmp_path / "ok.yaml").write_text("a: &a [1, 2]\nb: *a\nc: *a\n")  # ordinary anchors still work
+    assert load_mapping(tmp_path / "ok.yaml") == {"a": [1, 2], "b": [1, 2], "c": [1, 2]}

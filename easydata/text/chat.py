@@ -31,6 +31,7 @@ import datetime
 import hashlib
 import json
 import re
+import threading
 from typing import Any, Iterable, Optional, Sequence
 
 __all__ = ["ChatError", "Conversation", "ChatRenderer", "conversation_from_record", "template_hash",
@@ -112,12 +113,70 @@ _PADDING_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"}
 _PADDING_FILTERS = frozenset({"center", "indent", "format"})
 
 
+#: Work one rendering may do: loop iterations in all (nested `range(100000)` loops would run 10^10), and
+#: characters or items built in all by repetition, concatenation, padding and joining (a value under
+#: `MAX_TEMPLATE_ITEMS` built a million times over would still take gigabytes). Counted, not timed, so
+#: whether a record renders never depends on the machine: the same records are dead letters everywhere.
+MAX_TEMPLATE_STEPS = 1_000_000
+MAX_TEMPLATE_BUILT = 4 * MAX_TEMPLATE_ITEMS
+#: The widest `tojson` indent accepted (`tojson(indent=1e8)` took 3 GB).
+MAX_TOJSON_INDENT = 64
+
+
+class _RenderBudget(threading.local):
+    """What the current rendering on this thread has spent (`ChatRenderer._render` resets it)."""
+
+    steps = 0
+    built = 0
+
+
+_BUDGET = _RenderBudget()
+
+
+def _security_error(message: str) -> Exception:
+    from jinja2.exceptions import SecurityError
+
+    return SecurityError(message)
+
+
 def _check_size(size: int) -> None:
     if size > MAX_TEMPLATE_ITEMS:
-        from jinja2.exceptions import SecurityError
+        raise _security_error(f"the template builds a value of {size:,} items, more than the {MAX_TEMPLATE_ITEMS:,}"
+                              " a chat template may")
+    _BUDGET.built += size
+    if _BUDGET.built > MAX_TEMPLATE_BUILT:
+        raise _security_error(f"the template builds more than {MAX_TEMPLATE_BUILT:,} items in all for one record")
 
-        raise SecurityError(f"the template builds a value of {size:,} items, more than the {MAX_TEMPLATE_ITEMS:,}"
-                            " a chat template may")
+
+class _CountedLoop:
+    """A `{% for %}` loop's iterable that counts every iteration against `MAX_TEMPLATE_STEPS`; its length
+    is the iterable's own (for `loop.length`), so counting changes nothing a template sees."""
+
+    __slots__ = ("_iterable", "_iterator")
+
+    def __init__(self, iterable: Any):
+        self._iterable, self._iterator = iterable, None
+
+    def __iter__(self) -> "_CountedLoop":
+        self._iterator = iter(self._iterable)
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self._iterator)  # type: ignore[arg-type]
+        _BUDGET.steps += 1
+        if _BUDGET.steps > MAX_TEMPLATE_STEPS:
+            raise _security_error(f"the template runs more than {MAX_TEMPLATE_STEPS:,} loop iterations for one record")
+        return item
+
+    def __len__(self) -> int:
+        return len(self._iterable)
+
+
+def _bounded_concat(pieces: Iterable[str]) -> str:
+    """The environment's `concat` (rendered output, `{% set %}` blocks, macros): sized before joining."""
+    pieces = list(pieces)
+    _check_size(sum(len(p) for p in pieces))
+    return "".join(pieces)
 
 
 def _check_format(spec: str) -> None:
@@ -170,6 +229,10 @@ def _environment() -> Any:
 
     def tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
                sort_keys: bool = False) -> str:
+        if indent is not None and not (isinstance(indent, str) and len(indent) <= MAX_TOJSON_INDENT) and \
+                not (isinstance(indent, int) and 0 <= indent <= MAX_TOJSON_INDENT):
+            raise _security_error(f"tojson indent {str(indent)[:20]} is not an indent of at most"
+                                  f" {MAX_TOJSON_INDENT} spaces")
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                           sort_keys=sort_keys)
 
@@ -179,6 +242,14 @@ def _environment() -> Any:
         6 GB in 4 s) by repetition, concatenation, powers or padding methods and filters."""
 
         intercepted_binops = frozenset({"*", "+", "**", "%"})
+
+        def _parse(self, source: str, name: Optional[str], filename: Optional[str]) -> Any:
+            """The template's syntax tree, with every `{% for %}` loop's iterable counted (`_CountedLoop`)."""
+            tree = super()._parse(source, name, filename)
+            for loop in tree.find_all(nodes.For):
+                loop.iter = nodes.Call(nodes.Name("_easydata_counted", "load", lineno=loop.lineno), [loop.iter], [],
+                                       None, None, lineno=loop.lineno)
+            return tree
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             if operator == "%" and isinstance(left, str):
@@ -207,6 +278,8 @@ def _environment() -> Any:
     for name in _PADDING_FILTERS:  # compiled templates call filters directly: bound them here
         env.filters[name] = _bounded_filter(name, env.filters[name])
     env.filters["tojson"] = tojson
+    env.globals["_easydata_counted"] = _CountedLoop
+    env.concat = _bounded_concat  # type: ignore[method-assign]  # compiled templates join through it
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
     return env
@@ -269,6 +342,7 @@ class ChatRenderer:
         return _strip_generation_marks(text)[0] if self._uses_generation else text
 
     def _render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[Any]], generation_prompt: bool) -> str:
+        _BUDGET.steps = _BUDGET.built = 0
         try:
             text = self._template.render(messages=list(messages), tools=tools,
                                          add_generation_prompt=generation_prompt, **self._variables)
