@@ -286,9 +286,17 @@ def _interrupt(signum: int, frame: Any) -> None:
     import logging
     import signal
 
+    global _signalled
+    _signalled = signum
     logging.disable(logging.CRITICAL)
     _stop_local_workers()  # before the job unwinds: its workers would log the lost connection
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+#: The signal `_interrupt` received, if any: with one worker the job runs in this process, and Beam wraps
+#: the interrupt raised inside a step in an error of its own (`RuntimeError: KeyboardInterrupt [while
+#: running ...]`); `main` still reports it as the interruption it is.
+_signalled: Optional[int] = None
 
 
 #: Exit codes of a run stopped by a signal: 128 + the signal's number, as shells report it.
@@ -333,12 +341,12 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
         print(f"easydata: error: {e}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as e:
-        name, code = ("SIGTERM", EXIT_SIGTERM) if isinstance(e, Terminated) else ("SIGINT", EXIT_SIGINT)
-        _stop_local_workers()
-        hint = _resume_hint(args, argv)
-        print(f"easydata: interrupted by {name}" + (f": {hint}" if hint else ""), file=sys.stderr)
-        return code
+        return _interrupted(isinstance(e, Terminated), args, argv)
     except Exception as e:
+        if _signalled is not None:  # the interrupt, wrapped by Beam where it arrived inside a step
+            import signal
+
+            return _interrupted(_signalled == signal.SIGTERM, args, argv)
         message = _user_error_in(e)
         if message is None:
             environment = _environment_error_in(e)
@@ -350,6 +358,15 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
             return 2
         print(f"easydata: error: {message}", file=sys.stderr)
         return 2
+
+
+def _interrupted(terminated: bool, args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Stops the workers and says in two lines what happened and how to continue; the exit code."""
+    name, code = ("SIGTERM", EXIT_SIGTERM) if terminated else ("SIGINT", EXIT_SIGINT)
+    _stop_local_workers()
+    hint = _resume_hint(args, argv)
+    print(f"easydata: interrupted by {name}" + (f": {hint}" if hint else ""), file=sys.stderr)
+    return code
 
 
 def _stop_local_workers() -> None:

@@ -33,7 +33,8 @@ __all__ = [
 
 # Environment failures a run can meet in any worker: errno -> what to tell the user.
 _ENVIRONMENT_ERRNOS = {28: "the disk is full", 122: "the disk quota is exceeded", 13: "permission denied",
-                       30: "the filesystem is read-only", 24: "too many open files"}
+                       30: "the filesystem is read-only", 24: "too many open files",
+                       27: "a file reached the size limit of this process (ulimit -f)"}
 _ERRNO = re.compile(r"\[Errno (\d+)\] ([^\n\\:\]]{1,80})(?:: '([^'\n\\]{1,300})')?")
 _ERRNO_DETAIL = re.compile(r"\[errno (\d+)\] ([^\n\\\]\[]{1,80})")
 

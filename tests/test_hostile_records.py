@@ -147,3 +147,37 @@ def test_an_input_that_changes_during_a_run_fails_it_in_one_line(tmp_path: Path,
         assert len(err.splitlines()) <= 2 and "Traceback" not in err, err
         assert f"input '{data / 'b.jsonl'}' changed during the run (size=" in err, err
         assert not (tmp_path / f"out-{when}" / "manifest.json").exists()
+
+
+_READ_ALL_SPLITS = """
+import json, resource, sys
+from easydata.config import DatasetConfig
+from easydata.io.sources import plan_splits, read_split
+path, kind, sample_by = sys.argv[1:]
+dataset = DatasetConfig(name="d", data_files=path, type=kind, **({"sample_by": sample_by} if sample_by else {}))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rejects, documents = [], 0
+for split in plan_splits(dataset, target_bytes=32 * 2**20):
+    documents += sum(len(b) for b in read_split(split, dataset, max_document_bytes=2**20, rejects=rejects))
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(json.dumps({"documents": documents, "rejects": [r.reason for r in rejects], "grown_kib": grown}))
+"""
+
+
+def test_a_giant_document_is_rejected_without_being_held_whole(tmp_path: Path) -> None:
+    """Before: a 1 GB JSONL line peaked at 2.1 GB (an unbounded readline where a split starts inside the line),
+    a 1 GB text document with `sample_by: document` at 3.3 GB. Here: 200 MB each, max_document_bytes 1 MiB."""
+    giant = "x" * (200 * 2**20)
+    (tmp_path / "giant.jsonl").write_text(json.dumps({"text": "small"}) + "\n" + json.dumps({"text": giant}) + "\n"
+                                          + json.dumps({"text": "after"}) + "\n")
+    (tmp_path / "giant.txt").write_text(giant)
+    del giant
+    for name, kind, sample_by, documents in [("giant.jsonl", "jsonl", "", 2), ("giant.txt", "txt", "document", 0)]:
+        done = subprocess.run([sys.executable, "-c", _READ_ALL_SPLITS, str(tmp_path / name), kind, sample_by],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout)
+        assert result["documents"] == documents and len(result["rejects"]) == 1, result
+        assert "larger than max_document_bytes" in result["rejects"][0]
+        # 6 x max_document_bytes (a JSON line may escape every character) plus buffers: far below 200 MB
+        assert result["grown_kib"] < 64 * 1024, (name, result)

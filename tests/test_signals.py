@@ -83,14 +83,17 @@ def _start_and_signal(args: list[str], out: Path, sig: int, whole_group: bool) -
             proc.wait()
 
 
-@pytest.mark.parametrize("sig, whole_group, name, code", [
-    (signal.SIGINT, True, "SIGINT", 130),    # Ctrl-C in a terminal: every process of the group
-    (signal.SIGTERM, False, "SIGTERM", 143),  # `kill PID`, a scheduler's stop: the command only
-])
+@pytest.mark.parametrize("sig, whole_group, name, code, extra", [
+    (signal.SIGINT, True, "SIGINT", 130, []),    # Ctrl-C in a terminal: every process of the group
+    (signal.SIGTERM, False, "SIGTERM", 143, []),  # `kill PID`, a scheduler's stop: the command only
+    # one worker, in the launching process (what the docs advise after an out-of-memory kill): 146 lines before
+    (signal.SIGINT, True, "SIGINT", 130, ["--direct_num_workers=1"]),
+    (signal.SIGTERM, False, "SIGTERM", 143, ["--direct_num_workers=1"]),
+], ids=["SIGINT", "SIGTERM", "SIGINT-one-worker", "SIGTERM-one-worker"])
 def test_a_signal_ends_the_run_in_two_lines_and_resume_finishes_it(corpus, mistral_tokenizer_dir, tmp_path, sig,
-                                                                   whole_group, name, code):
+                                                                   whole_group, name, code, extra):
     out = tmp_path / "out"
-    args = _command(corpus, mistral_tokenizer_dir, out)
+    args = [*_command(corpus, mistral_tokenizer_dir, out), *extra]
     returncode, err, took, left = _start_and_signal(args, out, sig, whole_group)
     lines = err.strip().splitlines()
     assert returncode == code, err
@@ -128,3 +131,25 @@ def test_a_full_disk_is_one_error_with_the_resume_command(corpus, mistral_tokeni
         assert not (out / "manifest.json").exists()
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("extra", [[], ["--direct_num_workers=1"]], ids=["workers", "one-worker"])
+def test_a_file_size_limit_is_one_error_with_the_resume_command(corpus, mistral_tokenizer_dir, tmp_path, extra):
+    """`ulimit -f` (EFBIG: Python ignores SIGXFSZ, so the write fails): 473 lines and 24 tracebacks before."""
+    import resource
+
+    def limit_file_size() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 1024, 512 * 1024))
+
+    out = tmp_path / "out"
+    args = [*_command(corpus, mistral_tokenizer_dir, out), *extra]
+    run = subprocess.run([sys.executable, "-m", "easydata", *args, "--quiet"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=600, preexec_fn=limit_file_size)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert lines[0].startswith("easydata: error: a file reached the size limit of this process (ulimit -f)")
+    assert lines[1] == f"easydata: continue with: {shlex.join(['easydata', *args, '--quiet', '--resume'])}"
+    assert not (out / "manifest.json").exists()
+    resumed = subprocess.run([sys.executable, "-m", "easydata", *args, "--quiet", "--resume"], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]

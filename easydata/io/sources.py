@@ -598,8 +598,7 @@ def _read_lines(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
         position = split.start
         if split.start > 0:
             f.seek(split.start - 1)
-            skipped = f.readline()  # the rest of a line that belongs to the previous split
-            position = split.start - 1 + len(skipped)
+            position = split.start - 1 + _skip_line(f)  # the rest of a line that belongs to the previous split
         for raw, skipped in _bounded_lines(f, cap):
             if split.end is not None and position >= split.end:
                 break
@@ -629,9 +628,34 @@ def _read_lines(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
                 return
 
 
+def _skip_line(f: Any) -> int:
+    """Reads past the end of the current line in bounded pieces (a split may start inside a 1 GB line);
+    returns the bytes skipped."""
+    skipped = 0
+    while True:
+        piece = f.readline(1 << 20)
+        skipped += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            return skipped
+
+
 def _read_text_whole(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> Iterator[int]:
+    """A text file as one document (`sample_by: document`) or as paragraphs. A document over
+    `max_document_bytes` is rejected after reading only that many bytes of it (and counting the rest in
+    bounded pieces), so a 1 GB file never sits in memory whole."""
     with open_file(split.path) as f:
-        data = f.read()
+        if dataset.sample_by == "document" and out.max_bytes is not None:
+            data = f.read(out.max_bytes + len(_BOM) + 1)
+            if len(data) > out.max_bytes + (len(_BOM) if data.startswith(_BOM) else 0):
+                size = len(data)
+                while piece := f.read(1 << 20):
+                    size += len(piece)
+                out.reject(0, f"document of {size:,} bytes is larger than max_document_bytes={out.max_bytes} allows"
+                              " (not read whole)", data[:_EXCERPT_CHARS].decode("utf-8", "replace"))
+                yield size
+                return
+        else:
+            data = f.read()
     if data.startswith(_BOM):
         data = data[len(_BOM):]
     try:
