@@ -173,3 +173,35 @@ def test_packed_rows_decoded(tmp_path: Path, tokenizer: TokenizerHandle) -> None
 def test_no_manifest(tmp_path: Path) -> None:
     with pytest.raises(ValidationFailed, match="has no manifest.json"):
         inspect_output(str(tmp_path))
+
+
+@pytest.mark.parametrize("command, damage", [  # (inspect sizes nothing by seq_length: it shows rows as they are)
+    ("inspect", "empty"), ("inspect", "truncated"), ("stats", "empty"), ("stats", "truncated"),
+    ("stats", "absurd-seq-length")])
+def test_a_damaged_shard_or_manifest_is_one_line_not_a_traceback(tmp_path: Path, tokenizer: TokenizerHandle,
+                                                                  command: str, damage: str, capsys) -> None:
+    """Before: tracebacks from pyarrow (and numpy, for seq_length 10**15), as `validate` never gave."""
+    import json
+
+    from easydata.cli import main
+
+    out = unpacked_output(tmp_path, tokenizer)
+    manifest = json.loads((out / "manifest.json").read_text())
+    shard = out / manifest["datasets"]["web"]["shards"][0]["path"]
+    if damage == "absurd-seq-length":
+        packed = tmp_path / "packed"
+        write_synthetic_output(str(packed), {"web": [[{"input_ids": [1, 2, 3, 0], "segment_ids": [1, 1, 2, 0]}]]},
+                               pa.schema([("input_ids", TOKENS), ("segment_ids", TOKENS)]), seq_length=4)
+        manifest = json.loads((packed / "manifest.json").read_text())
+        manifest["schema"]["seq_length"] = 10**15
+        (packed / "manifest.json").write_text(json.dumps(manifest))
+        out = packed
+    else:
+        shard.write_bytes(b"" if damage == "empty" else shard.read_bytes()[:100])
+    code = main([command, str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    if damage == "absurd-seq-length":
+        assert err.endswith("manifest seq_length 1000000000000000 is not a packed row length in [1, 2,097,152]"), err
+    else:
+        assert err.startswith(f"easydata: error: shard '{shard}' is unreadable (ArrowInvalid: "), err

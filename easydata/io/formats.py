@@ -20,6 +20,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple, Optional, 
 import numpy as np
 import pyarrow as pa
 
+from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, open_arrow_file, open_file, temp_name
 from easydata.io.token_arrays import list_column_values, token_list_array  # re-exported: the formats' token columns
 
@@ -31,6 +32,7 @@ __all__ = [
     "shard_file_name",
     "ShardWriter",
     "iter_shard_batches",
+    "ShardUnreadable",
     "read_shard_table",
     "count_shard_rows",
     "token_list_array",
@@ -396,9 +398,27 @@ def shard_format(fmt: str) -> ShardFormat:
     return found
 
 
+class ShardUnreadable(ValidationFailed):
+    """A shard that cannot be read as its format (empty, truncated, corrupt, columns missing)."""
+
+    def __init__(self, path: str, detail: str):
+        self.path, self.detail = path, detail
+        super().__init__(f"shard '{path}' is unreadable ({detail}); `easydata validate` checks the whole output")
+
+
 def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None) -> Iterator[pa.RecordBatch]:
-    """Streams the record batches of a shard (one row group at a time)."""
-    yield from shard_format(fmt).batches(path, columns)
+    """Streams the record batches of a shard (one row group at a time).
+
+    Raises:
+      ShardUnreadable: the file is empty, truncated or corrupt, or lacks a column asked for.
+    """
+    try:
+        yield from shard_format(fmt).batches(path, columns)
+    except (TypeError, AttributeError, NameError, AssertionError, RecursionError, MemoryError, EasyDataError):
+        raise
+    except (Exception, KeyError) as e:  # pyarrow's ArrowInvalid / OSError / KeyError (a missing column), EOFError
+        message = str(e).splitlines()[0] if str(e) else ""
+        raise ShardUnreadable(path, f"{type(e).__name__}: {message}"[:300]) from None
 
 
 def read_shard_table(path: str, fmt: str, columns: Optional[list[str]] = None) -> pa.Table:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from easydata.ops.pack_stage import PACKED_COLUMNS
 from easydata.reader.blocks import BlockIndex
+from easydata.run.manifest import packed_seq_length
 
 __all__ = ["RowSpec", "Window", "pad_rows"]
 
@@ -66,7 +67,7 @@ class RowSpec:
         manifest = index.manifest
         schema = manifest.get("schema") or {}
         packed = bool(schema.get("packed"))
-        length = int(schema["seq_length"]) if packed else seq_length
+        length = packed_seq_length(index.output_dir, schema) if packed else seq_length
         if length is None or length <= 0:
             raise ValueError(f"'{index.output_dir}' holds unpacked rows of varying length: pass seq_length= to pad or"
                              " cut them to one length (or write the output with pack.enabled).")

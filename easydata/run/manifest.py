@@ -19,7 +19,7 @@ from easydata.errors import InputError, ValidationFailed
 from easydata.io.filesystems import get_fs, join, local_path, open_file
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "SHUFFLE_BYTES_PREFIX", "build_manifest", "write_manifest",
-           "read_manifest", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files"]
+           "read_manifest", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files", "packed_seq_length"]
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -52,6 +52,22 @@ def member_path(output_dir: str, relative: Any, what: str = "path") -> str:
         raise ValidationFailed(f"'{output_dir}': manifest {what} {relative!r} is a symbolic link (or lies under"
                                " one) that leads outside the output; refusing to open it")
     return path
+
+
+def packed_seq_length(output_dir: str, schema: dict[str, Any]) -> int:
+    """A packed output's row length from its manifest's schema, checked: a forged or corrupt manifest's
+    `seq_length` (absent, 10**15, a string) must not size an allocation.
+
+    Raises:
+      ValidationFailed: not an integer in [1, MAX_SEQ_LENGTH].
+    """
+    from easydata.config import MAX_SEQ_LENGTH
+
+    value = schema.get("seq_length")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_SEQ_LENGTH:
+        raise ValidationFailed(f"'{output_dir}': manifest seq_length {str(value)[:30]} is not a packed row length"
+                               f" in [1, {MAX_SEQ_LENGTH:,}]")
+    return value
 
 
 def resolves_inside(path: str, directory: str, *, strict: bool = True) -> bool:

@@ -23,9 +23,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from easydata.errors import EasyDataError
+from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.formats import iter_shard_batches
-from easydata.run.manifest import member_path, read_manifest
+from easydata.run.manifest import member_path, packed_seq_length, read_manifest
 
 __all__ = ["compute_stats", "format_stats", "plot_stats", "PERCENTILES"]
 
@@ -106,6 +106,9 @@ def _measure_output(output_dir: str, fmt: str, info: dict[str, Any], seq_length:
             acc.counts["rows"] += batch.num_rows
             if packed:
                 segments = batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False)
+                if len(segments) != batch.num_rows * seq_length or len(values) != len(segments):
+                    raise ValidationFailed(f"'{shard['path']}': its packed rows are not seq_length={seq_length}"
+                                           " tokens long, as the manifest says; `easydata validate` checks the output")
                 real = segments != 0
                 acc.counts["tokens"] += int(real.sum())
                 acc.counts["padding_tokens"] += int((~real).sum())
@@ -150,7 +153,7 @@ def compute_stats(output_dir: str) -> dict[str, Any]:
     schema = manifest.get("schema") or {}
     packed = bool(schema.get("packed"))
     unit = "segment" if packed else "document"
-    seq_length = int(schema["seq_length"]) if packed else None
+    seq_length = packed_seq_length(output_dir, schema) if packed else None
     outputs = {name: _measure_output(output_dir, fmt, info, seq_length)
                for name, info in sorted((manifest.get("datasets") or {}).items())}
     total = _Accumulator()

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, join
-from easydata.io.formats import TOKEN_COLUMNS, iter_shard_batches
+from easydata.io.formats import TOKEN_COLUMNS, ShardUnreadable, iter_shard_batches
 from easydata.run.manifest import PARTIAL_INPUTS, member_path, read_manifest
 from easydata.ops.mixing import MIXED_NAME
 
@@ -212,6 +212,9 @@ def validate_output(output_dir: str) -> ValidationReport:
             listed.update(posixpath.basename(shard[key]) for key in shard if key == "path" or key.endswith("_path"))
             try:
                 counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema)
+            except ShardUnreadable as e:
+                problems.append(f"{shard['path']}: unreadable ({e.detail})")
+                continue
             except EasyDataError as e:
                 problems.append(f"{shard['path']}: {e}")
                 continue
