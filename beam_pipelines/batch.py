@@ -25,8 +25,8 @@ from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError, DropUserErrors, EasyDataError
+from easydata.io.group_files import group_files_dir
 from easydata.run.lock import OutputLock
-from easydata.io.filesystems import join
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
 from easydata.run.progress import ProgressMonitor
@@ -92,7 +92,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
                    for split, part in (rows | f"Split[{name}]" >> SplitRows(
                        dataset=name, fractions=fractions, split_seed=config.save.split_seed)).items()}
     def group_dir(stage: str, name: str) -> Optional[str]:
-        return join(plan.staging, "groups", stage, name) if group_via_files else None
+        return group_files_dir(plan.staging, stage, name) if group_via_files else None
 
     for name, (rows, num_groups, pad_id) in outputs.items():
         if config.pack.enabled:  # packing stages its groups sorted

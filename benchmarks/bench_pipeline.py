@@ -325,7 +325,30 @@ def encode_single_thread(tokenizer_dir: Path, corpus: Path, processes: int = 1) 
 # ---- running and measuring a command -------------------------------------------------------------
 
 
-class TreeRssSampler(threading.Thread):
+class PeakSampler(threading.Thread):
+    """Calls `measure()` every `interval` seconds until `stop()`; keeps the largest value in `peak`."""
+
+    available = True
+
+    def __init__(self, interval: float = 0.2):
+        super().__init__(daemon=True)
+        self.interval, self.peak = interval, 0
+        self._stop_event = threading.Event()
+
+    def measure(self) -> int:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        while self.available and not self._stop_event.is_set():
+            self.peak = max(self.peak, self.measure())
+            self._stop_event.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+class TreeRssSampler(PeakSampler):
     """Polls /proc for the summed RSS of a process and all its descendants, and for each one's own
     peak (`VmHWM`, the kernel's high-water mark); keeps the largest of each.
 
@@ -334,24 +357,13 @@ class TreeRssSampler(threading.Thread):
     """
 
     def __init__(self, pid: int, interval: float = 0.2):
-        super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
-        self.peak = 0
+        super().__init__(interval)
+        self.pid = pid
         self.peak_single = 0
         self.available = Path("/proc/self/statm").is_file()
-        self._stop_event = threading.Event()
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-    def run(self) -> None:
-        while self.available and not self._stop_event.is_set():
-            self.peak = max(self.peak, self._tree_rss())
-            self._stop_event.wait(self.interval)
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join()
-
-    def _tree_rss(self) -> int:
+    def measure(self) -> int:
         children: dict[int, list[int]] = {}
         for entry in os.listdir("/proc"):
             if entry.isdigit():
@@ -377,13 +389,37 @@ class TreeRssSampler(threading.Thread):
         return total
 
 
-def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
-    """Runs `cmd`, returning wall seconds, exit code and peak memory; output goes to `log`."""
+class StagingSampler(PeakSampler):
+    """Polls the bytes of every file under an output's staging directories (`.easydata-tmp-*`: checkpoints,
+    group files, sorted pieces, assembled shards before the commit); keeps the largest total."""
+
+    def __init__(self, output_dir: Path, interval: float = 0.2):
+        super().__init__(interval)
+        self.output_dir = output_dir
+
+    def measure(self) -> int:
+        total = 0
+        for staging in self.output_dir.glob(".easydata-tmp-*"):
+            for folder, _, files in os.walk(staging):
+                for name in files:
+                    try:
+                        total += os.stat(os.path.join(folder, name)).st_size
+                    except OSError:  # moved or removed meanwhile
+                        pass
+        return total
+
+
+def run_measured(cmd: list[str], env: dict[str, str], log: Path, staging_of: Optional[Path] = None) -> dict[str, Any]:
+    """Runs `cmd`, returning wall seconds, exit code, peak memory and (given the output directory
+    `staging_of`) the peak bytes of its staging directories; output goes to `log`."""
     with open(log, "wb") as out:
         began = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
         sampler = TreeRssSampler(proc.pid)
         sampler.start()
+        staging = StagingSampler(staging_of) if staging_of is not None else None
+        if staging is not None:
+            staging.start()
         cpu: Optional[float] = None
         if hasattr(os, "wait4"):
             _, status, usage = os.wait4(proc.pid, 0)
@@ -393,9 +429,12 @@ def run_measured(cmd: list[str], env: dict[str, str], log: Path) -> dict[str, An
             proc.wait()
         seconds = time.perf_counter() - began
         sampler.stop()
+        if staging is not None:
+            staging.stop()
     return {"seconds": seconds, "returncode": proc.returncode, "cpu_seconds": cpu,
             "peak_tree_rss": sampler.peak if sampler.available else None,
-            "max_single_rss": sampler.peak_single if sampler.available else None}
+            "max_single_rss": sampler.peak_single if sampler.available else None,
+            "peak_staging_bytes": staging.peak if staging is not None else None}
 
 
 def easydata_command() -> list[str]:
@@ -440,7 +479,7 @@ def run_pipeline(label: str, config: Path, flags: list[str], env_changes: dict[s
     """One `easydata run` (under `prefix`, e.g. `taskset -c 0`); adds the manifest's counts when it succeeded."""
     cmd = [*(prefix or []), *easydata_command(), "run", str(config), "--quiet", *flags]
     log = workdir / f"log-{label}.txt"
-    result = run_measured(cmd, mode_env(env_changes), log)
+    result = run_measured(cmd, mode_env(env_changes), log, staging_of=output_dir)
     env_part = env_prefix(env_changes)
     result["command"] = (env_part + " " if env_part else "") + shlex.join(cmd)
     result["log"] = log
@@ -611,9 +650,13 @@ def print_resources(results: list[tuple[str, dict, dict]]) -> None:
         rows.append([name, "n/a" if cpu is None else f"{cpu:.1f}",
                      "n/a" if cpu is None else f"{cpu / full['seconds']:.2f}",
                      fmt_bytes(full["peak_tree_rss"]), fmt_bytes(full["max_single_rss"]),
-                     fmt_bytes(tiny["peak_tree_rss"])])
+                     fmt_bytes(tiny["peak_tree_rss"]), fmt_bytes(full.get("peak_staging_bytes")),
+                     f"{full['peak_staging_bytes'] / full['tokens']:.1f}" if full.get("peak_staging_bytes")
+                     and full.get("tokens") else "n/a"])
     print_table(rows, ["mode", "CPU s", "cores busy", "peak RSS, all processes", "largest process",
-                       "10-doc peak RSS"])
+                       "10-doc peak RSS", "peak staging", "staging B/token"])
+    print("  peak staging: the largest total of the output's staging files seen (sampled every 0.2 s): the"
+          "\n  disk a run needs beside its output while it lasts.")
 
 
 def print_token_check(results: list[tuple[str, dict, dict]], expected: int) -> None:

@@ -144,3 +144,21 @@ def test_a_run_dying_inside_its_commit_is_finished_by_resume_to_the_same_bytes(j
     assert _digest(out) == reference != {}
     assert not list(out.glob(".easydata-*"))  # no journal, no staging left
     assert _cli("validate", str(out)).returncode == 0
+
+
+def test_resume_discards_the_killed_attempts_group_files(job, tmp_path):
+    """Group files have names of their own per attempt: the killed attempt's used to stay beside the resumed
+    run's until the commit (disk filled by attempts that never finish). Planning the resume removes them;
+    the tokenized checkpoints stay."""
+    from easydata.config import PipelineConfig
+    from easydata.run.run_plan import prepare_run
+
+    config, _ = job
+    out = tmp_path / "out"
+    _kill_when(config, out, lambda staging: any((staging / "groups").rglob("*.rows")))
+    staging = next(out.glob(".easydata-tmp-*"))
+    units_before = _units_done(staging)
+    assert any((staging / "groups").rglob("*.rows"))
+    plan = prepare_run(PipelineConfig.from_yaml(config, [f"save.output_dir={out}"]), resume=True)
+    assert plan.resumed and plan.staging == str(staging)
+    assert not (staging / "groups").exists() and _units_done(staging) == units_before

@@ -20,10 +20,28 @@ from typing import Any, Iterable, Iterator
 
 from easydata.io.filesystems import join, open_arrow_file
 
-__all__ = ["GroupFileWriter", "read_group_files"]
+__all__ = ["GroupFileWriter", "read_group_files", "group_files_dir", "discard_group_files"]
 
 
 _LENGTH = struct.Struct("<Q")
+
+
+def group_files_dir(staging: str, stage: str, name: str) -> str:
+    """Where a run's group files of one grouping stage (`pack`, `sort`) of one output go."""
+    return join(staging, "groups", stage, name)
+
+
+def discard_group_files(staging: str) -> int:
+    """Removes the group files an earlier attempt of the run left in `staging` (a resumed run writes its
+    own: the old ones would only fill the disk until the commit); returns the bytes freed."""
+    from easydata.io.filesystems import get_fs
+
+    fs, root = get_fs(join(staging, "groups"))
+    if not fs.exists(root):
+        return 0
+    freed = sum(int(size or 0) for size in fs.du(root, total=False).values())
+    fs.rm(root, recursive=True)
+    return freed
 
 
 class GroupFileWriter:

@@ -15,6 +15,7 @@ from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.text.chat import ChatRenderer
 from easydata.errors import ConfigError, InputError
 from easydata.io.filesystems import file_version, join, read_text
+from easydata.io.group_files import discard_group_files
 from easydata.ops.mixing import mix_budget, normalise_weights
 from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.output import new_run_id, prepare_output, staging_dir
@@ -174,6 +175,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     run_id = previous or new_run_id()
     staging = staging_dir(config.save.output_dir, run_id)
     if previous:
+        discard_group_files(staging)  # the interrupted attempt's: never read again
         datasets = [dataclasses.replace(d, resumed_units=tuple(completed_units(
             staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
     else:
