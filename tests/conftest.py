@@ -178,6 +178,17 @@ def pip_site(requirement: str, *, no_deps: bool = False) -> Path:
     return target
 
 
+def easydata_with_limits(*args: str, address_space: Optional[int] = None, file_size: Optional[int] = None) -> list[str]:
+    """The argv of `python -m easydata ARGS` under resource limits set by the child itself (not a
+    `preexec_fn`, which forks a test process that may be running JAX's threads)."""
+    limits = [(name, value) for name, value in (("RLIMIT_AS", address_space), ("RLIMIT_FSIZE", file_size))
+              if value is not None]
+    code = ("import resource, runpy, sys\n"
+            + "".join(f"resource.setrlimit(resource.{name}, ({value}, {value}))\n" for name, value in limits)
+            + "sys.argv = ['easydata', *sys.argv[1:]]\nrunpy.run_module('easydata', run_name='__main__')\n")
+    return [sys.executable, "-c", code, *args]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:

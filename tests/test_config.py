@@ -517,9 +517,7 @@ def _alias_bomb(levels: int = 9) -> str:
 @pytest.mark.parametrize("where", ["additional_fields", "data_files", "set"])
 def test_a_yaml_alias_bomb_is_refused_in_one_line_before_it_expands(tmp_path, where) -> None:
     """Before: anchors expanding 9^9 inside `additional_fields` or `data_files` reached 4.3 GB and grew."""
-    import resource
     import subprocess
-    import sys
 
     (tmp_path / "a.jsonl").write_text('{"text": "x"}\n')
     fields = _alias_bomb() if where == "additional_fields" else "[]"
@@ -528,11 +526,11 @@ def test_a_yaml_alias_bomb_is_refused_in_one_line_before_it_expands(tmp_path, wh
                                        f"    additional_fields: {fields}\nsave:\n  output_dir: {tmp_path / 'out'}\n")
     extra = ["--set", f"datasets.0.additional_fields={_alias_bomb()}"] if where == "set" else []
 
-    def limit_memory() -> None:  # a regression fails the test instead of filling the machine
-        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+    from tests.conftest import easydata_with_limits
 
-    done = subprocess.run([sys.executable, "-m", "easydata", "run", str(tmp_path / "job.yaml"), *extra],
-                          capture_output=True, text=True, timeout=120, preexec_fn=limit_memory)
+    # (under a 3 GB address-space limit: a regression fails the test instead of filling the machine)
+    done = subprocess.run(easydata_with_limits("run", str(tmp_path / "job.yaml"), *extra, address_space=3 * 2**30),
+                          capture_output=True, text=True, timeout=120)
     err = done.stderr.strip()
     assert done.returncode == 2 and len(err.splitlines()) == 1, err
     assert "aliases expand to more than the 1,000,000 values a config may hold" in err

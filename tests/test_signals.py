@@ -136,15 +136,12 @@ def test_a_full_disk_is_one_error_with_the_resume_command(corpus, mistral_tokeni
 @pytest.mark.parametrize("extra", [[], ["--direct_num_workers=1"]], ids=["workers", "one-worker"])
 def test_a_file_size_limit_is_one_error_with_the_resume_command(corpus, mistral_tokenizer_dir, tmp_path, extra):
     """`ulimit -f` (EFBIG: Python ignores SIGXFSZ, so the write fails): 473 lines and 24 tracebacks before."""
-    import resource
-
-    def limit_file_size() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (512 * 1024, 512 * 1024))
+    from tests.conftest import easydata_with_limits
 
     out = tmp_path / "out"
     args = [*_command(corpus, mistral_tokenizer_dir, out), *extra]
-    run = subprocess.run([sys.executable, "-m", "easydata", *args, "--quiet"], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=600, preexec_fn=limit_file_size)
+    run = subprocess.run(easydata_with_limits(*args, "--quiet", file_size=512 * 1024), cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=600)
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(lines) == 2 and "Traceback" not in run.stderr, run.stderr[-3000:]
     assert lines[0].startswith("easydata: error: a file reached the size limit of this process (ulimit -f)")

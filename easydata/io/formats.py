@@ -412,8 +412,9 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
     Raises:
       ShardUnreadable: the file is empty, truncated or corrupt, or lacks a column asked for.
     """
+    batches = shard_format(fmt).batches  # an unknown format is a caller's error, raised as it is
     try:
-        yield from shard_format(fmt).batches(path, columns)
+        yield from batches(path, columns)
     except (TypeError, AttributeError, NameError, AssertionError, RecursionError, MemoryError, EasyDataError):
         raise
     except (Exception, KeyError) as e:  # pyarrow's ArrowInvalid / OSError / KeyError (a missing column), EOFError
