@@ -138,3 +138,32 @@ def test_remote_jobs_ship_hub_tokenizers_to_their_workers(hub_cache, tmp_path, m
     os.environ["HF_HUB_CACHE"] = str(tmp_path / "empty-cache")  # a worker without the launcher's cache
     worker = load_tokenizer(plan.datasets[0].tokenizer)
     assert worker.info.content_hash == plan.datasets[0].tokenizer_info.content_hash
+
+
+def test_a_tokenizer_path_with_a_typo_is_one_line_at_once_not_a_hub_lookup(tmp_path, tokenizer_dir) -> None:
+    """Before: `tok/mistral-7b` (where `tok/` exists) was looked up on the Hub: 30 s of retries, 36 lines."""
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
+    (tmp_path / "tok").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{free_port()}", HF_HUB_OFFLINE="0")  # asked, the Hub would refuse
+    for spec, where in [("tok/mistral-7b", " ('tok' exists, but holds no 'mistral-7b')"), ("./nope", ""),
+                        ("~/no-such-tokenizer-dir", f" ('{Path.home()}' exists, but holds no 'no-such-tokenizer-dir')"),
+                        ("missing/tokenizer.json", "")]:
+        done = _cli("tokenize", "--data-files", "a.jsonl", "--tokenizer", spec, "--output", "out", env=env, cwd=tmp_path)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            f"easydata: error: tokenizer '{spec}': no such file or directory{where}; a path must name a directory with"
+            " tokenizer.json or the file itself"], done.stderr
+
+
+def test_a_hub_tokenizer_with_the_network_down_is_one_line_without_retries(tmp_path) -> None:
+    """Before: huggingface_hub's five retries (a line each, about 25 s) before the one-line error."""
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
+    port = free_port()  # nothing listens: the connection is refused at once
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HUB_CACHE=str(tmp_path / "empty-cache"), HF_HUB_OFFLINE="0")
+    done = _cli("tokenize", "--data-files", "a.jsonl", "--tokenizer", "acme/not-cached", "--output", "out", env=env,
+                cwd=tmp_path)
+    assert done.returncode == 2 and "Retrying" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"easydata: error: tokenizer 'acme/not-cached' is not in the Hugging Face cache and the Hub cannot be reached"
+        f" (127.0.0.1:{port}: Connection refused); check the network, or set HF_HUB_OFFLINE=1 to use only the cache"]

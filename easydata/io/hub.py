@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from easydata.errors import InputError, OutputError, TokenizerError
 
-__all__ = ["cache_dir", "hub_offline", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
+__all__ = ["cache_dir", "hub_offline", "hub_unreachable", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow", ".txt", ".jsonl.gz", ".json.gz",
@@ -36,6 +36,36 @@ def cache_dir() -> Optional[str]:
 def hub_offline() -> bool:
     """`HF_HUB_OFFLINE` as huggingface_hub reads it (set at any time, not only before import)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+#: Seconds to wait for the Hub's address and a TCP connection before saying it cannot be reached:
+#: huggingface_hub's own retries take about 25 s (with a line per retry) when there is no network.
+HUB_CONNECT_SECONDS = 3.0
+
+
+def hub_unreachable() -> Optional[str]:
+    """Why the Hub (`HF_ENDPOINT`, default huggingface.co) cannot be reached from here, found in a few
+    seconds; None when it can, or when a proxy is configured (the proxy decides: huggingface_hub uses it)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme != "http" else 80)
+    try:
+        with socket.create_connection((host, port), timeout=HUB_CONNECT_SECONDS):
+            return None
+    except OSError as e:
+        return f"{host}:{port}: {e.strerror or type(e).__name__}"
+
+
+def _require_hub(what: str) -> None:
+    """Raises TokenizerError at once when the Hub cannot be reached (instead of minutes of retries)."""
+    problem = hub_unreachable()
+    if problem is not None:
+        raise TokenizerError(f"{what} is not in the Hugging Face cache and the Hub cannot be reached ({problem});"
+                             " check the network, or set HF_HUB_OFFLINE=1 to use only the cache")
 
 
 def _why(error: Exception, what: str) -> str:
@@ -87,6 +117,8 @@ def download_tokenizer(repo_id: str, revision: Optional[str] = None) -> Path:
     from huggingface_hub import hf_hub_download
 
     what = f"tokenizer '{repo_id}'"
+    if not hub_offline():
+        _require_hub(what)
     try:
         found = Path(hf_hub_download(repo_id, "tokenizer.json", revision=revision, local_files_only=hub_offline(),
                                      cache_dir=cache_dir()))

@@ -70,6 +70,12 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
             return path / "tokenizer.json", path
         raise TokenizerError(f"tokenizer directory '{name_or_path}' has no tokenizer.json"
                              " (only fast tokenizers are supported; convert with transformers first)")
+    if looks_like_path(name_or_path):
+        parent = path.parent
+        where = f" ('{parent}' exists, but holds no '{path.name}')" if str(parent) not in ("", ".") and parent.is_dir() \
+            else ""
+        raise TokenizerError(f"tokenizer '{name_or_path}': no such file or directory{where}; a path must name a"
+                             " directory with tokenizer.json or the file itself")
     if is_hub_id(name_or_path):
         cached = _from_hf_cache(name_or_path)
         if cached is None:
@@ -86,9 +92,21 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
         " or a hub id 'owner/name' (downloaded into the Hugging Face cache; from the cache with HF_HUB_OFFLINE=1)")
 
 
+def looks_like_path(name_or_path: str) -> bool:
+    """A spec written as a local path, not a hub id: it starts with `.`, `/` or `~`, ends in `.json`, or its
+    parent directory exists here (`tok/mistral-7b` where `tok/` exists): a typo in it must not be looked
+    up on the Hub."""
+    if "://" in name_or_path:
+        return False
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.endswith(".json"):
+        return True
+    parent = Path(os.path.expanduser(name_or_path)).parent
+    return str(parent) not in ("", ".") and parent.is_dir()
+
+
 def is_hub_id(name_or_path: str) -> bool:
     """`owner/name` that is not a local path: a Hugging Face hub id."""
-    return (name_or_path.count("/") == 1 and "://" not in name_or_path and not name_or_path.startswith((".", "/", "~"))
+    return (name_or_path.count("/") == 1 and "://" not in name_or_path and not looks_like_path(name_or_path)
             and not Path(os.path.expanduser(name_or_path)).exists())
 
 
