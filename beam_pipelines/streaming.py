@@ -99,6 +99,28 @@ def _check(config: PipelineConfig) -> None:
         raise ConfigError(problems)
 
 
+def _require_pubsub_credentials() -> None:
+    """One line when Pub/Sub cannot be used from here for want of credentials (before the job starts:
+    Beam's reader would end in a long traceback ending in `DefaultCredentialsError`). The emulator
+    (`PUBSUB_EMULATOR_HOST`) needs none."""
+    import os
+
+    if os.environ.get("PUBSUB_EMULATOR_HOST"):
+        return
+    try:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+    except ImportError:
+        raise EasyDataError("--streaming reads Pub/Sub: install the streaming extra (pip install"
+                            " 'easydata-beam[streaming]')") from None
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        raise EasyDataError("--streaming reads Pub/Sub but no Google Cloud credentials were found: run `gcloud auth"
+                            " application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file), or"
+                            " set PUBSUB_EMULATOR_HOST=HOST:PORT to use the Pub/Sub emulator") from None
+
+
 def _prepare_output(config: PipelineConfig) -> None:
     """A streaming job may continue its own earlier streaming output (same config), else batch rules."""
     fs, root = get_fs(config.save.output_dir)
@@ -125,11 +147,13 @@ def build_streaming_job(config: PipelineConfig, beam_args: Optional[list[str]] =
     if is_dask_runner(PipelineOptions(list(beam_args or [])).view_as(StandardOptions).runner):
         raise EasyDataError("the DaskRunner runs batch pipelines only: run --streaming locally or on Dataflow")
     _check(config)
-    _prepare_output(config)
     options = PipelineOptions(list(beam_args or []))
     options.view_as(StandardOptions).streaming = True
     runner_name = options.view_as(StandardOptions).runner
     local = runner_name in (None, "DirectRunner", "BundleBasedDirectRunner")
+    if local:  # this process reads Pub/Sub (a remote runner's workers have their own service account)
+        _require_pubsub_credentials()
+    _prepare_output(config)
     if local:
         from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 

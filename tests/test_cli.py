@@ -214,3 +214,20 @@ def test_a_closed_pipe_ends_quietly(job, tmp_path):
     proc.stdout.close()  # the reader goes away (as `head` does) before the command writes its output
     err = proc.stderr.read()
     assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err and err == ""
+
+
+def test_streaming_without_credentials_or_emulator_is_one_line(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """Before: 185 lines ending in google.auth's DefaultCredentialsError."""
+    config = tmp_path / "live.yaml"
+    config.write_text(f"default_tokenizer: {tokenizer_dir}\ndatasets:\n  - name: live\n"
+                      f"    pubsub_subscription: projects/my-project/subscriptions/docs\n"
+                      f"save:\n  output_dir: {tmp_path / 'out'}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PUBSUB_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+    env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), GCE_METADATA_HOST="127.0.0.1:9")
+    done = subprocess.run([sys.executable, "-m", "easydata", "run", str(config), "--streaming"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "easydata: error: --streaming reads Pub/Sub but no Google Cloud credentials were found: run `gcloud auth"
+        " application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file), or set"
+        " PUBSUB_EMULATOR_HOST=HOST:PORT to use the Pub/Sub emulator"], done.stderr
+    assert not (tmp_path / "out").exists()
