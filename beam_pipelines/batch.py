@@ -24,7 +24,7 @@ import apache_beam as beam
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
-from easydata.errors import ConfigError, DropUserErrors, EasyDataError
+from easydata.errors import ConfigError, DropUserErrors, EasyDataError, as_user_error
 from easydata.io.group_files import group_files_dir
 from easydata.run.lock import OutputLock
 from easydata.run.manifest import read_manifest
@@ -268,7 +268,13 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
                                                    progress_dir=progress_dir, announce_resume=show_progress,
                                                    lock_id=lock.run_id)
                 with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
-                    _run(pipeline).wait_until_finish()
+                    try:
+                        _run(pipeline).wait_until_finish()
+                    except Exception as e:  # a user error in a step: its own class and message, not Beam's wrapping
+                        error = as_user_error(e)
+                        if error is None or error is e:
+                            raise
+                        raise error from None
     finally:
         discard_prestarted()  # those the runner did not take (a job that failed before it ran)
     manifest = read_manifest(plan.output_dir)

@@ -27,6 +27,7 @@ __all__ = [
     "DropUserErrors",
     "environment_error_in",
     "user_error_in",
+    "as_user_error",
     "ends_in_user_error",
     "user_error_repr_prefixes",
 ]
@@ -116,6 +117,36 @@ def user_error_in(text: str) -> Optional[str]:
     exception a runner wrapped around it: the last one names the step, `... [while running 'X']`)."""
     found = _error_line().findall(text)
     return found[-1].strip() if found else None
+
+
+def as_user_error(exc: BaseException) -> Optional[EasyDataError]:
+    """The easydata error a runner wrapped in an error of its own (Beam's `RuntimeError` around a worker's
+    traceback), rebuilt as its own class with its message, for the Python API to raise: callers catch
+    `EasyDataError` (or `ConfigError`, ...) and see one clear line. None when `exc` holds none."""
+    if isinstance(exc, EasyDataError):
+        return exc
+    text = f"{exc}"
+    found = list(_error_class_line().finditer(text))
+    if not found:
+        return None
+    name, message = found[-1].group(1), found[-1].group(2).strip()
+    message = re.sub(r" \[while running '[^']*'\]$", "", message)  # Beam's note of the step
+    classes, todo = {}, [EasyDataError]
+    while todo:
+        cls = todo.pop()
+        classes[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    cls = classes.get(name, EasyDataError)
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)  # the message as it was (a ConfigError's is already worded)
+    if isinstance(error, ConfigError):
+        error.problems = [message]
+    return error
+
+
+def _error_class_line() -> "re.Pattern[str]":
+    names = "|".join(map(re.escape, _error_names()))
+    return re.compile(rf"(?:\beasydata\.errors\.|(?<![\w.]))({names}): ([^\n]+)")
 
 
 def ends_in_user_error(text: str) -> bool:

@@ -210,3 +210,27 @@ def test_the_build_result_reads_any_output_format(tmp_path, tokenizer_dir, fmt):
         output_dir=str(tmp_path / "out"), format=fmt).build()
     rows = list(result)
     assert len(rows) == 30 and all(len(r["input_ids"]) > 0 for r in rows)
+
+
+def test_a_user_error_inside_the_job_is_raised_as_its_own_class_without_beams_noise(tmp_path, tokenizer_dir) -> None:
+    """Before: about 50 lines with 4 Beam worker tracebacks (`KeyError: 'bundle_64'`, `ERROR:apache_beam...`),
+    then a RuntimeError wrapping the message."""
+    import subprocess
+    import sys
+
+    from tests.conftest import make_texts, write_jsonl
+
+    write_jsonl(tmp_path / "a" / "a.jsonl", ({"text": t} for t in make_texts(30)))
+    script = ("import sys\nfrom easydata import tokenize_and_save\nfrom easydata.errors import EasyDataError\n"
+              f"try:\n    tokenize_and_save(data_files={str(tmp_path / 'a' / 'a.jsonl')!r}, tokenizer={str(tokenizer_dir)!r},"
+              f" output_path={str(tmp_path / 'out')!r}, content_field='nope')\n"
+              "except EasyDataError as e:\n"
+              "    assert type(e) is EasyDataError and e.__cause__ is None and e.__suppress_context__, repr(e)\n"
+              "    print('caught:', e)\n    raise\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("caught: dataset 'a' wrote no documents: all 30 records were rejected")
+    assert done.stdout.strip().endswith("set allow_empty_datasets: true to accept)")  # not Beam's step note
+    err = done.stderr
+    assert err.count("Traceback") == 1 and "apache_beam" not in err and "RuntimeError" not in err, err
+    assert err.strip().splitlines()[-1].startswith("easydata.errors.EasyDataError: dataset 'a' wrote no documents")
