@@ -128,3 +128,59 @@ def test_disabled_monitor_starts_no_thread(tmp_path: Path, capsys: pytest.Captur
         assert monitor_threads() == []
         time.sleep(0.6)
     assert capsys.readouterr().err == ""
+
+
+def _in_a_pty(args: list[str], columns: int | None) -> str:
+    """Runs `python -m easydata ARGS` with its stdio on a new pseudo-terminal (of `columns` x 24, or of no
+    size at all, as `script` and some CI and multiplexer setups give); returns what it drew."""
+    import fcntl
+    import os
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = os.openpty()
+    if columns is not None:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "easydata", *args], stdin=slave, stdout=slave, stderr=slave,
+                            close_fds=True)
+    os.close(slave)
+    out = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # the child closed its end
+                    break
+                if not data:
+                    break
+                out += data
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(timeout=300) == 0, out.decode(errors="replace")
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return out.decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("columns", [None, 120], ids=["no-size", "sized"])
+def test_a_terminal_gets_a_progress_bar_even_when_it_reports_no_size(tmp_path, tokenizer_dir, columns) -> None:
+    """Before: under a terminal reporting 0 x 0 (`script`), nothing was drawn until the summary."""
+    from tests.conftest import make_texts, write_jsonl
+
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(3000)))
+    args = ["tokenize", "--data-files", str(tmp_path / "a.jsonl"), "--tokenizer", str(tokenizer_dir), "--output"]
+    drawn = _in_a_pty([*args, str(tmp_path / "out")], columns)
+    bars = [line for line in drawn.split("\r") if line.startswith("tokenizing:")]
+    assert bars and all("%|" in bar and "B/s" in bar for bar in bars), drawn[:2000]  # share, bar, rate
+    assert any("docs_read=" in bar and "tokens_tokenized=" in bar for bar in bars), drawn[:2000]
+    assert max(len(bar.rstrip()) for bar in bars) <= (columns or 100)
+    assert "wrote " in drawn  # then the summary
+    quiet = _in_a_pty([*args, str(tmp_path / "quiet"), "--quiet"], columns)
+    assert "tokenizing:" not in quiet

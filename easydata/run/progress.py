@@ -55,6 +55,19 @@ class ProgressSink:
             pass
 
 
+#: The bar's width (and the screen's height) on a terminal that does not say how large it is.
+DEFAULT_COLUMNS, DEFAULT_ROWS = 100, 24
+
+
+def terminal_columns() -> Optional[int]:
+    """The width stderr's terminal reports, or None when it reports none (0 columns) or is no terminal."""
+    try:
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return None
+    return columns if columns > 0 else None
+
+
 def read_progress(progress_dir: str) -> dict[str, int]:
     """Sums every worker's latest counters."""
     totals = dict.fromkeys(_COUNTERS, 0)
@@ -106,8 +119,12 @@ class ProgressMonitor:
         if sys.stderr.isatty():
             from tqdm import tqdm
 
+            sized = terminal_columns() is not None
+            # A terminal that reports no size (`script`, some CI and multiplexer setups: 0 columns, 0 rows)
+            # still gets a bar, at a default size; tqdm alone draws nothing there (no row to draw on).
             bar = tqdm(total=self._total, unit="B", unit_scale=True, desc="tokenizing", file=sys.stderr,
-                       leave=False, dynamic_ncols=True)
+                       leave=False, dynamic_ncols=sized, ncols=None if sized else DEFAULT_COLUMNS,
+                       nrows=None if sized else DEFAULT_ROWS)
         last_log = start
         while not self._stop.wait(0.5):
             counts = read_progress(self._dir)
