@@ -72,3 +72,52 @@ def test_python_api_prints_nothing_but_its_own(tmp_path, tokenizer_dir) -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and done.stderr.strip() == "still mine"  # the caller's own logging still works
+
+
+def _every_format(root: Path) -> list[dict]:
+    """The same documents (sorted by length: a file's first records are not like the rest) in every input
+    format, and chat records; one dataset each."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+    import zstandard
+
+    texts = sorted(make_texts(4000, seed=7, min_words=1, max_words=400), key=len)
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+    root.mkdir(parents=True)
+    (root / "plain.jsonl").write_bytes(lines)
+    (root / "gz.jsonl.gz").write_bytes(gzip.compress(lines))
+    (root / "zst.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
+    table = pa.table({"text": texts})
+    pq.write_table(table, root / "small.parquet", compression="zstd", row_group_size=250)  # ~3x smaller than text
+    with pa.OSFile(str(root / "file.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=250)
+    pcsv.write_csv(table, root / "table.csv")
+    (root / "lines.txt").write_text("\n".join(texts) + "\n")
+    write_jsonl(root / "chat.jsonl", ({"messages": [{"role": "user", "content": t[: len(t) // 3]},
+                                                    {"role": "assistant", "content": t}]} for t in texts[::2]))
+    datasets = [{"name": p.name.split(".")[0], "data_files": str(p)} for p in sorted(root.iterdir())]
+    for ds in datasets:
+        if ds["name"] == "lines":
+            ds["sample_by"] = "line"
+    return datasets
+
+
+def test_dry_run_estimates_every_format_within_a_quarter_of_the_run(tmp_path, chat_tokenizer_dir) -> None:
+    """Before: no estimate for chat data, small zstd Parquet ~3x low (text bytes per token times file bytes),
+    JSONL 19% high (JSON's own bytes counted as text)."""
+    chatml = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": str(chat_tokenizer_dir), "datasets": _every_format(tmp_path / "in"),
+        "chat": {"template": chatml}, "pack": {"enabled": False}, "save": {"output_dir": str(tmp_path / "out")}})
+    report = plan_report(config)
+    estimated = {d.name: d.estimated_tokens for d in report.datasets}
+    assert report.estimated_seconds is not None and report.estimated_seconds > 0
+    result = Pipeline(config).run(["--direct_num_workers=1"])
+    actual = {name: entry["tokens"] for name, entry in result.manifest["datasets"].items()}
+    assert set(estimated) == set(actual) == {"chat", "file", "gz", "lines", "plain", "small", "table", "zst"}
+    errors = {name: estimated[name] / actual[name] - 1 for name in actual}
+    assert all(abs(e) <= 0.25 for e in errors.values()), errors

@@ -2,10 +2,15 @@
 
 `plan_report(config)` validates the config, lists each dataset's input files and the splits the
 workers would share, loads each tokenizer, and describes the output (outputs, format, codec,
-shards, packing) and whether the output directory is in the way. It estimates tokens by tokenizing
-the first records of each dataset (bytes per token times input bytes) and time from
-`TOKENS_PER_SECOND_PER_CORE`. Nothing is written: no output directory, no lock, no staging.
-Apache Beam is not imported.
+shards, packing) and whether the output directory is in the way. Nothing is written: no output
+directory, no lock, no staging. Apache Beam is not imported.
+
+Tokens are estimated by reading a slice of up to `_SAMPLE_SPLITS` of each dataset's splits (chat
+records rendered with the run's template, documents tokenized with the run's BOS/EOS and truncation)
+and scaling what the sample gave by what the sample covered: per row for Parquet and Arrow files
+(their row counts are in their footers), per byte of decompressed text for line, CSV and JSON files
+(a compressed file's decompressed size is estimated from its first megabytes). The time is the
+sample's own measured tokens per CPU-second, times the cores, plus the pipeline's start-up.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from easydata.run.machine import splits_per_dataset, usable_cores
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError
 
-__all__ = ["DatasetReport", "DryRunReport", "plan_report", "TOKENS_PER_SECOND_PER_CORE"]
+__all__ = ["DatasetReport", "DryRunReport", "plan_report", "PIPELINE_SHARE_OF_TOKENIZER", "STARTUP_SECONDS"]
 
-#: Tokens per second per core of the whole local pipeline (read, tokenize, shuffle, write) on the
-#: 48 MB benchmark (benchmarks/bench_pipeline.py, Mistral tokenizer): a rough planning figure only.
-TOKENS_PER_SECOND_PER_CORE = 500_000
-_SAMPLE_DOCUMENTS = 200
+#: The whole local pipeline's share of its tokenizer's own speed (benchmarks/bench_pipeline.py: 0.84-1.04
+#: of one single-threaded encoding process per core, packed), and its fixed start-up in seconds.
+PIPELINE_SHARE_OF_TOKENIZER = 0.85
+STARTUP_SECONDS = 3.5
+_SAMPLE_SPLITS = 8
+_SAMPLE_RECORDS = 2000  # per dataset, over the sampled splits
+_COMPRESSED_PREFIX = 4 * 2**20  # compressed bytes decompressed to estimate a file's decompressed size
 #: Bytes of a stored row per token: int32 ids and mask (unpacked), ids, segments, positions (packed).
 _ROW_BYTES_PER_TOKEN = {False: 8, True: 12}
 
@@ -35,11 +43,9 @@ class DatasetReport:
     input_bytes: int
     splits: int
     tokenizer: dict[str, Any]
-    bytes_per_token: Optional[float]
-
-    @property
-    def estimated_tokens(self) -> Optional[int]:
-        return None if not self.bytes_per_token else int(self.input_bytes / self.bytes_per_token)
+    estimated_tokens: Optional[int]
+    sampled_records: int = 0  # records the estimate read (documents and rejects)
+    tokens_per_cpu_second: Optional[float] = None  # the tokenizer's speed on the sample, per core
 
 
 @dataclasses.dataclass
@@ -57,6 +63,7 @@ class DryRunReport:
     outputs: dict[str, int]
     mix: Optional[dict[str, float]]
     cores: int
+    foreign: Optional[str] = None  # a path `overwrite` would refuse to delete (`easydata.run.output.foreign_file`)
 
     @property
     def estimated_tokens(self) -> Optional[int]:
@@ -65,14 +72,16 @@ class DryRunReport:
 
     @property
     def estimated_seconds(self) -> Optional[float]:
-        tokens = self.estimated_tokens
-        return None if tokens is None else tokens / (TOKENS_PER_SECOND_PER_CORE * max(self.cores, 1))
+        """Start-up plus each dataset's tokens at its sample's measured speed on this machine's cores."""
+        if self.estimated_tokens is None or any(not d.tokens_per_cpu_second for d in self.datasets if d.estimated_tokens):
+            return None
+        rate = PIPELINE_SHARE_OF_TOKENIZER * max(self.cores, 1)
+        return STARTUP_SECONDS + sum(d.estimated_tokens / (d.tokens_per_cpu_second * rate)  # type: ignore[operator]
+                                     for d in self.datasets if d.estimated_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data.update(estimated_tokens=self.estimated_tokens, estimated_seconds=self.estimated_seconds)
-        for ds, report in zip(data["datasets"], self.datasets):
-            ds["estimated_tokens"] = report.estimated_tokens
         return data
 
     def to_text(self) -> str:
@@ -85,8 +94,8 @@ class DryRunReport:
             lines.append(f"  tokenizer {tok['name_or_path']} (vocab {tok['vocab_size']:,}, bos {tok['bos_token_id']},"
                          f" eos {tok['eos_token_id']}, pad {tok['pad_token_id']})")
             if d.estimated_tokens is not None:
-                lines.append(f"  about {d.estimated_tokens:,} tokens ({d.bytes_per_token:.2f} bytes per token in a"
-                             f" sample of its first documents)")
+                lines.append(f"  about {d.estimated_tokens:,} tokens (from {d.sampled_records:,} records sampled across"
+                             f" its splits)")
         if self.mix:
             lines.append("mix (shares of output tokens): " + ", ".join(f"{k} {v:g}" for k, v in self.mix.items()))
         layout = f"packed rows of {self.seq_length} tokens" if self.packed else "one row per document"
@@ -94,11 +103,14 @@ class DryRunReport:
         for name, shards in self.outputs.items():
             lines.append(f"  {name}/: about {shards} shard(s)")
         if self.output_exists:
-            lines.append("  the output directory exists: " + ("it would be replaced (overwrite)" if self.overwrite else
-                                                             "the run would stop (set save.overwrite or --overwrite)"))
+            lines.append("  the output directory exists: " + (
+                f"the run would stop: '{self.foreign}' in it was not written by an easydata run" if self.overwrite
+                and self.foreign else "it would be replaced (overwrite)" if self.overwrite else
+                "the run would stop (set save.overwrite or --overwrite)"))
         if self.estimated_seconds is not None:
             lines.append(f"estimate: about {self.estimated_tokens:,} tokens, about {_duration(self.estimated_seconds)} on"
-                         f" {self.cores} core(s) here (rough: {TOKENS_PER_SECOND_PER_CORE:,} tokens/s per core)")
+                         f" {self.cores} core(s) here (the sample's tokenizing speed, {STARTUP_SECONDS:g} s of"
+                         " start-up)")
         return "\n".join(lines)
 
 
@@ -110,20 +122,182 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _bytes_per_token(config: PipelineConfig, ds: Any, split: Any, handle: Any) -> Optional[float]:
-    """Text bytes per token over the first documents of `split` (None when it holds no document)."""
-    from easydata.io.sources import read_split
+class _Sample:
+    """What reading and tokenizing part of a dataset gave: tokens, and the rows (table splits) or
+    decompressed bytes (line, CSV and JSON splits) they came from."""
 
-    texts: list[str] = []
-    for batch in read_split(split, ds, batch_size=_SAMPLE_DOCUMENTS, limit=_SAMPLE_DOCUMENTS, rejects=[]):
-        texts.extend(t for t in batch.texts if t)
-        if len(texts) >= _SAMPLE_DOCUMENTS:
-            break
-    if not texts:
-        return None
+    def __init__(self) -> None:
+        self.records = 0
+        self.tokens = 0
+        self.covered = 0
+        self.cpu_seconds = 0.0
+
+
+def _sample_split(config: PipelineConfig, ds: Any, split: Any, handle: Any, renderer: Any, limit: int,
+                  sample: _Sample, by_rows: bool) -> None:
+    """Reads up to `limit` records at the start of `split`, renders chat records and tokenizes as the run
+    would; adds to `sample` its tokens and what they came from (rows, or bytes read)."""
+    import time
+
+    from easydata.io.sources import read_split
+    from easydata.text.chat_stage import render_batch
+
     tok = config.tokenize_for(ds)
-    flat, _ = handle.encode_batch(texts, add_bos=tok.add_bos, add_eos=tok.add_eos)
-    return sum(len(t.encode("utf-8")) for t in texts) / max(len(flat), 1)
+    max_length = tok.max_length if tok.truncation_mode == "truncate" else None
+    rejects: list[Any] = []
+    records = 0
+    for batch in read_split(split, ds, batch_size=limit, limit=limit, rejects=rejects,
+                            messages_field=config.chat.messages_field):
+        if not by_rows:
+            sample.covered += batch.input_bytes
+        rendered, _ = render_batch(batch, renderer, assistant_only_loss=False)
+        records += len(batch)
+        texts = [t for t in rendered.texts if t]
+        if texts:
+            began = time.process_time()
+            flat, _ = handle.encode_batch(texts, add_bos=tok.add_bos, add_eos=tok.add_eos, max_length=max_length)
+            sample.cpu_seconds += time.process_time() - began
+            sample.tokens += len(flat)
+    records += sum(r.records for r in rejects)
+    sample.records += records
+    if by_rows:
+        sample.covered += records
+
+
+def _split_rows(split: Any) -> Optional[int]:
+    """The rows a Parquet or Arrow file split covers, from the file's footer (None: not knowable cheaply)."""
+    import pyarrow.parquet as pq
+
+    from easydata.io.filesystems import compression_of, open_arrow_file, open_file
+
+    try:
+        opener = open_file if compression_of(split.path) else open_arrow_file
+        with opener(split.path) as f:
+            if split.type == "parquet":
+                meta = pq.ParquetFile(f).metadata
+                end = meta.num_row_groups if split.end is None else split.end
+                return sum(meta.row_group(g).num_rows for g in range(split.start, end))
+            import pyarrow.ipc as ipc
+
+            reader = ipc.open_file(f)
+            end = reader.num_record_batches if split.end is None else split.end
+            return sum(reader.get_batch(i).num_rows for i in range(split.start, end))
+    except Exception:  # noqa: BLE001 - a stream or an unreadable footer: estimated by bytes instead
+        return None
+
+
+def _spread(split: Any, n: int) -> list[Any]:
+    """Up to `n` places spread over `split` to sample from (a file's first records need not be like the
+    rest: sorted by length, by source, by date): byte ranges of an uncompressed line file, row groups of
+    a Parquet file, record batches of an Arrow file; the split itself where it can only be read from
+    its start (compressed files, CSV, JSON arrays)."""
+    from easydata.io.filesystems import compression_of
+
+    if n <= 1 or compression_of(split.path) is not None:
+        return [split]
+    if split.type in ("jsonl", "txt") and split.size > 0:
+        end = split.start + split.size
+        bounds = [split.start + split.size * i // n for i in range(n + 1)]
+        return [dataclasses.replace(split, start=a, end=b if b < end else split.end) for a, b in zip(bounds, bounds[1:])
+                if b > a]
+    if split.type in ("parquet", "arrow"):
+        units = _split_units(split)
+        if units is not None and units > 1:
+            picks = sorted({split.start + units * i // n for i in range(n)})
+            return [dataclasses.replace(split, start=u, end=u + 1) for u in picks]
+    return [split]
+
+
+def _split_units(split: Any) -> Optional[int]:
+    """Row groups (Parquet) or record batches (Arrow file) of a split, None when unknown."""
+    import pyarrow.parquet as pq
+
+    from easydata.io.filesystems import open_arrow_file
+
+    try:
+        with open_arrow_file(split.path) as f:
+            if split.type == "parquet":
+                total = pq.ParquetFile(f).metadata.num_row_groups
+            else:
+                import pyarrow.ipc as ipc
+
+                total = ipc.open_file(f).num_record_batches
+    except Exception:  # noqa: BLE001 - a stream, or an unreadable footer
+        return None
+    return (total if split.end is None else split.end) - split.start
+
+
+def _decompressed_bytes(path: str, size: int) -> int:
+    """A file's decompressed size: its own size, or for a compressed file its size times the ratio its
+    first `_COMPRESSED_PREFIX` bytes decompress at."""
+    from easydata.io.filesystems import compression_of, open_file
+
+    codec = compression_of(path)
+    if codec is None:
+        return size
+    try:
+        import bz2
+        import lzma
+        import zlib
+
+        if codec == "zstd":
+            import zstandard
+
+            decoder: Any = zstandard.ZstdDecompressor().decompressobj()
+        else:
+            decoder = {"gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), "bz2": bz2.BZ2Decompressor,
+                       "xz": lzma.LZMADecompressor}[codec]()
+        with open_file(path, "rb", decompress=False) as f:
+            raw = f.read(_COMPRESSED_PREFIX)
+        out = len(decoder.decompress(raw))
+        return int(size * out / max(len(raw), 1))
+    except Exception:  # noqa: BLE001 - a corrupt start: the run itself reports it
+        return size
+
+
+def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, template: Optional[str]
+              ) -> tuple[Optional[int], int, Optional[float]]:
+    """`(estimated tokens, records sampled, tokens per CPU-second)` of one dataset."""
+    from easydata.text.chat import ChatRenderer
+
+    if not splits:
+        return None, 0, None
+    renderer = ChatRenderer.for_tokenizer(handle, template) if template else None
+    rows = {id(s): _split_rows(s) if s.type in ("parquet", "arrow") else None for s in splits}
+    chosen = splits[::max(1, len(splits) // _SAMPLE_SPLITS)][:_SAMPLE_SPLITS]
+    own: dict[int, _Sample] = {}  # each sampled split's own sample: its tokens per row or byte
+    for split in chosen:
+        counted = rows[id(split)] is not None
+        own[id(split)] = _Sample()
+        places = _spread(split, max(1, _SAMPLE_SPLITS // len(chosen)))
+        for part in places:
+            _sample_split(config, ds, part, handle, renderer, max(16, _SAMPLE_RECORDS // len(chosen) // len(places)),
+                          own[id(split)], counted)
+    by_rows, by_bytes = _Sample(), _Sample()  # pooled, for the splits not sampled
+    for split in chosen:
+        pool = by_rows if rows[id(split)] is not None else by_bytes
+        for key in ("records", "tokens", "covered", "cpu_seconds"):
+            setattr(pool, key, getattr(pool, key) + getattr(own[id(split)], key))
+    tokens = by_rows.tokens + by_bytes.tokens
+    if not tokens:
+        return None, by_rows.records + by_bytes.records, None
+    total = 0.0
+    for split in splits:
+        counted = rows[id(split)] is not None
+        sample = own.get(id(split)) if own.get(id(split)) is not None and own[id(split)].covered else \
+            (by_rows if counted else by_bytes)
+        if counted and sample.covered:
+            total += rows[id(split)] * sample.tokens / sample.covered
+        elif not counted and sample.covered:  # a whole (maybe compressed) file, or a byte range of an uncompressed one
+            whole = split.start == 0 and split.end is None
+            total += (_decompressed_bytes(split.path, split.size) if whole else split.size) \
+                * sample.tokens / sample.covered
+        else:  # no sample of this kind: as many tokens per input byte as the sampled files gave
+            total += split.size * tokens / max(sum(s.size for s in chosen), 1)
+    if ds.num_rows is not None:
+        total = min(total, ds.num_rows * tokens / max(by_rows.records + by_bytes.records, 1))
+    cpu = by_rows.cpu_seconds + by_bytes.cpu_seconds
+    return int(total), by_rows.records + by_bytes.records, (tokens / cpu if cpu > 0 else None)
 
 
 def plan_report(config: PipelineConfig) -> DryRunReport:
@@ -135,6 +309,7 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     from easydata.io.filesystems import get_fs, join
     from easydata.run.manifest import MANIFEST_NAME
     from easydata.io.sources import plan_input
+    from easydata.run.run_plan import load_chat_template
     from easydata.text.tokenizer import load_tokenizer
 
     problems = config.validate()
@@ -149,8 +324,11 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         handle = handles[key]
         files = sorted({s.path for s in plan.splits})
         input_bytes = sum(s.size for s in plan.splits)
-        per_token = _bytes_per_token(config, ds, plan.splits[0], handle) if plan.splits else None
-        reports.append(DatasetReport(ds.name, files, input_bytes, len(plan.splits), handle.info.to_manifest(), per_token))
+        template = load_chat_template(config.chat.template)
+        template = template if template is not None else handle.info.chat_template
+        tokens, sampled, speed = _estimate(config, ds, plan.splits, handle, template)
+        reports.append(DatasetReport(ds.name, files, input_bytes, len(plan.splits), handle.info.to_manifest(), tokens,
+                                     sampled, speed))
     mix = config.static_mix
     packed = config.pack.enabled
     names = ["mixed"] if mix is not None else [d.name for d in config.datasets]
@@ -171,7 +349,15 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         exists = fs.exists(join(root, MANIFEST_NAME)) or (fs.isdir(root) and bool(fs.ls(root)))
     except Exception:  # an unreachable URL: the run itself will say so
         exists = False
+    foreign = None
+    if exists and config.save.overwrite:
+        from easydata.run.output import foreign_file
+
+        try:
+            foreign = foreign_file(config.save.output_dir)
+        except Exception:  # noqa: BLE001 - the run itself reports an unreadable output
+            foreign = None
     return DryRunReport(datasets=reports, output_dir=config.save.output_dir, output_exists=exists,
                         overwrite=config.save.overwrite, format=config.save.format, codec=config.save.codec,
                         packed=packed, seq_length=config.pack.seq_length if packed else None, outputs=outputs,
-                        mix=dict(mix.weights) if mix is not None else None, cores=usable_cores())
+                        mix=dict(mix.weights) if mix is not None else None, cores=usable_cores(), foreign=foreign)
