@@ -173,6 +173,10 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         if "segments_per_row" in info:
             print(f"    packed: {info['rows']:,} rows of {m['schema']['seq_length']}, {info['segments_per_row']:.2f}"
                   f" segments/row, {100 * info['padding_fraction']:.2f}% padding")
+        asked = config.save.num_shards
+        if asked is not None and len(info["shards"]) < asked:
+            print(f"    note: {len(info['shards'])} shards, not the {asked} asked for (save.num_shards): a shard holds"
+                  f" at least one row and there are {info['rows']:,} rows")
     read = m["documents_in"] + sum(info.get("documents_unused", 0) for info in m["datasets"].values())
     print(f"  total: {read:,} documents read, {totals['tokens']:,} tokens written, {totals['shards']} shards,"
           f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")

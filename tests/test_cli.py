@@ -231,3 +231,15 @@ def test_streaming_without_credentials_or_emulator_is_one_line(tmp_path: Path, t
         " application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file), or set"
         " PUBSUB_EMULATOR_HOST=HOST:PORT to use the Pub/Sub emulator"], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_fewer_rows_than_the_shards_asked_for_is_said_in_the_summary(tmp_path: Path, tokenizer_dir: Path, capsys) -> None:
+    """Before: `num_shards: 100` on 39 rows silently wrote 39 shards."""
+    write_jsonl(tmp_path / "web" / "a.jsonl", ({"text": t} for t in make_texts(39)))
+    assert main(["tokenize", "--data-files", str(tmp_path / "web" / "a.jsonl"), "--tokenizer", str(tokenizer_dir),
+                 "--output", str(tmp_path / "out"), "--num-shards", "100", "--quiet", "--direct_num_workers=1"]) == 0
+    out = capsys.readouterr().out
+    assert "data: 39 documents (0 rejected)" in out and ", 39 shards" in out
+    assert "    note: 39 shards, not the 100 asked for (save.num_shards): a shard holds at least one row and there are" \
+           " 39 rows" in out
+    assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["datasets"]["data"]["shards"]) == 39
