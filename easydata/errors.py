@@ -123,14 +123,14 @@ def as_user_error(exc: BaseException) -> Optional[EasyDataError]:
     """The easydata error a runner wrapped in an error of its own (Beam's `RuntimeError` around a worker's
     traceback), rebuilt as its own class with its message, for the Python API to raise: callers catch
     `EasyDataError` (or `ConfigError`, ...) and see one clear line. None when `exc` holds none."""
-    if isinstance(exc, EasyDataError):
+    if isinstance(exc, EasyDataError) and not _STEP_NOTE.search(str(exc)):
         return exc
-    text = f"{exc}"
+    text = f"{type(exc).__name__}: {exc}" if isinstance(exc, EasyDataError) else f"{exc}"
     found = list(_error_class_line().finditer(text))
     if not found:
         return None
     name, message = found[-1].group(1), found[-1].group(2).strip()
-    message = re.sub(r" \[while running '[^']*'\]$", "", message)  # Beam's note of the step
+    message = _STEP_NOTE.sub("", message)  # Beam's note of the step
     classes, todo = {}, [EasyDataError]
     while todo:
         cls = todo.pop()
@@ -142,6 +142,10 @@ def as_user_error(exc: BaseException) -> Optional[EasyDataError]:
     if isinstance(error, ConfigError):
         error.problems = [message]
     return error
+
+
+#: What Beam appends to an error raised in a step (`... [while running 'Mix/Plan']`).
+_STEP_NOTE = re.compile(r" \[while running '[^']*'\]$")
 
 
 def _error_class_line() -> "re.Pattern[str]":

@@ -36,3 +36,26 @@ def test_an_output_directory_is_read_through_its_manifest(tmp_path: Path, fmt: s
         source(str(out), name="chat")
     batches = list(AsyncDataLoader(web, batch_size=2))
     assert [len(b["input_ids"]) for b in batches] == [2, 2, 1]
+
+
+def test_huggingface_sharded_source_reads_a_local_directory_as_datasets_does(tmp_path: Path) -> None:
+    """Before: `HuggingFaceShardedSource("/local/dir")` was looked up as a Hub id and refused."""
+    import datasets
+    import pyarrow.parquet as pq
+
+    from easydata import HuggingFaceShardedSource
+    from easydata.errors import InputError
+
+    root = tmp_path / "my_dataset"
+    (root / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"text": [f"train {i}" for i in range(7)]}), root / "data" / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"text": [f"test {i}" for i in range(3)]}), root / "data" / "test-00000-of-00001.parquet")
+    (root / ".cache").mkdir()
+    (root / ".cache" / "junk.parquet").write_bytes(b"not data")  # hidden: left out, as datasets does
+    for split, n in (("train", 7), ("test", 3)):
+        source = HuggingFaceShardedSource(str(root), split=split)
+        rows = [row["text"] for name in source.shard_names for row in source.open_shard(name)]
+        expected = datasets.load_dataset(str(root), split=split)["text"]
+        assert rows == expected and len(rows) == n
+    with pytest.raises(InputError, match="has no data files for split 'validation'"):
+        HuggingFaceShardedSource(str(root), split="validation").shard_names

@@ -180,17 +180,42 @@ def _split_files(files: Sequence[str], split: str) -> list[str]:
     return sorted(f for f in data if not every_split.intersection(parts(f)))
 
 
+def _chosen(listed: Sequence[str], readme: Optional[Path], split: str) -> list[str]:
+    """The files of `split` among a dataset's `listed` files: by its card's `configs` when it has them,
+    else by the `datasets` library's naming conventions (`_split_files`)."""
+    import fnmatch
+
+    patterns = _readme_split_patterns(readme, split) if readme is not None else None
+    return sorted({f for f in listed for p in patterns if fnmatch.fnmatch(f, p)}) if patterns is not None \
+        else _split_files(listed, split)
+
+
+def _local_dataset(directory: Path, name: str, split: str) -> list[str]:
+    """The data files of `split` of a dataset in a local directory, found as `datasets.load_dataset(DIR)`
+    finds them (its card's `configs`, else file and folder names; hidden files left out)."""
+    listed = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts))
+    readme = directory / "README.md"
+    chosen = _chosen(listed, readme if readme.is_file() else None, split)
+    if not chosen:
+        raise InputError(f"dataset directory '{name}' has no data files for split '{split}' (files:"
+                         f" {', '.join(listed[:8]) or 'none'})")
+    return [str(directory / f) for f in chosen]
+
+
 def resolve_hub_dataset(repo_id: str, split: str = "train", revision: Optional[str] = None) -> list[str]:
-    """Local paths of the data files of `split` of a Hub dataset repo (downloaded when online).
+    """Local paths of the data files of `split` of a Hub dataset repo (downloaded when online), or of a
+    local directory laid out like one (as `datasets.load_dataset("/local/dir")` accepts).
 
     Raises:
       InputError: one line: offline and not cached, gated, not found, no network, or no files for
         that split.
     """
-    import fnmatch
-
     from huggingface_hub import HfApi, snapshot_download
 
+    local = Path(os.path.expanduser(repo_id))
+    if local.is_dir():
+        return _local_dataset(local, repo_id, split)
     what = f"dataset '{repo_id}'"
     try:
         if hub_offline():
@@ -200,13 +225,11 @@ def resolve_hub_dataset(repo_id: str, split: str = "train", revision: Optional[s
         else:
             listed = HfApi().list_repo_files(repo_id, repo_type="dataset", revision=revision)
             root = None
-        patterns = None
+        readme = None
         if "README.md" in listed:
             readme = root / "README.md" if root is not None else Path(snapshot_download(
                 repo_id, repo_type="dataset", revision=revision, allow_patterns=["README.md"], cache_dir=cache_dir())) / "README.md"
-            patterns = _readme_split_patterns(readme, split)
-        chosen = sorted({f for f in listed for p in patterns if fnmatch.fnmatch(f, p)}) if patterns is not None \
-            else _split_files(listed, split)
+        chosen = _chosen(listed, readme, split)
         if not chosen:
             raise InputError(f"{what} has no data files for split '{split}' (files: {', '.join(sorted(listed)[:8])})")
         if root is None:
