@@ -143,6 +143,14 @@ def test_weight_schedule_mixes_at_read_time(tmp_path, tokenizer_dir, monkeypatch
         mix=MixStageConfig(weight_schedule=[WeightSchedulePoint(step=0, weights={"a": 1.0, "b": 0.0}),
                                             WeightSchedulePoint(step=3, weights={"a": 0.0, "b": 1.0})]),
         pack=PackStageConfig(enabled=True, seq_length=32), load=LoadStageConfig(batch_size=4))
+    mixed = Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().mix()
+    # EasyData's page: after mix(), get_data() is {"mixed": MixedSource} (was: one source per dataset)
+    from easydata import MixedShardedSource
+
+    (name, source), = mixed.get_data().items()
+    assert name == "mixed" and isinstance(source, MixedShardedSource)
+    first = [row for _, row in zip(range(6), source.open_shard(source.shard_names[0]))]
+    assert len(first) == 6 and all(set(row) >= {"input_ids"} for row in first)
     pipeline = Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().mix().pack().load()
     assert list(pipeline.get_data()) == ["mixed"]
     batches = [b for _, b in zip(range(6), pipeline.build())]

@@ -47,6 +47,20 @@ def default_cache_dir() -> str:
     return os.path.join(str(cache_root()), "pipelines")
 
 
+def _job_sources(job: Any) -> dict[str, Any]:
+    """The job's outputs as sources: one per output, or with a `weight_schedule` (mixed when read, step by
+    step) the one `mixed` source EasyData's page promises, a `MixedShardedSource` over the datasets."""
+    sources = {name: JobOutputSource(job, name) for name in job.outputs}
+    if not job.schedule:
+        return sources
+    from easydata.compat.mixing import MixedShardedSource, WeightScheduler
+
+    mix = job.config.mix
+    return {MIXED_NAME: MixedShardedSource(sources, weight_scheduler=WeightScheduler(job.schedule,
+                                                                                      mix.weight_schedule_type),
+                                           seed=job.config.mix_seed)}
+
+
 def _stage_config(cls: type, current: Any, config: Any, settings: dict[str, Any]) -> Any:
     """A stage's settings: a given config object, else the current one, with keyword changes."""
     if config is not None and not isinstance(config, cls):
@@ -149,16 +163,14 @@ class Pipeline:
             mix = dataclasses.replace(mix, weights={name: 1.0 for name in names})
         self._update("mix", mix=mix)
         if len(data) > 1:
-            job = self._ensure_job()
-            self._data = {name: JobOutputSource(job, name) for name in job.outputs}
+            self._data = _job_sources(self._ensure_job())
         return self
 
     def pack(self, config: Optional[PackStageConfig] = None, **settings: Any) -> "Pipeline":
         """Packs documents into rows of exactly `seq_length` tokens (when `enabled`), losing none."""
         self._ensure_data()
         self._update("pack", pack=_stage_config(PackStageConfig, self._config.pack, config, settings))
-        job = self._ensure_job()
-        self._data = {name: JobOutputSource(job, name) for name in job.outputs}
+        self._data = _job_sources(self._ensure_job())
         return self
 
     def save(self, config: Optional[SaveStageConfig] = None, **settings: Any) -> "Pipeline":
@@ -167,7 +179,7 @@ class Pipeline:
         self._ensure_data()
         self._update("save", save=_stage_config(SaveStageConfig, self._config.save, config, settings))
         job = self._ensure_job()
-        self._data = {name: JobOutputSource(job, name) for name in job.outputs}
+        self._data = _job_sources(job)
         if job.saving:
             job.run()
         return self
