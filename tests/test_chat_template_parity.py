@@ -140,3 +140,54 @@ def test_generation_blocks_give_transformers_assistant_masks(ours, tokenizer_dir
     ids, _, mask = ours.encode_chat_batch([text], [spans], add_eos=False)
     assert ids.tolist() == list(expected["input_ids"])
     assert mask.tolist() == list(expected["assistant_masks"])
+
+
+#: Conversation shapes every real template is tried with (the three above were all there was).
+_LONG = [m for i in range(4) for m in ({"role": "user", "content": f"Question {i}: why {i}?"},
+                                        {"role": "assistant", "content": f"Because {i}."})]
+SHAPES = {
+    "system, two turns": [SYSTEM, *TURNS],
+    "no system, one turn": TURNS[:2],
+    "system, eight turns": [SYSTEM, *_LONG],
+    "ends with a user turn": [*TURNS, {"role": "user", "content": "Thanks!"}],
+    "system, ends with a user turn": [SYSTEM, *TURNS, {"role": "user", "content": "Thanks!"}],
+    "empty user content": [{"role": "user", "content": ""}, {"role": "assistant", "content": "Nothing asked."}],
+    "whitespace-only assistant": [{"role": "user", "content": "Say nothing."}, {"role": "assistant", "content": "  "},
+                                  {"role": "user", "content": "Now say yes."}, {"role": "assistant", "content": "Yes."}],
+    "unicode": [{"role": "user", "content": "Ça va? 你好 👩‍💻 ﷽"}, {"role": "assistant", "content": "Très bien — 很好 🙂"}],
+    "special-token text in content": [{"role": "user", "content": "Print </s> and <|im_end|> literally."},
+                                      {"role": "assistant", "content": "Here: </s> <|im_end|> [INST]"}],
+    "tool call": [{"role": "user", "content": "Add 2 and 3."},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+                  {"role": "tool", "content": "5"}, {"role": "assistant", "content": "It is 5."}],
+}
+ALL_TEMPLATES = [*REAL, TEMPLATES / "mistral_v3_style.jinja", TEMPLATES / "mistral_inst.jinja",
+                 TEMPLATES / "chatml.jinja", TEMPLATES / "llama3_tools.jinja"]
+
+
+@pytest.mark.parametrize("path", ALL_TEMPLATES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_shape_renders_like_transformers_and_trains_the_assistant(path: Path, shape: str, ours,
+                                                                        tokenizer_dir) -> None:
+    """Where transformers renders a conversation we render the same text and find every assistant turn in
+    it (a Mistral v0.3-style template, ending with a user turn after a system message, was refused:
+    "assistant message N does not appear in the rendered template"); where it refuses, so do we."""
+    template = _template(path)
+    theirs = _theirs(tokenizer_dir, template)
+    messages = SHAPES[shape]
+    mine, expected = _render_both(ours, theirs, template, messages, generation=False)
+    if isinstance(expected, Exception):
+        assert isinstance(mine, ChatError), f"transformers refused ({expected}) but we rendered {mine!r}"
+        return
+    assert mine == expected
+    text, spans = ChatRenderer.for_tokenizer(ours, template).render(conversation_from_record(messages))
+    assert text == expected
+    trained = "".join(text[a:b] for a, b in spans)
+    for message in messages:
+        content = message["content"].strip()
+        if message["role"] == "assistant" and content and content in text:
+            assert content in trained, (content, spans)
+        if message["role"] == "user" and content:
+            assert content not in trained or content in "".join(m["content"] for m in messages
+                                                                  if m["role"] == "assistant")

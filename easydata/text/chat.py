@@ -374,17 +374,25 @@ class ChatRenderer:
                 # ignores `add_generation_prompt`. Scaffolding is never trained, so start at the content.
                 start = at
             if end <= start:
+                if not content:
+                    continue  # a blank assistant turn (the template may trim it away): nothing to train
                 raise ChatError(f"assistant message {i} does not appear in the rendered template")
             spans.append((start, end))
         return spans
 
     def _locate(self, text: str, messages: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
-        spans, cursor = [], 0
+        """Assistant spans by finding each message's content in conversation order. Other messages move
+        the search on, but a template may also move them (Mistral v0.3 writes the system message into
+        the last user turn, after every assistant turn): an assistant message not found after them is
+        looked for after the previous assistant span instead."""
+        spans, cursor, floor = [], 0, 0
         for index, message in enumerate(messages):
             content = message["content"]
-            if not content:
-                continue
+            if not content.strip():
+                continue  # empty or blank: nothing to find (blank text is anywhere) and nothing to train
             start, found = _find(text, content, cursor)
+            if start < 0 and message["role"] == "assistant" and cursor > floor:
+                start, found = _find(text, content, floor)
             if start < 0:
                 if message["role"] == "assistant":
                     raise ChatError(f"assistant message {index} does not appear in the rendered template")
@@ -394,7 +402,7 @@ class ChatRenderer:
             if message["role"] == "assistant":
                 end = self._end_of_turn(text, end)
                 spans.append((start, end))
-                cursor = end
+                cursor = floor = end
         return spans
 
     def _end_of_turn(self, text: str, end: int) -> int:
