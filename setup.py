@@ -10,6 +10,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["easydata", "easydata.*", "transforms", "transforms.*", "beam_pipelines", "beam_pipelines.*"]),
+    # Read at run time, so shipped in the wheel: the named chat templates (chat.template: chatml, ...).
+    package_data={"easydata.text.chat_templates": ["*.jinja", "LICENSE"]},
     install_requires=[
         "apache-beam>=2.77,<2.78",  # the Beam whose internals beam_pipelines/beam_internals.py was checked against
         "pyarrow>=14",

@@ -110,6 +110,8 @@ def check_wheel(work: Path) -> None:
          "print(len(sys.argv) - 1, 'modules import')", *modules], outside, env)
     located = run([python, "-c", "import easydata, beam_pipelines; print(easydata.__file__, beam_pipelines.__file__)"],
                   outside, env)
+    run([python, "-c", "from easydata.run.run_plan import load_chat_template as t\n"  # package data, from the wheel
+         "from easydata.text.chat_templates import NAMED_TEMPLATES as n\nassert all(t(x) for x in n), n"], outside, env)
     if str(REPO) in located:
         sys.exit(f"check_release: imported from the repository, not the wheel: {located}")
     print(run([str(bin_dir / "easydata"), "run"], outside, env).strip().splitlines()[0])

@@ -170,3 +170,35 @@ def test_bounded_templates_still_pad_and_format_normally():
     text, _ = renderer.render(Conversation(messages=[{"role": "user", "content": "q"},
                                                      {"role": "assistant", "content": "a"}], tools=None))
     assert text == "  x  |a\n  b|  y|4  |  z|abab|[1, 2]|1024qa"
+
+
+@pytest.mark.parametrize("name", ["chatml", "llama3", "mistral", "gemma", "phi3"])
+def test_named_templates_ship_with_the_package_and_render(name, chat_tokenizer_dir) -> None:
+    """`chat.template: chatml` (docs/configuration.md pointed at a templates/chatml.jinja that did not exist)."""
+    from easydata.run.run_plan import load_chat_template
+    from easydata.text.chat_templates import NAMED_TEMPLATES, named_template
+    from easydata.text.tokenizer import load_tokenizer
+
+    assert name in NAMED_TEMPLATES and load_chat_template(name) == named_template(name)
+    renderer = ChatRenderer.for_tokenizer(load_tokenizer(str(chat_tokenizer_dir)), named_template(name))
+    text, spans = renderer.render(conversation_from_record([{"role": "user", "content": "Hi there"},
+                                                            {"role": "assistant", "content": "Hello back"}]))
+    assert "Hi there" in text and "Hello back" in "".join(text[a:b] for a, b in spans)
+
+
+def test_a_run_with_a_named_template(tmp_path, chat_tokenizer_dir) -> None:
+    import json as _json
+
+    from easydata.cli import main
+
+    (tmp_path / "chat").mkdir()
+    (tmp_path / "chat" / "a.jsonl").write_text("".join(_json.dumps({"messages": [
+        {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}) + "\n" for i in range(10)))
+    (tmp_path / "job.yaml").write_text(f"default_tokenizer: {chat_tokenizer_dir}\ndatasets:\n  - name: chat\n"
+                                       f"    data_files: {tmp_path / 'chat' / 'a.jsonl'}\nchat:\n  template: chatml\n"
+                                       f"save:\n  output_dir: {tmp_path / 'out'}\n")
+    assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--direct_num_workers=1"]) == 0
+    manifest = _json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["documents_written"] == 10
+    assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--set", "chat.template=chatmll",
+                 "--set", f"save.output_dir={tmp_path / 'out2'}"]) == 2

@@ -35,7 +35,10 @@ def as_tokenizer_handle(tokenizer: Any) -> Any:
 
 def _renderer(tokenizer: Any, template: Optional[str]) -> ChatRenderer:
     """A renderer for a transformers tokenizer object (its template and special-token strings) or
-    for anything `as_tokenizer_handle` takes."""
+    for anything `as_tokenizer_handle` takes; `template` may name a shipped one (`chatml`, `llama3`, ...)."""
+    from easydata.text.chat_templates import named_template
+
+    template = named_template(template) or template if template else template
     if hasattr(tokenizer, "apply_chat_template"):  # transformers: read what it holds, load nothing
         text = template or tokenizer.chat_template
         if not text:

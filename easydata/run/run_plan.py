@@ -13,6 +13,7 @@ from typing import Any, Optional
 from easydata.run.checkpoint import UnitCheckpoint, completed_units, run_signature, unfinished_runs, write_run_info
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.text.chat import ChatRenderer
+from easydata.text.chat_templates import NAMED_TEMPLATES, named_template
 from easydata.errors import ConfigError, InputError
 from easydata.io.filesystems import file_version, join, read_text
 from easydata.io.group_files import discard_group_files
@@ -77,18 +78,24 @@ class RunPlan:
 
 
 def load_chat_template(value: Optional[str]) -> Optional[str]:
-    """`chat.template`: a file holding a jinja template, or the template text itself; checked to parse.
+    """`chat.template`: the name of a shipped template (`chatml`, `llama3`, `mistral`, `gemma`, `phi3`:
+    `easydata.text.chat_templates`), a file holding a jinja template, or the template text itself;
+    checked to parse.
 
     Raises:
       ConfigError: when it is neither a readable file nor a template that parses.
     """
     if value is None:
         return None
+    named = named_template(value)
+    if named is not None:
+        return named
     if "{" not in value:  # not template text: must be a file
         try:
             value = read_text(value)
         except (InputError, OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"chat.template '{value}' is neither a readable file nor a jinja template: {e}") from None
+            raise ConfigError(f"chat.template '{value}' is neither a shipped template ({', '.join(NAMED_TEMPLATES)}),"
+                              f" a readable file nor a jinja template: {e}") from None
     try:
         ChatRenderer(value, {}, ())
     except ValueError as e:
