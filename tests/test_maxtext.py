@@ -111,7 +111,8 @@ def test_stock_parquet_route(corpus, mistral_tokenizer_dir, maxtext_python) -> N
 
 def test_stock_mmap_route(corpus, mistral_tokenizer_dir, maxtext_python) -> None:
     """`format: megatron` + `grain_file_type: mmap`, `mmap_eod_id` = the tokenizer's EOS: MaxText cuts
-    our document stream into samples; all but the stream's last partial sample is trained on."""
+    our document stream into samples and drops the stream's last partial sample (docs/trainers.md says so):
+    after the whole samples only EOD padding of the last batch arrives."""
     out = _run(corpus, mistral_tokenizer_dir, "meg", save={"output_dir": str(corpus / "meg"), "num_shards": 2,
                                                            "format": "megatron"})
     batches = _maxtext_batches(maxtext_python, str(out / "web"), "mmap", "text", mistral_tokenizer_dir,
@@ -121,7 +122,8 @@ def test_stock_mmap_route(corpus, mistral_tokenizer_dir, maxtext_python) -> None
     inputs = np.concatenate([np.asarray(b["inputs"]).reshape(-1) for b in batches])
     whole = len(stream) // LENGTH * LENGTH
     assert (inputs[:whole] == stream[:whole]).all()  # the samples are our stream, in order
-    assert (inputs[whole:] == 2).all() and len(stream) - whole < LENGTH  # then EOD padding
+    assert (inputs[whole:] == 2).all() and len(stream) - whole < LENGTH  # then EOD padding, not the partial sample
+    assert len(stream) > whole and not (stream[whole:] == 2).all()  # (which held real tokens: dropped)
 
 
 def test_packed_rows_keep_their_segments_for_maxtext(corpus, mistral_tokenizer_dir, maxtext_python) -> None:

@@ -126,3 +126,21 @@ def test_plot_without_matplotlib_is_one_clear_error(packed_output, tmp_path, mon
     assert err.startswith("easydata: error: --plot needs matplotlib") and len(err.splitlines()) == 1
     with pytest.raises(Exception, match="needs matplotlib"):
         plot_stats(compute_stats(str(packed_output)), str(tmp_path / "y.png"))
+
+
+def test_a_long_tailed_length_distribution_is_plotted_on_log_axes(tmp_path) -> None:
+    """Before: a linear axis made a long-tailed histogram one bar at 0 and an empty plot."""
+    from easydata.tools.stats import length_bins
+
+    rng = np.random.default_rng(0)
+    long_tail = np.bincount(np.minimum(rng.pareto(1.2, 20000) * 50 + 1, 60000).astype(np.int64))
+    edges, logarithmic = length_bins({"web": long_tail})
+    assert logarithmic and edges[0] == 1 and edges[-1] == len(long_tail)
+    assert np.all(np.diff(np.log(edges[edges > 10])) < 0.3)  # geometric bins: even on the log axis
+    narrow = np.bincount(rng.integers(400, 600, 5000))
+    edges, logarithmic = length_bins({"web": narrow})
+    assert not logarithmic and edges[0] == 0
+    stats = {"_histograms": {"web": long_tail}, "total": {"length": {"unit": "document"}},
+             "outputs": {"web": {"token_share": 1.0, "tokens": int((np.arange(len(long_tail)) * long_tail).sum())}}}
+    png = plot_stats(stats, str(tmp_path / "tail.png"))
+    assert Path(png).read_bytes().startswith(b"\x89PNG")

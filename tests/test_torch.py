@@ -34,7 +34,7 @@ class Rows(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         reader = TokenReader(self.path, batch_size=8, layout="hf", dtype="int64", num_epochs=1,
-                             process_index=0, process_count=1)
+                             process_index=0, process_count=1, drop_remainder=False)  # as docs/reader.md
         for batch in reader:
             yield {key: torch.from_numpy(array) for key, array in batch.items()}
 
@@ -42,7 +42,7 @@ vocab = int(sys.argv[3])
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Embedding(vocab, 16), torch.nn.Linear(16, vocab))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-seen = {"batches": 0, "trained": 0, "losses": []}
+seen = {"batches": 0, "rows": 0, "trained": 0, "losses": []}
 for batch in torch.utils.data.DataLoader(Rows(sys.argv[2]), batch_size=None):
     logits = model(batch["input_ids"])
     # Hugging Face convention: labels are the inputs; the model shifts them (predict token t+1 at t).
@@ -52,6 +52,7 @@ for batch in torch.utils.data.DataLoader(Rows(sys.argv[2]), batch_size=None):
     loss.backward()
     optimizer.step()
     seen["batches"] += 1
+    seen["rows"] += batch["input_ids"].shape[0]
     seen["trained"] += int((batch["labels"][:, 1:] != -100).sum())
     seen["losses"].append(float(loss))
     seen["dtypes"] = sorted({str(v.dtype) for v in batch.values()})
@@ -88,7 +89,7 @@ def test_torch_dataloader_trains_on_int64_hf_batches(tmp_path, tokenizer_dir, to
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["batches"] == rows // 8
+    assert seen["batches"] == -(-rows // 8) and seen["rows"] == rows  # the whole epoch, the last batch smaller
     assert seen["dtypes"] == ["torch.int64"]
     assert seen["int32_refused"] is True
     assert seen["trained"] > 0 and all(loss == loss and loss > 0 for loss in seen["losses"])  # finite, not NaN

@@ -27,7 +27,7 @@ from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.formats import iter_shard_batches
 from easydata.run.manifest import member_path, packed_seq_length, read_manifest
 
-__all__ = ["compute_stats", "format_stats", "plot_stats", "PERCENTILES"]
+__all__ = ["compute_stats", "format_stats", "plot_stats", "length_bins", "PERCENTILES"]
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 _CUT_KEYS = ("truncated_documents", "windowed_documents", "extra_windows")
@@ -212,6 +212,25 @@ def format_stats(stats: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: A length distribution whose longest unit is this many times its median is drawn on log axes.
+LONG_TAIL_RATIO = 20
+
+
+def length_bins(histograms: dict[str, np.ndarray]) -> tuple[np.ndarray, bool]:
+    """Bin edges for the length histograms, and whether they are logarithmic: 60 even bins, or 60
+    geometric ones from 1 when the lengths are long-tailed (the longest over `LONG_TAIL_RATIO` times the
+    median), as web text and code are."""
+    longest = max((len(h) for h in histograms.values()), default=1)
+    counts = np.zeros(max(longest, 1), dtype=np.int64)
+    for h in histograms.values():
+        counts[:len(h)] += h
+    total = int(counts.sum())
+    median = int(np.searchsorted(np.cumsum(counts), (total + 1) // 2)) if total else 0
+    if total and longest > LONG_TAIL_RATIO * max(median, 1):
+        return np.unique(np.geomspace(1, longest, 61).astype(np.int64)), True
+    return np.unique(np.linspace(0, max(longest, 1), 61).astype(np.int64)), False
+
+
 def plot_stats(stats: dict[str, Any], path: str) -> str:
     """Draws the length histogram (per output) and the outputs' token shares into a PNG file.
 
@@ -228,8 +247,10 @@ def plot_stats(stats: dict[str, Any], path: str) -> str:
                             " matplotlib)") from None
     histograms = stats["_histograms"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
-    longest = max((len(h) for h in histograms.values()), default=1)
-    edges = np.unique(np.linspace(0, max(longest, 1), 61).astype(np.int64))
+    edges, logarithmic = length_bins(histograms)
+    if logarithmic:  # a long tail on a linear axis is one bar at 0 and an empty plot
+        left.set_xscale("log")
+        left.set_yscale("log")
     for name, histogram in histograms.items():
         if histogram.sum():
             lengths = np.arange(len(histogram))
