@@ -61,18 +61,29 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return train_bpe_tokenizer(make_texts(2000, seed=1), out, vocab_size=512)
 
 
-@pytest.fixture(scope="session")
-def mistral_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real Mistral-7B v0.1 tokenizer (tests/data/tokenizers), unpacked into a session directory."""
+def _unpacked_tokenizer(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A real tokenizer of tests/data/tokenizers (`tokenizer.json` gzipped), unpacked into a session directory."""
     import gzip
     import shutil
 
-    source = TEST_TOKENIZERS / "mistral-7b-v0.1"
-    out = tmp_path_factory.mktemp("mistral-7b-v0.1")
+    source = TEST_TOKENIZERS / name
+    out = tmp_path_factory.mktemp(name)
     with gzip.open(source / "tokenizer.json.gz", "rb") as packed, open(out / "tokenizer.json", "wb") as unpacked:
         shutil.copyfileobj(packed, unpacked)
     shutil.copy(source / "tokenizer_config.json", out / "tokenizer_config.json")
     return out
+
+
+@pytest.fixture(scope="session")
+def mistral_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Mistral-7B v0.1 tokenizer (SentencePiece BPE, `Metaspace`), unpacked once per session."""
+    return _unpacked_tokenizer(tmp_path_factory, "mistral-7b-v0.1")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Qwen3 tokenizer (byte-level BPE, NFC, 151,669 tokens), unpacked once per session."""
+    return _unpacked_tokenizer(tmp_path_factory, "qwen3")
 
 
 # ---- synthetic outputs (for validate / inspect tests) ---------------------------------------------
