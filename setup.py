@@ -23,6 +23,10 @@ setup(
         "pyyaml>=6",
         "tqdm>=4.60",
         "zstandard>=0.21",
+        # tokenize.engine: auto: faster tokenizer engines, used only once verified to give tokenizers' ids
+        # (easydata/text/engines.py); abi3 wheels for Linux and macOS on every supported Python.
+        "fastokens>=0.3.5",
+        "gigatoken>=0.10.0",
     ],
     extras_require={
         "gcp": ["apache-beam[gcp]>=2.77,<2.78", "gcsfs>=2023.6"],

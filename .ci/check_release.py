@@ -93,7 +93,12 @@ def small_job(work: Path, tokenizer: Path) -> Path:
 def check_wheel(work: Path) -> None:
     dist = work / "dist"
     shutil.rmtree(dist, ignore_errors=True)
+    leftovers = [REPO / "build", *REPO.glob("*.egg-info")]
+    existed = {p for p in leftovers if p.exists()}
     run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)], REPO)
+    for path in [REPO / "build", *REPO.glob("*.egg-info")]:  # setuptools' build tree: not left in the checkout
+        if path not in existed:
+            shutil.rmtree(path, ignore_errors=True)
     (wheel,) = dist.glob("easydata_beam-*.whl")
     modules = shipped_modules(wheel)
     for package in ("beam_pipelines.local", "beam_pipelines.dask", "easydata.reader", "transforms"):

@@ -37,7 +37,7 @@ from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options,
     unknown_beam_flags
 from beam_pipelines.local.worker_pool import discard_prestarted, prestart
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, SHUFFLE_STATS_TAG, \
-    STATS_TAG, ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
+    STATS_TAG, ENGINE_STATS_TAG, ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
     WriteShards
 
 __all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch", "BatchResult"]
@@ -67,9 +67,11 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
             assistant_only_loss=config.chat.assistant_only_loss, staging=plan.staging)
         stats.extend([read[STATS_TAG], chat[STATS_TAG]])
         rejected.extend([read[REJECTED_TAG], chat[REJECTED_TAG]])
-        tokenized[name] = chat.documents | f"Tokenize[{name}]" >> Tokenize(
+        encoded = chat.documents | f"Tokenize[{name}]" >> Tokenize(
             tokenizer=ds_plan.tokenizer, config=config.tokenize_for(datasets[name]), seed=config.seed, progress_dir=progress_dir,
-            checkpoint_staging=plan.staging)
+            checkpoint_staging=plan.staging, engine=ds_plan.engine, dataset=name)
+        tokenized[name] = encoded.rows
+        stats.append(encoded[ENGINE_STATS_TAG])
         if ds_plan.resumed_units:  # a resumed run: done work units come from their checkpoints
             loaded = pipeline | f"Resume[{name}]" >> LoadCheckpoints(units=list(ds_plan.resumed_units),
                                                                      progress_dir=progress_dir)
@@ -172,6 +174,11 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
         prestart(beam_args, config)
     _check_beam_flags(beam_args)
     plan = dataclasses.replace(prepare_run(config, resume=resume, **plan_options), lock_id=lock_id)
+    if announce_resume:  # a fast engine asked for but not used: said once per tokenizer
+        for note in sorted({f"tokenizer '{d.tokenizer.name_or_path}' encodes with hf: {d.engine_choice['reason']}"
+                            for d in plan.datasets if d.engine_choice and d.engine == "hf"
+                            and d.engine_choice.get("requested") != "hf"}):
+            print(f"easydata: note: {note}", file=sys.stderr)
     if resume and announce_resume:
         print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
               " already tokenized" if plan.resumed else

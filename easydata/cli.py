@@ -17,6 +17,11 @@ from easydata.errors import EasyDataError, environment_error_in, user_error_in
 
 __all__ = ["main"]
 
+ENGINE_HELP = ("what encodes plain documents: auto (the default: the fastest installed engine verified to give"
+               " the reference ids), hf (Hugging Face tokenizers, the reference), fastokens or gigatoken"
+               " (tokenize.engine)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="easydata", description="Tokenize, pack and shard text and chat data for JAX training, on Apache Beam.")
@@ -38,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="validate and show the inputs, splits, tokenizers, output"
                      " layout and an estimate of tokens and time, without running anything")
     run.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
+    run.add_argument("--tokenizer-engine", choices=("auto", "hf", "fastokens", "gigatoken"), default=None,
+                     help=ENGINE_HELP)
     run.add_argument("--resume", action="store_true", help="continue an interrupted run of the same job in the output directory:"
                           " input already tokenized is not tokenized again")
     run.add_argument("--streaming", action="store_true", help="run the streaming pipeline: datasets read Pub/Sub"
@@ -72,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--quiet", action="store_true", help="no progress display")
     tok.add_argument("--dry-run", action="store_true", help="show what would be done, without running anything")
     tok.add_argument("--verbose", action="store_true", help="show Beam's own log messages")
+    tok.add_argument("--tokenizer-engine", choices=("auto", "hf", "fastokens", "gigatoken"), default="auto",
+                     help=ENGINE_HELP)
 
     val = sub.add_parser("validate", help="check an output directory against its manifest")
     val.add_argument("output_dir")
@@ -118,6 +127,8 @@ def _config_for_run(args: argparse.Namespace) -> Any:
         extra.append(f"save.output_dir={args.output}")
     if args.overwrite:
         extra.append("save.overwrite=true")
+    if args.tokenizer_engine:
+        extra.append(f"tokenize.engine={args.tokenizer_engine}")
     if args.config is None:
         base = default_config(args.output or DEFAULT_OUTPUT_DIR).to_dict()
         return PipelineConfig.from_dict(apply_overrides(base, extra))
@@ -134,7 +145,7 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
         "default_tokenizer": args.tokenizer,
         "datasets": [{"name": args.name or "data", "data_files": args.data_files, "type": args.type,
                       "content_field": args.content_field}],
-        "tokenize": {"max_length": args.max_length, "stride": args.stride,
+        "tokenize": {"max_length": args.max_length, "stride": args.stride, "engine": args.tokenizer_engine,
                      "truncation": "none" if args.max_length is None else "window" if args.stride is not None
                      else "truncate"},
         "pack": {"enabled": args.pack, "seq_length": args.seq_length},
@@ -187,6 +198,13 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
               f" ({stages})")
     if m["documents_rejected"]:
         print(f"  rejected records: {result.output_dir}/rejected/")
+    for name, engine in m.get("tokenizer_engines", {}).items():
+        running = engine.get("while_running") or {}
+        if running.get("mismatches"):
+            print(f"  warning: {name}: tokenizer engine {engine['name']} gave other ids than hf on"
+                  f" {running['mismatches']:,} of the {running['verified']:,} documents checked (those kept hf's ids;"
+                  f" {running['switched_to_hf_documents']:,} documents were then encoded with hf); documents not"
+                  f" checked may differ: rerun with --tokenizer-engine hf")
     for name, entries in m.get("partial_inputs", {}).items():
         for entry in entries:
             unread = "an unknown part" if entry["unread_bytes"] is None else f"{entry['unread_bytes']:,} bytes"

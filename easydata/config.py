@@ -233,6 +233,10 @@ class TokenizeStageConfig:
         config (false: prepare it again).
       remove_columns: fields not to keep next to the tokens (taken out of `additional_fields`; the
         text itself is never kept).
+      engine: what encodes plain documents (`easydata.text.engines`): `hf` (Hugging Face `tokenizers`,
+        the reference that defines the ids), `fastokens` or `gigatoken` (faster, used only after they
+        gave `hf`'s ids on the run's own documents and an adversarial set, and checked on a sample while
+        the run goes), `auto` (the fastest installed engine that passes, else `hf`).
     """
 
     max_length: Optional[int] = None
@@ -246,6 +250,7 @@ class TokenizeStageConfig:
     num_workers: Optional[int] = None
     cache_tokenized: bool = True
     remove_columns: list[str] = dataclasses.field(default_factory=list)
+    engine: Literal["auto", "hf", "fastokens", "gigatoken"] = "auto"
 
     @property
     def truncation_mode(self) -> str:

@@ -370,7 +370,7 @@ def test_unknown_tokenizer_is_a_tokenizer_error(name: str, message: str, monkeyp
 
 
 def test_missing_path_is_a_tokenizer_error(tmp_path: Path) -> None:
-    with pytest.raises(TokenizerError, match="not found"):
+    with pytest.raises(TokenizerError, match="no such file or directory"):
         load_tokenizer(str(tmp_path / "missing" / "tokenizer.json"))
 
 
@@ -469,7 +469,7 @@ def test_preloaded_tokenizers_are_shared_and_unloadable_ones_left_to_the_step(to
     assert handle is shared_tokenizer(config)
     assert handle.encode_batch(["shared ids"], add_bos=False, add_eos=True)[0].tolist() == \
         load_tokenizer(config).encode_batch(["shared ids"], add_bos=False, add_eos=True)[0].tolist()
-    with pytest.raises(TokenizerError, match="not found"):  # the step loading it reports the error
+    with pytest.raises(TokenizerError, match="no such file or directory"):  # the step loading it reports the error
         shared_tokenizer(missing)
 
     not_utf8 = tmp_path / "not_utf8"  # a config file that is not UTF-8: skipped here, one clear error in the step

@@ -23,10 +23,10 @@ from transforms.pack import PACK_STATS_TAG, Pack
 from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
 from transforms.resume import LoadCheckpoints
 from transforms.split import SplitRows
-from transforms.tokenize import Tokenize
+from transforms.tokenize import ENGINE_STATS_TAG, Tokenize
 from transforms.shuffle import SHUFFLE_STATS_TAG
 from transforms.write import SortGroups, WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
            "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints",
-           "SplitRows", "SortGroups", "SHUFFLE_STATS_TAG", "RecordBatchCoder", "DocumentBatchCoder"]
+           "SplitRows", "SortGroups", "SHUFFLE_STATS_TAG", "ENGINE_STATS_TAG", "RecordBatchCoder", "DocumentBatchCoder"]

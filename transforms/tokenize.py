@@ -21,6 +21,8 @@ from typing import Any, Iterator, Optional
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from easydata.run.checkpoint import batch_path, write_batch
@@ -28,14 +30,22 @@ from easydata.config import TokenizeStageConfig, TokenizerConfig
 from easydata.run.progress import ProgressSink
 from easydata.io.sources import DocumentBatch
 from easydata.text.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
+from easydata.text.engines import VerifiedEngine
 from easydata.text.tokenizer import TokenizerHandle, shared_tokenizer
 
-__all__ = ["Tokenize"]
+__all__ = ["Tokenize", "ENGINE_STATS_TAG"]
+
+
+#: Output tag of the engine counters, `(dataset, {"engine.documents": n, "engine.verified": v, ...})` per bundle.
+ENGINE_STATS_TAG = "engine_stats"
 
 
 class _TokenizeFn(beam.DoFn):
     def __init__(self, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
-                 progress_dir: Optional[str], checkpoint_staging: Optional[str]):
+                 progress_dir: Optional[str], checkpoint_staging: Optional[str], engine: str = "hf",
+                 dataset: str = ""):
+        self._engine_name, self._dataset = engine, dataset
+        self._engine: Optional[VerifiedEngine] = None
         self._tokenizer_config = tokenizer
         self._checkpoint_staging = checkpoint_staging
         self._config = config
@@ -50,6 +60,8 @@ class _TokenizeFn(beam.DoFn):
 
     def setup(self) -> None:
         self._tokenizer = shared_tokenizer(self._tokenizer_config)
+        if self._engine_name != "hf":  # loaded here, in the worker (after any fork: engines may start threads)
+            self._engine = VerifiedEngine(self._tokenizer.engine(self._engine_name), self._tokenizer.engine("hf"))
         self._progress = ProgressSink(self._progress_dir)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-tokenize")
 
@@ -57,7 +69,7 @@ class _TokenizeFn(beam.DoFn):
         self._pending = None
 
     def _encode(self, batch: DocumentBatch) -> Optional[EncodedDocuments]:
-        return encode_documents(batch, self._tokenizer, self._config) if len(batch) else None
+        return encode_documents(batch, self._tokenizer, self._config, self._engine) if len(batch) else None
 
     def _rows(self, batch: DocumentBatch, encoded: Optional[EncodedDocuments]
               ) -> tuple[Optional[pa.RecordBatch], TokenizedStats]:
@@ -95,6 +107,11 @@ class _TokenizeFn(beam.DoFn):
             rows, window, timestamp = self._collect()
             if rows is not None:
                 yield WindowedValue(rows, timestamp, [window])
+        if self._engine is not None:  # what this bundle's engine did, for the manifest
+            counts = {f"engine.{key}": value for key, value in self._engine.take_counts().items() if value}
+            if counts:
+                yield beam.pvalue.TaggedOutput(ENGINE_STATS_TAG, WindowedValue(
+                    (self._dataset, counts), MAX_TIMESTAMP, (GlobalWindow(),)))
 
     def teardown(self) -> None:
         if self._executor is not None:
@@ -116,18 +133,22 @@ class Tokenize(beam.PTransform):
     """
 
     def __init__(self, *, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
-                 progress_dir: Optional[str] = None, checkpoint_staging: Optional[str] = None):
+                 progress_dir: Optional[str] = None, checkpoint_staging: Optional[str] = None, engine: str = "hf",
+                 dataset: str = ""):
         super().__init__()
+        self._engine, self._dataset = engine, dataset
         self._checkpoint_staging = checkpoint_staging
         self._tokenizer = tokenizer
         self._config = config
         self._seed = seed
         self._progress_dir = progress_dir
 
-    def expand(self, documents: beam.PCollection) -> beam.PCollection:
+    def expand(self, documents: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        """Outputs `rows` (the record batches) and `engine_stats` (a fast engine's counters)."""
         return documents | "Encode" >> beam.ParDo(
-            _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging)
-        ).with_output_types(pa.RecordBatch)
+            _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging,
+                        self._engine, self._dataset)
+        ).with_outputs(ENGINE_STATS_TAG, main="rows")
 
     def display_data(self) -> dict[str, Any]:
         return {"tokenizer": self._tokenizer.name_or_path}

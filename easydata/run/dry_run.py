@@ -186,47 +186,6 @@ def _split_rows(split: Any) -> Optional[int]:
         return None
 
 
-def _spread(split: Any, n: int) -> list[Any]:
-    """Up to `n` places spread over `split` to sample from (a file's first records need not be like the
-    rest: sorted by length, by source, by date): byte ranges of an uncompressed line file, row groups of
-    a Parquet file, record batches of an Arrow file; the split itself where it can only be read from
-    its start (compressed files, CSV, JSON arrays)."""
-    from easydata.io.filesystems import compression_of
-
-    if n <= 1 or compression_of(split.path) is not None:
-        return [split]
-    if split.type in ("jsonl", "txt") and split.size > 0:
-        end = split.start + split.size
-        bounds = [split.start + split.size * i // n for i in range(n + 1)]
-        return [dataclasses.replace(split, start=a, end=b if b < end else split.end) for a, b in zip(bounds, bounds[1:])
-                if b > a]
-    if split.type in ("parquet", "arrow"):
-        units = _split_units(split)
-        if units is not None and units > 1:
-            picks = sorted({split.start + units * i // n for i in range(n)})
-            return [dataclasses.replace(split, start=u, end=u + 1) for u in picks]
-    return [split]
-
-
-def _split_units(split: Any) -> Optional[int]:
-    """Row groups (Parquet) or record batches (Arrow file) of a split, None when unknown."""
-    import pyarrow.parquet as pq
-
-    from easydata.io.filesystems import open_arrow_file
-
-    try:
-        with open_arrow_file(split.path) as f:
-            if split.type == "parquet":
-                total = pq.ParquetFile(f).metadata.num_row_groups
-            else:
-                import pyarrow.ipc as ipc
-
-                total = ipc.open_file(f).num_record_batches
-    except Exception:  # noqa: BLE001 - a stream, or an unreadable footer
-        return None
-    return (total if split.end is None else split.end) - split.start
-
-
 def _decompressed_bytes(path: str, size: int) -> int:
     """A file's decompressed size: its own size, or for a compressed file its size times the ratio its
     first `_COMPRESSED_PREFIX` bytes decompress at."""
@@ -258,6 +217,7 @@ def _decompressed_bytes(path: str, size: int) -> int:
 def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, template: Optional[str]
               ) -> tuple[Optional[int], int, Optional[float]]:
     """`(estimated tokens, records sampled, tokens per CPU-second)` of one dataset."""
+    from easydata.io.sampling import spread
     from easydata.text.chat import ChatRenderer
 
     if not splits:
@@ -269,7 +229,7 @@ def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, t
     for split in chosen:
         counted = rows[id(split)] is not None
         own[id(split)] = _Sample()
-        places = _spread(split, max(1, _SAMPLE_SPLITS // len(chosen)))
+        places = spread(split, max(1, _SAMPLE_SPLITS // len(chosen)))
         for part in places:
             _sample_split(config, ds, part, handle, renderer, max(16, _SAMPLE_RECORDS // len(chosen) // len(places)),
                           own[id(split)], counted)

@@ -202,6 +202,18 @@ def _refuse_empty_datasets(plan: RunPlan, counters: dict[str, collections.Counte
                             f" {join(plan.staging, 'rejected', d.name)}; set allow_empty_datasets: true to accept)")
 
 
+def engine_entry(choice: Optional[dict[str, Any]], counts: Optional[collections.Counter]) -> dict[str, Any]:
+    """What encoded a dataset's plain documents: the engine chosen at planning and why, and while running
+    the documents it encoded, how many were re-encoded with `hf` to check it, the mismatches (whose `hf`
+    ids were kept) and the documents a worker encoded with `hf` after too many mismatches."""
+    entry = dict(choice or {"name": "hf"})
+    c = counts or collections.Counter()
+    if entry.get("name") != "hf":
+        entry["while_running"] = {"documents": c["documents"], "verified": c["verified"],
+                                  "mismatches": c["mismatches"], "switched_to_hf_documents": c["hf_documents"]}
+    return entry
+
+
 def shuffle_entry(shuffled: dict[str, int], tokens: int) -> dict[str, Any]:
     """The manifest's `shuffle`: bytes of token data each stage sent through the shuffle, as its coder
     encodes them (what a remote runner's shuffle carries and bills), in all and per token written."""
@@ -228,9 +240,11 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     partial: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     shuffled: collections.Counter = collections.Counter()
+    engines: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for name, values in stats:
         values = dict(values)
         partial[name].extend(values.pop(PARTIAL_INPUTS, ()))
+        engines[name].update({k[len("engine."):]: values.pop(k) for k in list(values) if k.startswith("engine.")})
         shuffled.update({k[len(SHUFFLE_BYTES_PREFIX):]: values.pop(k) for k in list(values)
                          if k.startswith(SHUFFLE_BYTES_PREFIX)})
         counters[name].update(values)
@@ -300,6 +314,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
              **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix,
         partial_inputs={name: sorted(entries, key=lambda e: (e["path"], e["offset"])) for name, entries in partial.items()})
     manifest["shuffle"] = shuffle_entry(shuffled, manifest["totals"]["tokens"])
+    manifest["tokenizer_engines"] = {d.name: engine_entry(d.engine_choice, engines.get(d.name)) for d in plan.datasets}
     if fractions is not None:
         manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",

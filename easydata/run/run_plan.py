@@ -46,6 +46,8 @@ class DatasetPlan:
     chat_template: Optional[str] = None
     resumed_units: tuple[UnitCheckpoint, ...] = ()  # work units a resumed run loads instead of reading
     split_bytes: int = 0  # the size the splits were cut to (`easydata.io.sources.split_size`)
+    engine: str = "hf"  # what encodes its plain documents (`easydata.text.engines.choose_engine`)
+    engine_choice: Optional[dict[str, Any]] = None  # why, for the manifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +172,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                     chat_template=template, split_bytes=planned_split_bytes,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
+    datasets = _choose_engines(config, datasets, handles, by_name)
     mix_num_groups = None
     if config.static_mix is not None:
         _check_shared_vocabulary(config, handles)
@@ -192,6 +195,33 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
                    mix_num_groups=mix_num_groups, resumed=previous is not None,
                    unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
+
+
+def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
+                    handles: dict[TokenizerConfig, TokenizerHandle], by_name: dict[str, DatasetConfig]
+                    ) -> list[DatasetPlan]:
+    """Each tokenizer's engine for plain documents (`easydata.text.engines.choose_engine`), verified on
+    documents sampled from every dataset that uses it."""
+    from easydata.io.sampling import sample_texts
+    from easydata.text.engines import choose_engine
+
+    choices: dict[tuple[TokenizerConfig, str], Any] = {}
+    out = []
+    for d in datasets:
+        requested = config.tokenize_for(by_name[d.name]).engine
+        key = (d.tokenizer, requested)
+        if key not in choices:
+            handle = handles[d.tokenizer]
+            users = [other for other in datasets if other.tokenizer == d.tokenizer]
+            sample = [] if requested == "hf" else [
+                text for other in users for text in sample_texts(
+                    by_name[other.name], other.splits, documents=max(200, 2000 // len(users)),
+                    chars=max(100_000, 1_000_000 // len(users)), messages_field=config.chat.messages_field)]
+            specials = [t.content for t in handle.tokenizer.get_added_tokens_decoder().values()]
+            choices[key] = choose_engine(requested, handle.tokenizer_file, handle.tokenizer, specials, sample)
+        choice = choices[key]
+        out.append(dataclasses.replace(d, engine=choice.name, engine_choice=choice.to_manifest()))
+    return out
 
 
 def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str) -> list[DatasetPlan]:

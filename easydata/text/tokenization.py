@@ -71,20 +71,24 @@ class EncodedDocuments:
     chat: tuple[list[int], list[Any]]
 
 
-def encode_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: TokenizeStageConfig
-                     ) -> EncodedDocuments:
+def encode_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: TokenizeStageConfig,
+                     engine: Any = None) -> EncodedDocuments:
     """The Rust part of tokenizing a batch: one batched call per kind of document, no Python per token.
 
     The calls release the GIL, so a worker runs this on a helper thread while its own thread turns
-    the previous batch into rows (`rows_from_encoded`).
+    the previous batch into rows (`rows_from_encoded`). `engine`: a verified fast engine for the plain
+    documents (`easydata.text.engines.VerifiedEngine`); chat documents always go through `tokenizers`,
+    whose character offsets make their loss masks.
     """
     spans = batch.spans or [None] * len(batch)
     chat = [i for i, s in enumerate(spans) if s is not None]
     plain = [i for i, s in enumerate(spans) if s is None]
     texts = batch.texts
     plain_texts = texts if not chat else [texts[i] for i in plain]
+    plain_keys = batch.keys if not chat else [batch.keys[i] for i in plain]
     return EncodedDocuments(
-        plain=(plain, tokenizer.encode_plain(plain_texts, add_bos=config.add_bos) if plain else []),
+        plain=(plain, tokenizer.encode_plain(plain_texts, add_bos=config.add_bos, keys=plain_keys, engine=engine)
+               if plain else []),
         chat=(chat, tokenizer.encode_chat([texts[i] for i in chat]) if chat else []))
 
 

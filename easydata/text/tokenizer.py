@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import itertools
 import json
 import os
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from easydata.text.engines import flat_ids
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
 from easydata.text.windows import cut_documents
@@ -183,6 +183,8 @@ class TokenizerHandle:
 
         self.config = config
         tokenizer_file, config_dir = resolve_tokenizer_files(config.name_or_path)
+        self.tokenizer_file = tokenizer_file
+        self._engines: dict[str, Any] = {}
         raw = tokenizer_file.read_bytes()
         try:
             self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
@@ -235,19 +237,35 @@ class TokenizerHandle:
                 return self.tokenizer.token_to_id(candidate)
         return None
 
-    def encode_plain(self, texts: Sequence[str], *, add_bos: Optional[bool]) -> list[Any]:
+    def engine(self, name: str) -> Any:
+        """The tokenizer engine `name` for this tokenizer (`easydata.text.engines`), loaded once per process
+        (in the worker, after any fork: engines may start threads)."""
+        if name not in self._engines:
+            from easydata.text.engines import load_engine
+
+            self._engines[name] = load_engine(name, self.tokenizer_file, self.tokenizer)
+        return self._engines[name]
+
+    def encode_plain(self, texts: Sequence[str], *, add_bos: Optional[bool], keys: Optional[Sequence[str]] = None,
+                     engine: Any = None) -> Any:
         """The Rust half of `encode_batch`: one batched call (it releases the GIL), no conversion.
 
-        Returns the tokenizer's `Encoding`s, for `plain_ids`. Run on a helper thread, this lets the
-        calling thread convert the previous batch while the Rust threads encode the next one.
+        Returns the tokenizer's `Encoding`s, for `plain_ids`; with `engine` (a
+        `easydata.text.engines.VerifiedEngine`, which checks a sample of `keys` against `tokenizers`),
+        `(flat ids, lengths)` arrays instead. Run on a helper thread, this lets the calling thread
+        convert the previous batch while the Rust threads encode the next one.
         """
+        if engine is not None:
+            return engine.encode(texts, keys if keys is not None else [str(i) for i in range(len(texts))],
+                                 add_special_tokens=add_bos is None)
         encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return encode(list(texts), add_special_tokens=add_bos is None)
 
-    def plain_ids(self, encodings: Sequence[Any], *, add_bos: Optional[bool], add_eos: bool,
+    def plain_ids(self, encodings: Any, *, add_bos: Optional[bool], add_eos: bool,
                   max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
-        """The Python half of `encode_batch`: `Encoding`s -> `(flat_ids, offsets)` with special tokens."""
-        flat, lengths = _flat_ids(encodings)
+        """The Python half of `encode_batch`: `Encoding`s (or an engine's `(flat ids, lengths)`) ->
+        `(flat_ids, offsets)` with special tokens."""
+        flat, lengths = encodings if isinstance(encodings, tuple) else flat_ids(encodings)
         ids, offsets, _ = _apply_specials(flat, lengths, bos=self.bos_token_id if add_bos else None,
                                           eos=self.eos_token_id if add_eos else None, max_length=max_length)
         return ids, offsets
@@ -284,7 +302,7 @@ class TokenizerHandle:
             for start, end in doc_spans:
                 mask |= (char_offsets[:, 0] < end) & (char_offsets[:, 1] > start)
             masks.append(mask.astype(np.int32))
-        flat, lengths = _flat_ids(encodings)
+        flat, lengths = flat_ids(encodings)
         mask_flat = np.concatenate(masks) if masks else np.zeros(0, np.int32)
         ids, offsets, mask = _apply_specials(flat, lengths, bos=None, eos=self.eos_token_id if add_eos else None,
                                              max_length=max_length, mask=mask_flat)
@@ -305,20 +323,6 @@ class TokenizerHandle:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(list(map(int, ids)), skip_special_tokens=skip_special_tokens)
-
-
-def _flat_ids(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """All encodings' ids back to back as one int32 array, and each encoding's length.
-
-    `np.fromiter` over a chain of the `Encoding.ids` lists, each made as it is consumed: one document's
-    Python ints exist at a time (lengths come from `len(encoding)`, which makes no list). ~1.5x faster
-    than an Arrow list array, and ~30 % faster than making every list first (0.47 -> 0.32 s for 800
-    documents, 4.7 M Mistral tokens).
-    """
-    lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
-    flat = np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), dtype=np.int32,
-                       count=int(lengths.sum()))
-    return flat, lengths
 
 
 @dataclasses.dataclass(frozen=True)

@@ -256,6 +256,12 @@ def validate_output(output_dir: str) -> ValidationReport:
         if not info.get("documents_written"):
             report.warnings.append(f"dataset '{name}' holds no documents ({info.get('documents_rejected', 0)}"
                                    " rejected)")
+    for name, engine in sorted((manifest.get("tokenizer_engines") or {}).items()):
+        running = (engine or {}).get("while_running") or {} if isinstance(engine, dict) else {}
+        if running.get("mismatches"):
+            problems.append(f"dataset '{name}': tokenizer engine {engine.get('name')} gave other ids than hf on"
+                            f" {running['mismatches']} of {running.get('verified')} documents checked while running;"
+                            " documents not checked may hold other ids than hf's: rerun with --tokenizer-engine hf")
     if manifest.get("mix"):
         problems.extend(_mix_problems(manifest["mix"], datasets.get(MIXED_NAME)))
     return report

@@ -1,0 +1,352 @@
+"""Tokenizer engines: what turns plain documents' text into ids, and the checks that keep them honest.
+
+`hf` (Hugging Face `tokenizers`) is the reference: token ids are defined as its output. `fastokens`
+(byte-level BPE, 30-70x `tokenizers`' single-thread speed; it refuses SentencePiece `Metaspace`
+tokenizers) and `gigatoken` (byte-level BPE and SentencePiece BPE with byte fallback, 5-10x) are
+faster Rust engines, used only where they give exactly `hf`'s ids:
+
+* at planning (`choose_engine`), on a sample of the run's own documents and a built-in adversarial
+  set (`adversarial_texts`), with and without special tokens; the adversarial verdict is cached per
+  (tokenizer.json sha256, engine, engine version) under the easydata cache;
+* while running (`VerifiedEngine`), on a deterministic sample of documents (chosen by a hash of
+  their key, `VERIFY_FRACTION`), re-encoded with `hf` on the worker: a mismatch keeps `hf`'s ids for
+  that document and is counted, and after `MAX_MISMATCHES` the worker uses `hf` for the rest.
+
+Only plain documents go through an engine: chat documents need character offsets for their loss
+masks, which only `hf` gives. Special tokens are the tokenizer's own post-processor's (a fast engine
+that lacks one has `hf`'s added around its ids, and is verified like that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+import zlib
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["ENGINE_NAMES", "FAST_ENGINES", "Engine", "EngineChoice", "VerifiedEngine", "load_engine",
+           "choose_engine", "verify_engine", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
+
+ENGINE_NAMES = ("auto", "hf", "fastokens", "gigatoken")
+#: The fast engines `auto` tries, fastest first (benchmarks/bench_pipeline.py).
+FAST_ENGINES = ("fastokens", "gigatoken")
+#: Share of documents re-encoded with `hf` while a fast engine runs (chosen by a hash of the key).
+VERIFY_FRACTION = 0.01
+#: Mismatches after which a worker stops using the fast engine.
+MAX_MISMATCHES = 3
+
+
+def engine_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version({"hf": "tokenizers"}.get(name, name))
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+class Engine:
+    """Encodes plain documents: `encode(texts, add_special_tokens) -> (flat int32 ids, int64 lengths)`."""
+
+    name = "hf"
+
+    def __init__(self, tokenizer_file: Path, hf: Any):
+        self.tokenizer_file, self.hf = tokenizer_file, hf
+        self.version = engine_version(self.name)
+
+    def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+        encode = getattr(self.hf, "encode_batch_fast", self.hf.encode_batch)
+        return flat_ids(encode(list(texts), add_special_tokens=add_special_tokens))
+
+
+def flat_ids(encodings: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """`tokenizers` `Encoding`s -> all their ids back to back (int32) and each one's length (int64).
+
+    `np.fromiter` over a chain of the `Encoding.ids` lists, each made as it is consumed: one document's
+    Python ints exist at a time (lengths come from `len(encoding)`, which makes no list).
+    """
+    import itertools
+
+    lengths = np.fromiter(map(len, encodings), dtype=np.int64, count=len(encodings))
+    flat = np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), dtype=np.int32,
+                       count=int(lengths.sum()))
+    return flat, lengths
+
+
+class _Specials:
+    """The ids the `hf` post-processor puts before and after a single document (`TemplateProcessing`,
+    ...), for engines that encode without them: found by encoding a probe with and without."""
+
+    def __init__(self, hf: Any):
+        probe = "a b"
+        bare = hf.encode(probe, add_special_tokens=False).ids
+        full = hf.encode(probe, add_special_tokens=True).ids
+        at = next((i for i in range(len(full) - len(bare) + 1) if full[i:i + len(bare)] == bare), None)
+        if at is None:
+            raise ValueError("the tokenizer's post-processor changes the document's own ids")
+        self.prefix = np.asarray(full[:at], dtype=np.int32)
+        self.suffix = np.asarray(full[at + len(bare):], dtype=np.int32)
+
+    def add(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not len(self.prefix) and not len(self.suffix):
+            return flat, lengths
+        p, s = len(self.prefix), len(self.suffix)
+        new_lengths = lengths + p + s
+        starts = np.concatenate([[0], np.cumsum(new_lengths)[:-1]]).astype(np.int64)
+        out = np.empty(int(new_lengths.sum()), dtype=np.int32)
+        body = np.repeat(starts + p, lengths) + (np.arange(len(flat)) - np.repeat(
+            np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths))
+        out[body] = flat
+        for k in range(p):
+            out[starts + k] = self.prefix[k]
+        ends = starts + new_lengths
+        for k in range(s):
+            out[ends - s + k] = self.suffix[k]
+        return out, new_lengths
+
+
+class FastokensEngine(Engine):
+    name = "fastokens"
+
+    def __init__(self, tokenizer_file: Path, hf: Any):
+        super().__init__(tokenizer_file, hf)
+        import fastokens
+
+        self._tokenizer = fastokens.Tokenizer.from_file(str(tokenizer_file))
+
+    def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+        ids, offsets = self._tokenizer.encode_batch_flat(list(texts), add_special_tokens=add_special_tokens)
+        bounds = np.frombuffer(offsets, dtype="<u8").astype(np.int64)
+        return np.frombuffer(ids, dtype="<u4").astype(np.int32), np.diff(bounds)
+
+
+class GigatokenEngine(Engine):
+    name = "gigatoken"
+
+    def __init__(self, tokenizer_file: Path, hf: Any):
+        super().__init__(tokenizer_file, hf)
+        import gigatoken
+
+        self._tokenizer = gigatoken.Tokenizer(str(tokenizer_file))
+        self._specials = _Specials(hf)
+
+    def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+        import awkward as ak
+
+        encoded = self._tokenizer.encode_batch(list(texts))
+        flat = np.asarray(ak.to_numpy(ak.flatten(encoded)), dtype=np.int32)
+        lengths = np.asarray(ak.to_numpy(ak.num(encoded)), dtype=np.int64)
+        return self._specials.add(flat, lengths) if add_special_tokens else (flat, lengths)
+
+
+_ENGINES = {"hf": Engine, "fastokens": FastokensEngine, "gigatoken": GigatokenEngine}
+
+
+def load_engine(name: str, tokenizer_file: Path, hf: Any) -> Engine:
+    """The engine `name` for this tokenizer.
+
+    Raises:
+      ValueError / ImportError / anything the engine raises: it cannot load this tokenizer.
+    """
+    return _ENGINES[name](tokenizer_file, hf)
+
+
+# ---- verification --------------------------------------------------------------------------------
+
+def adversarial_texts(special_tokens: Sequence[str]) -> list[str]:
+    """Texts where tokenizers disagree when they disagree at all (deterministic)."""
+    import random
+
+    rng = random.Random(1234)
+    languages = [
+        "The quick brown fox jumps over the lazy dog.", "Der schnelle braune Fuchs springt über den faulen Hund.",
+        "Le vif renard brun saute par-dessus le chien paresseux.", "El veloz zorro marrón salta sobre el perro.",
+        "Быстрая коричневая лиса прыгает через ленивую собаку.", "敏捷的棕色狐狸跳过了懒狗。", "素早い茶色の狐が怠け者の犬を飛び越える。",
+        "빠른 갈색 여우가 게으른 개를 뛰어넘는다.", "الثعلب البني السريع يقفز فوق الكلب الكسول.", "השועל החום המהיר קופץ מעל הכלב העצלן.",
+        "तेज़ भूरी लोमड़ी आलसी कुत्ते के ऊपर कूदती है।", "জলদি বাদামী শিয়াল অলস কুকুরের উপর লাফ দেয়।", "Η γρήγορη καφέ αλεπού πηδά πάνω από το σκυλί.",
+        "Hızlı kahverengi tilki tembel köpeğin üzerinden atlar.", "Con cáo nâu nhanh nhẹn nhảy qua con chó lười.",
+        "สุนัขจิ้งจอกสีน้ำตาลกระโดดข้ามสุนัขขี้เกียจ", "Szybki brązowy lis przeskakuje nad leniwym psem.",
+        "Den raske brune reven hopper over den late hunden.", "Rubah coklat yang cepat melompati anjing malas.",
+        "Mbweha mwepesi wa kahawia anaruka juu ya mbwa mvivu.", "Ang mabilis na kayumangging soro ay tumalon.",
+        "Швидка руда лисиця перестрибує через ледачого пса.", "ტყის სწრაფი ყავისფერი მელა", "Ο Θεός αγάπη ἐστίν",
+    ]
+    code = ["def f(x):\n    return x ** 2  # square\n", "for (int i = 0; i < n; ++i) { sum += a[i]; }\n",
+            "SELECT id, name FROM users WHERE age >= 18;\n", "<div class=\"a\">&amp; &#x27;</div>\n",
+            "\tif x:\n\t\tpass\r\n", "λx. x → ∀y ∈ ℝ, y² ≥ 0", "0.1 + 0.2 != 0.3e-10 // 12,345,678.90"]
+    odd = ["", " ", "  ", "\n", "\n\n\n", "   leading", "trailing   ", "a  b   c    d", "\t \t", "\x00null\x00byte",
+           "\x01\x02\x1b[31mred\x1b[0m", "\u200b\u200c\u200d\ufeff", "👩‍👩‍👧‍👦 family, 🏳️‍🌈 flag, 👍🏽 thumbs",
+           "é (e + ◌́: e\u0301) vs é", "ﬁ ligature, Ｆｕｌｌｗｉｄｔｈ", "a" * 3000, " " * 500 + "x",
+           "\r\n" * 50, "🙂" * 200, "\ud7ff\ue000\uffff"]
+    specials = [f"before {t} after" for t in special_tokens] + ["".join(special_tokens)]
+    alphabet = [chr(c) for c in (*range(32, 127), *range(0xA0, 0x250), *range(0x370, 0x3FF), *range(0x400, 0x4FF),
+                                 *range(0x4E00, 0x4E80), *range(0x1F300, 0x1F350), 0x200D, 0xFE0F, 10, 9, 32, 32, 32)]
+    fuzz = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 400))) for _ in range(200)]
+    mixed = [" ".join(rng.choice(languages + code) for _ in range(20)) for _ in range(20)]
+    long = " ".join(languages * 40) + "\n".join(code * 40)
+    return [*languages, *code, *odd, *specials, *fuzz, *mixed, long]
+
+
+def verify_engine(engine: Engine, reference: Engine, texts: Sequence[str]) -> Optional[str]:
+    """None when `engine` gives `reference`'s ids for every text, with and without special tokens; else
+    where they first differ."""
+    for add in (False, True):
+        for start in range(0, len(texts), 256):
+            chunk = list(texts[start:start + 256])
+            got, want = engine.encode(chunk, add), reference.encode(chunk, add)
+            if not (np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])):
+                return _first_difference(chunk, got, want, start, add)
+    return None
+
+
+def _first_difference(texts: Sequence[str], got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray],
+                      start: int, add: bool) -> str:
+    got_at, want_at = np.concatenate([[0], np.cumsum(got[1])]), np.concatenate([[0], np.cumsum(want[1])])
+    for i in range(len(texts)):
+        a = got[0][got_at[i]:got_at[i + 1]] if i < len(got[1]) else np.zeros(0)
+        b = want[0][want_at[i]:want_at[i + 1]]
+        if not np.array_equal(a, b):
+            return (f"document {start + i} ({texts[i][:40]!r}...) differs"
+                    f"{' with special tokens' if add else ''}: {len(a)} ids instead of {len(b)}")
+    return "the batch's document count differs"
+
+
+@dataclasses.dataclass
+class EngineChoice:
+    """What a run encodes plain documents with, and why (recorded in the manifest)."""
+
+    name: str
+    version: str
+    requested: str
+    reason: str
+    planning_documents: int = 0
+    adversarial_documents: int = 0
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "requested": self.requested, "reason": self.reason,
+                "verified_at_planning": {"documents": self.planning_documents,
+                                         "adversarial": self.adversarial_documents}}
+
+
+def _verdict_file(tokenizer_file: Path, name: str, version: str) -> Path:
+    from easydata.tools.sample import cache_root
+
+    digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
+    return cache_root() / "engine-verdicts" / f"{digest[:32]}-{name}-{version}.json"
+
+
+def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens: Sequence[str],
+                  sample: Sequence[str]) -> EngineChoice:
+    """The engine a run uses: `hf` when asked, else the first engine (the one asked, or for `auto` the
+    fastest installed) that loads and gives `hf`'s ids on the adversarial set (verdict cached) and on
+    `sample` (the run's own documents); `hf` with the reason when none does."""
+    reference = Engine(tokenizer_file, hf)
+    if requested == "hf":
+        return EngineChoice("hf", reference.version, requested, "asked for")
+    candidates = FAST_ENGINES if requested == "auto" else (requested,)
+    reasons = []
+    adversarial = adversarial_texts(special_tokens)
+    for name in candidates:
+        version = engine_version(name)
+        if version == "not installed":
+            reasons.append(f"{name} is not installed")
+            continue
+        try:
+            engine = load_engine(name, tokenizer_file, hf)
+        except Exception as e:  # noqa: BLE001 - any load failure means hf
+            reasons.append(f"{name} {version} cannot load this tokenizer ({type(e).__name__}: {str(e)[:120]})")
+            continue
+        verdict_file = _verdict_file(tokenizer_file, name, version)
+        try:
+            cached = json.loads(verdict_file.read_text())
+        except (OSError, ValueError):
+            cached = None
+        problem = cached.get("problem") if isinstance(cached, dict) else None
+        if cached is None:
+            problem = verify_engine(engine, reference, adversarial)
+            _write_verdict(verdict_file, {"engine": name, "version": version, "problem": problem,
+                                          "documents": len(adversarial)})
+        if problem is None:
+            problem = verify_engine(engine, reference, sample)
+        if problem is None:
+            return EngineChoice(name, version, requested, "verified equal to hf", len(sample), len(adversarial))
+        reasons.append(f"{name} {version} differs from hf: {problem}")
+    return EngineChoice("hf", reference.version, requested, "; ".join(reasons) or "no fast engine")
+
+
+def _write_verdict(path: Path, verdict: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(f".tmp-{os.getpid()}")
+        temp.write_text(json.dumps(verdict))
+        os.replace(temp, path)
+    except OSError:  # a read-only cache: verified again next time
+        pass
+
+
+# ---- while running -------------------------------------------------------------------------------
+
+def sampled(key: str, fraction: float = VERIFY_FRACTION) -> bool:
+    """Whether the document with this key is re-encoded with `hf` (deterministic: the same documents on
+    every runner, worker and retry)."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % 100_000 < fraction * 100_000
+
+
+class VerifiedEngine:
+    """A fast engine checked against `hf` on a deterministic sample of documents as it runs.
+
+    A mismatch keeps `hf`'s ids for that document and is counted; after `max_mismatches` this worker uses
+    `hf` for everything. `take_counts()` hands the counters over (per bundle, for the manifest).
+    """
+
+    def __init__(self, engine: Engine, reference: Engine, *, fraction: float = VERIFY_FRACTION,
+                 max_mismatches: int = MAX_MISMATCHES):
+        self.engine, self.reference, self.fraction, self.max_mismatches = engine, reference, fraction, max_mismatches
+        self.switched = False
+        self._lock = threading.Lock()
+        self._mismatches = 0  # in all, for the switch to hf
+        self._counts = {"documents": 0, "verified": 0, "mismatches": 0, "hf_documents": 0}  # since take_counts
+
+    def encode(self, texts: Sequence[str], keys: Sequence[str], add_special_tokens: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+        if self.switched:
+            self._count(hf_documents=len(texts))
+            return self.reference.encode(texts, add_special_tokens)
+        flat, lengths = self.engine.encode(texts, add_special_tokens)
+        chosen = [i for i, key in enumerate(keys) if sampled(key, self.fraction)]
+        mismatched = 0
+        if chosen:
+            want_flat, want_lengths = self.reference.encode([texts[i] for i in chosen], add_special_tokens)
+            starts = np.concatenate([[0], np.cumsum(lengths)])
+            want_starts = np.concatenate([[0], np.cumsum(want_lengths)])
+            replace = {}
+            for j, i in enumerate(chosen):
+                want = want_flat[want_starts[j]:want_starts[j + 1]]
+                if not np.array_equal(flat[starts[i]:starts[i + 1]], want):
+                    replace[i] = want
+            if replace:
+                mismatched = len(replace)
+                pieces = [replace.get(i, flat[starts[i]:starts[i + 1]]) for i in range(len(texts))]
+                lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+                flat = np.concatenate(pieces).astype(np.int32) if pieces else flat
+        self._count(documents=len(texts), verified=len(chosen), mismatches=mismatched)
+        self._mismatches += mismatched
+        if self._mismatches >= self.max_mismatches:
+            self.switched = True
+        return flat, lengths
+
+    def _count(self, **counts: int) -> None:
+        with self._lock:
+            for key, value in counts.items():
+                self._counts[key] += value
+
+    def take_counts(self) -> dict[str, int]:
+        with self._lock:
+            counts = dict(self._counts)
+            self._counts = dict.fromkeys(self._counts, 0)
+        return counts

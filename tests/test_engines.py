@@ -1,0 +1,185 @@
+"""Fast tokenizer engines (`easydata.text.engines`): used only where they give `tokenizers`' ids.
+
+Real engines (`fastokens`, `gigatoken`) on real tokenizers (Qwen3's byte-level BPE, Mistral's
+SentencePiece BPE): chosen at planning after verification, byte-identical shards to `engine: hf`
+through the real CLI, and a deliberately wrong engine caught at planning and while running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from easydata.text.engines import (Engine, FastokensEngine, GigatokenEngine, VerifiedEngine,
+                                   adversarial_texts, choose_engine, sampled, verify_engine)
+from tests.conftest import REPO_ROOT, make_texts
+
+
+def _hf(directory: Path) -> tuple[Path, Tokenizer]:
+    return directory / "tokenizer.json", Tokenizer.from_file(str(directory / "tokenizer.json"))
+
+
+def _specials(hf: Tokenizer) -> list[str]:
+    return [t.content for t in hf.get_added_tokens_decoder().values()]
+
+
+class _Wrong(FastokensEngine):
+    """A real fast engine made wrong on purpose: one id changed in documents holding a 'q'."""
+
+    def encode(self, texts, add_special_tokens):
+        flat, lengths = super().encode(texts, add_special_tokens)
+        flat = flat.copy()
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        for i, text in enumerate(texts):
+            if "q" in text and lengths[i]:
+                flat[starts[i]] = (flat[starts[i]] + 1) % 1000
+        return flat, lengths
+
+
+def test_auto_picks_a_verified_fast_engine_per_tokenizer(qwen3_tokenizer_dir, mistral_tokenizer_dir, tmp_path,
+                                                        monkeypatch) -> None:
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    sample = make_texts(300, seed=3)
+    qwen = choose_engine("auto", *_hf(qwen3_tokenizer_dir), _specials(_hf(qwen3_tokenizer_dir)[1]), sample)
+    assert (qwen.name, qwen.reason, qwen.planning_documents) == ("fastokens", "verified equal to hf", 300)
+    assert qwen.adversarial_documents > 200
+    # fastokens refuses Mistral's Metaspace pre-tokenizer: the next engine is verified instead
+    mistral = choose_engine("auto", *_hf(mistral_tokenizer_dir), _specials(_hf(mistral_tokenizer_dir)[1]), sample)
+    assert mistral.name == "gigatoken" and mistral.reason == "verified equal to hf"
+    refused = choose_engine("fastokens", *_hf(mistral_tokenizer_dir), [], sample)
+    assert refused.name == "hf" and "fastokens 0.3.5 cannot load this tokenizer" in refused.reason
+    assert choose_engine("hf", *_hf(qwen3_tokenizer_dir), [], sample).name == "hf"
+    assert list((tmp_path / "cache" / "engine-verdicts").glob("*-fastokens-0.3.5.json"))  # the verdict is cached
+
+
+@pytest.mark.parametrize("which", ["qwen3", "mistral"])
+def test_fast_engines_give_tokenizers_ids_on_the_adversarial_set(which, qwen3_tokenizer_dir, mistral_tokenizer_dir
+                                                                ) -> None:
+    directory = qwen3_tokenizer_dir if which == "qwen3" else mistral_tokenizer_dir
+    path, hf = _hf(directory)
+    texts = adversarial_texts(_specials(hf))
+    engines = [GigatokenEngine(path, hf)] + ([FastokensEngine(path, hf)] if which == "qwen3" else [])
+    for engine in engines:
+        assert verify_engine(engine, Engine(path, hf), texts) is None, engine.name
+
+
+def test_a_wrong_engine_is_refused_at_planning(qwen3_tokenizer_dir, tmp_path, monkeypatch) -> None:
+    import easydata.text.engines as engines
+
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(engines._ENGINES, "fastokens", _Wrong)
+    path, hf = _hf(qwen3_tokenizer_dir)
+    choice = choose_engine("auto", path, hf, _specials(hf), ["the quick brown fox", "plain"])
+    assert choice.name == "gigatoken"  # the next engine, verified
+    assert choose_engine("fastokens", path, hf, [], ["quiet"]).name == "hf"
+    problem = verify_engine(_Wrong(path, hf), Engine(path, hf), ["no letter kew here", "a quick one"])
+    assert problem.startswith("document 1 ('a quick one'...) differs")
+
+
+def test_a_wrong_engine_is_caught_while_running_and_hf_ids_kept(qwen3_tokenizer_dir) -> None:
+    path, hf = _hf(qwen3_tokenizer_dir)
+    reference = Engine(path, hf)
+    texts = make_texts(3000, seed=4)
+    keys = [f"f.jsonl@{i}" for i in range(len(texts))]
+    checked = [i for i, k in enumerate(keys) if sampled(k)]
+    assert 10 <= len(checked) <= 60  # about 1 %
+    verified = VerifiedEngine(_Wrong(path, hf), reference, max_mismatches=10**9)
+    flat, lengths = verified.encode(texts, keys, add_special_tokens=False)
+    want_flat, want_lengths = reference.encode(texts, False)
+    starts, want_starts = np.concatenate([[0], np.cumsum(lengths)]), np.concatenate([[0], np.cumsum(want_lengths)])
+    for i in checked:  # every checked document carries hf's ids
+        assert np.array_equal(flat[starts[i]:starts[i + 1]], want_flat[want_starts[i]:want_starts[i + 1]])
+    counts = verified.take_counts()
+    wrong = sum("q" in texts[i] for i in checked)
+    assert counts == {"documents": 3000, "verified": len(checked), "mismatches": wrong, "hf_documents": 0} and wrong
+    switching = VerifiedEngine(_Wrong(path, hf), reference, max_mismatches=1)
+    switching.encode(texts[:1500], keys[:1500], False)
+    assert switching.switched
+    again = switching.encode(texts[1500:], keys[1500:], False)  # the rest: hf's ids, all of them
+    assert np.array_equal(again[0], reference.encode(texts[1500:], False)[0])
+    assert switching.take_counts()["hf_documents"] == 1500
+
+
+def _digest(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("part-*"))}
+
+
+def _job(tmp_path: Path, tokenizer: Path, engine: str, out: str) -> Path:
+    config = tmp_path / f"{out}.json"
+    config.write_text(json.dumps({
+        "default_tokenizer": str(tokenizer), "datasets": [{"name": "web", "data_files": str(tmp_path / "web.jsonl")}],
+        "tokenize": {"engine": engine, "add_bos": True} if "mistral" in str(tokenizer) else {"engine": engine},
+        "pack": {"enabled": True, "seq_length": 256}, "save": {"output_dir": str(tmp_path / out), "num_shards": 3}}))
+    return config
+
+
+@pytest.mark.parametrize("which", ["qwen3", "mistral"])
+def test_the_fast_engine_writes_byte_identical_shards(which, tmp_path, qwen3_tokenizer_dir, mistral_tokenizer_dir,
+                                                      monkeypatch) -> None:
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    tokenizer = qwen3_tokenizer_dir if which == "qwen3" else mistral_tokenizer_dir
+    texts = make_texts(1500, seed=6) + adversarial_texts(["<|im_end|>", "</s>"])[:60]
+    (tmp_path / "web.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts if t.strip()))
+    for engine in ("hf", "auto"):
+        done = subprocess.run([sys.executable, "-m", "easydata", "run", str(_job(tmp_path, tokenizer, engine, engine)),
+                               "--quiet"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert _digest(tmp_path / "auto") == _digest(tmp_path / "hf") != {}
+    engine = json.loads((tmp_path / "auto" / "manifest.json").read_text())["tokenizer_engines"]["web"]
+    assert engine["name"] == ("fastokens" if which == "qwen3" else "gigatoken") and engine["requested"] == "auto"
+    assert engine["verified_at_planning"]["documents"] > 100 and engine["verified_at_planning"]["adversarial"] > 200
+    running = engine["while_running"]
+    assert running["documents"] == len([t for t in texts if t.strip()]) and running["mismatches"] == 0
+    assert 0 < running["verified"] < running["documents"] / 20
+
+
+_CORRUPT_AFTER_PLANNING = """
+import logging, sys
+logging.disable(logging.WARNING)
+import numpy as np
+import beam_pipelines.batch as batch
+import easydata.text.engines as engines
+
+state = {"planned": False}
+plan = batch.prepare_run
+def planned(*a, **k):
+    result = plan(*a, **k)
+    state["planned"] = True  # from now on the engine goes wrong: planning could not see it
+    return result
+batch.prepare_run = planned
+encode = engines.FastokensEngine.encode
+def wrong(self, texts, add_special_tokens):
+    flat, lengths = encode(self, texts, add_special_tokens)
+    if state["planned"]:
+        flat = flat.copy()
+        flat[np.concatenate([[0], np.cumsum(lengths)[:-1]])[lengths > 0]] += 1
+    return flat, lengths
+engines.FastokensEngine.encode = wrong
+from easydata.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_an_engine_going_wrong_during_the_run_is_caught_counted_and_flagged(tmp_path, qwen3_tokenizer_dir,
+                                                                            monkeypatch) -> None:
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "web.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in make_texts(2000, seed=7)))
+    done = subprocess.run([sys.executable, "-c", _CORRUPT_AFTER_PLANNING, "run",
+                           str(_job(tmp_path, qwen3_tokenizer_dir, "fastokens", "out")), "--direct_num_workers=1"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    engine = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer_engines"]["web"]
+    running = engine["while_running"]
+    assert engine["name"] == "fastokens" and running["mismatches"] >= 3  # caught: then hf for the rest
+    assert running["switched_to_hf_documents"] > 0
+    assert "warning: web: tokenizer engine fastokens gave other ids than hf on" in done.stdout
+    checked = subprocess.run([sys.executable, "-m", "easydata", "validate", str(tmp_path / "out")], cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 1 and "tokenizer engine fastokens gave other ids than hf" in checked.stdout
