@@ -14,8 +14,9 @@ What one run does (nothing is downloaded):
 3. Baseline. The same texts, read into memory, encoded with `tokenizers.Tokenizer.encode_batch` in
    batches of 1,000 documents using the tokenizer's own thread pool on every core; only the encode
    calls are timed. Also shown, for reference: `encode_batch_fast` (what the pipeline calls),
-   `encode_batch` with one thread (`RAYON_NUM_THREADS=1`, in a child process), and the tokenizer's
-   ceiling: the same in one child process per usable core at once, each encoding its share of the
+   `tokenizers`' fastest call (`encode_batch_fast` where it has one, no offsets) with one thread
+   (`RAYON_NUM_THREADS=1`, in a child process), and the tokenizer's ceiling: the same in one child
+   process per usable core at once, each encoding its share of the
    documents (every N-th one) once all have loaded them and counting `len(encoding)` only. The
    ceiling is what the pipeline's worker processes (one single-threaded tokenizer each) could do at
    best; each mode is printed as a fraction of it and per vCPU (the `r` of docs/dataflow.md's cost
@@ -261,14 +262,26 @@ def eos_token_id(tokenizer_dir: Path) -> Optional[int]:
 
 
 def encode_all(tokenizer_dir: Path, texts: list[str], method: str = "encode_batch",
-               eos: Optional[int] = None) -> dict[str, Any]:
-    """Encodes `texts` in batches; times only the encode calls.
+               eos: Optional[int] = None, engine: Optional[str] = None) -> dict[str, Any]:
+    """Encodes `texts` in batches; times only the encode calls. `engine`: a fast tokenizer engine
+    (`easydata.text.engines`, its flat-array call) instead of `tokenizers`' `method`.
 
     Returns seconds, tokens and, when `eos` is given, how many documents already end with it.
     """
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    if engine not in (None, "hf"):
+        from easydata.text.engines import load_engine
+
+        fast = load_engine(engine, tokenizer_dir / "tokenizer.json", tokenizer)
+        seconds, tokens = 0.0, 0
+        for start in range(0, len(texts), BASELINE_BATCH):
+            began = time.perf_counter()
+            _, lengths = fast.encode(texts[start:start + BASELINE_BATCH], True)
+            seconds += time.perf_counter() - began
+            tokens += int(lengths.sum())
+        return {"seconds": seconds, "tokens": tokens, "ending_with_eos": 0}
     encode = getattr(tokenizer, method)
     seconds = 0.0
     tokens = ending_with_eos = 0
@@ -293,14 +306,20 @@ def has_encode_batch_fast() -> bool:
     return hasattr(Tokenizer, "encode_batch_fast")
 
 
-def encode_single_thread(tokenizer_dir: Path, corpus: Path, processes: int = 1) -> Optional[dict[str, Any]]:
-    """`encode_batch` with RAYON_NUM_THREADS=1 in `processes` child processes at once (the pool size is
-    fixed at start), each encoding every `processes`-th document once all have loaded the corpus.
+def ceiling_method() -> str:
+    """`tokenizers`' fastest batch call: `encode_batch_fast` (no character offsets) where it has one."""
+    return "encode_batch_fast" if has_encode_batch_fast() else "encode_batch"
+
+
+def encode_single_thread(tokenizer_dir: Path, corpus: Path, processes: int = 1, method: str = "encode_batch",
+                         engine: Optional[str] = None) -> Optional[dict[str, Any]]:
+    """`method` (or a fast `engine`) with RAYON_NUM_THREADS=1 in `processes` child processes at once (the
+    pool size is fixed at start), each encoding every `processes`-th document once all have loaded the corpus.
 
     Returns the slowest child's encode seconds and the tokens of all.
     """
     cmd = [sys.executable, str(Path(__file__).resolve()), "--raw-json", "--tokenizer", str(tokenizer_dir),
-           "--corpus", str(corpus), "--parts", str(processes)]
+           "--corpus", str(corpus), "--parts", str(processes), "--method", method, "--engine", engine or "hf"]
     env = {**os.environ, "RAYON_NUM_THREADS": "1"}
     children = [subprocess.Popen([*cmd, "--part", str(part)], env=env, cwd=REPO_ROOT, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -593,10 +612,10 @@ def print_scaling(results: list[tuple[str, dict, dict]],
     the raw tokenizer's own 1 -> 2 process scaling in this run, the machine's ceiling for it."""
     by_name = {name: (full, tiny) for name, full, tiny in results}
     raw = dict(baselines)
-    one_raw, two_raw = raw.get("encode_batch, 1 thread"), raw.get(CEILING)
+    one_raw, two_raw = raw.get(SINGLE), raw.get(CEILING)
     ceiling = one_raw["seconds"] / two_raw["seconds"] if one_raw and two_raw else None
     if ceiling:
-        print(f"\nScaling ceiling, raw encode_batch with one thread -> the same in two processes at once:"
+        print(f"\nScaling ceiling, raw {ceiling_method()} with one thread -> the same in two processes at once:"
               f" {one_raw['seconds']:.1f} s -> {two_raw['seconds']:.1f} s, {ceiling:.2f}x")
     two, two_tiny = by_name.get("procs-only", (None, None))
     for one_name, what in (("one-thread", "1 -> 2 workers (one tokenizer thread each)"),
@@ -696,6 +715,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--parts", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--method", default="encode_batch", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", default="hf", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -704,7 +725,7 @@ def raw_json_child(args: argparse.Namespace) -> int:
     texts = load_texts(Path(args.corpus))[args.part::args.parts]
     print("ready", flush=True)
     sys.stdin.readline()
-    print(json.dumps(encode_all(Path(args.tokenizer), texts)))
+    print(json.dumps(encode_all(Path(args.tokenizer), texts, args.method, engine=args.engine)))
     return 0
 
 
@@ -747,8 +768,9 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-#: The tokenizer's ceiling: one single-threaded `encode_batch` process per core, `len(encoding)` only.
-CEILING = f"encode_batch, 1 thread x {usable_cores()} processes (ceiling)"
+#: The tokenizer's ceiling: one single-threaded process per core of its fastest call, `len(encoding)` only.
+CEILING = f"{ceiling_method()}, 1 thread x {usable_cores()} processes (ceiling)"
+SINGLE = f"{ceiling_method()}, 1 thread"
 
 
 def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: Optional[int],
@@ -761,11 +783,11 @@ def measure_baselines(tokenizer_dir: Path, corpus: Path, texts: list[str], eos: 
     singles, ceilings = [], []
     for _ in range(repeat):  # alternated: the host's speed drifts
         if single_thread:
-            singles.append(encode_single_thread(tokenizer_dir, corpus))
-        ceilings.append(encode_single_thread(tokenizer_dir, corpus, processes=usable_cores()))
+            singles.append(encode_single_thread(tokenizer_dir, corpus, method=ceiling_method()))
+        ceilings.append(encode_single_thread(tokenizer_dir, corpus, processes=usable_cores(), method=ceiling_method()))
     singles, ceilings = [r for r in singles if r], [r for r in ceilings if r]
     return [(f"encode_batch, {cores} threads", raw), (f"encode_batch_fast, {cores} threads", fast),
-            ("encode_batch, 1 thread", median_run(singles) if singles else None),
+            (SINGLE, median_run(singles) if singles else None),
             (CEILING, median_run(ceilings) if ceilings else None)]
 
 

@@ -60,7 +60,7 @@ def test_every_command_has_help(command, capsys):
 
 @pytest.mark.parametrize("edit, expected", [
     ({"datasets.0.data_files": "/nonexistent/*.jsonl"}, "matches no file"),
-    ({"default_tokenizer": "/nonexistent/tokenizer"}, "tokenizer '/nonexistent/tokenizer' not found"),
+    ({"default_tokenizer": "/nonexistent/tokenizer"}, "tokenizer '/nonexistent/tokenizer': no such file or directory"),
     ({"save.fromat": "parquet"}, "unknown key 'save.fromat' (did you mean 'format'?)"),
     ({"save.num_shards": "many"}, "save.num_shards: expected int"),
     ({"save.format": "csv"}, "save.format: must be one of parquet, arrow, jsonl"),

@@ -27,7 +27,7 @@ def test_chat_template_from_file_or_text(tmp_path):
 
 
 @pytest.mark.parametrize("value, message", [
-    ("/nonexistent/template.jinja", "chat.template '/nonexistent/template.jinja' is neither a readable file"),
+    ("/nonexistent/template.jinja", "chat.template '/nonexistent/template.jinja' is neither a shipped template (chatml, gemma, llama3, mistral, phi3), a readable file"),
     ("{% for m in messages %}", "chat.template: chat template does not parse"),
 ])
 def test_bad_chat_template_is_a_config_error(value, message):

@@ -562,16 +562,23 @@ def _line_cap(max_bytes: Optional[int]) -> int:
     return -1 if max_bytes is None else 6 * max_bytes + (1 << 16)
 
 
+def _sized_lines(f: Any) -> Any:
+    """`f`, or `f` buffered where its `readline` takes no size (fsspec's remote files): every line read
+    here is read in bounded pieces."""
+    try:
+        f.readline(0)  # reads nothing
+    except TypeError:
+        return io.BufferedReader(f)
+    return f
+
+
 def _bounded_lines(f: Any, cap: int) -> Iterator[tuple[bytes, int]]:
-    """`(line, 0)` for every line of `f`, or `(its first cap bytes, bytes skipped)` for a longer one."""
+    """`(line, 0)` for every line of `f`, or `(its first cap bytes, bytes skipped)` for a longer one
+    (`f` as `_sized_lines` gives it)."""
     if cap < 0:
         for raw in f:
             yield raw, 0
         return
-    try:
-        f.readline(0)  # reads nothing; fsspec's remote files take no size argument: buffer them
-    except TypeError:
-        f = io.BufferedReader(f)
     while True:
         raw = f.readline(cap)
         if not raw:
@@ -594,7 +601,8 @@ def _read_lines(split: InputSplit, dataset: DatasetConfig, out: _Collector) -> I
         yield from _read_text_whole(split, dataset, out)
         return
     cap = _line_cap(out.max_bytes)
-    with open_file(split.path) as f:
+    with open_file(split.path) as opened:
+        f = _sized_lines(opened)
         position = split.start
         if split.start > 0:
             f.seek(split.start - 1)

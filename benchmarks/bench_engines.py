@@ -1,0 +1,124 @@
+"""The pipeline with `tokenize.engine: hf` and with the default (`auto`: a verified fast engine), against
+the ceilings of both tokenizers, on the same corpus, for Mistral and Qwen3.
+
+For each tokenizer (nothing is downloaded: `../shared/tokenizers`, else `--tokenizer-dirs`):
+
+1. Ceilings, each one single-threaded process per usable core (`RAYON_NUM_THREADS=1`) encoding its share
+   of the corpus in memory, only the encode calls timed: `tokenizers`' fastest call (`encode_batch_fast`,
+   no offsets) -- HF's ceiling -- and the fast engine `auto` verifies for this tokenizer (its flat-array call).
+2. The pipeline, `easydata run CONFIG --quiet` (packed at 2048, Parquet/zstd), whole command wall-clock,
+   with `engine: hf` and with the default, alternated, `--repeat` times (median).
+3. Printed: tokens/s of each, the ratios to both ceilings, peak RSS of the command's process tree, peak
+   staging bytes per token, the engine the manifest names with its verification counts, and whether the two
+   runs' shards are byte-identical.
+
+Usage, from the repository root: python benchmarks/bench_engines.py [--size-mb 48] [--repeat 3]
+[--tokenizers mistral,qwen3] [--workdir DIR]. Timings on a shared host drift: compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import bench_pipeline as bp  # noqa: E402  (the corpus, measured commands and ceilings are shared)
+
+TOKENIZERS = {"mistral": bp.REPO_ROOT.parent / "shared" / "tokenizers" / "mistral-7b-v0.1",
+              "qwen3": bp.REPO_ROOT.parent / "shared" / "tokenizers" / "qwen3"}
+
+
+def fast_engine_for(tokenizer_dir: Path, texts: list[str]) -> str:
+    """The engine `auto` picks for this tokenizer (verified on a sample of the corpus)."""
+    from tokenizers import Tokenizer
+
+    from easydata.text.engines import choose_engine
+
+    hf = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    specials = [t.content for t in hf.get_added_tokens_decoder().values()]
+    return choose_engine("auto", tokenizer_dir / "tokenizer.json", hf, specials, [t[:2000] for t in texts[:300]]).name
+
+
+def digest(output: Path) -> dict[str, str]:
+    return {str(p.relative_to(output)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(output.rglob("part-*"))}
+
+
+def run_engine(label: str, engine: str, corpus: Path, tokenizer_dir: Path, workdir: Path) -> dict[str, Any]:
+    out = workdir / f"out-{label}"
+    config = bp.write_config(workdir / f"config-{label}.json", corpus, tokenizer_dir, out)
+    data = json.loads(config.read_text())
+    data.setdefault("tokenize", {})["engine"] = engine
+    config.write_text(json.dumps(data))
+    result = bp.run_pipeline(label, config, [], {"RAYON_NUM_THREADS": None}, workdir, out)
+    if result["returncode"] == 0:
+        manifest = json.loads((out / "manifest.json").read_text())
+        result["engine"] = next(iter(manifest.get("tokenizer_engines", {}).values()), {})
+        result["digest"] = digest(out)
+    return result
+
+
+def ratio(tokens: Optional[int], seconds: float, ceiling: Optional[dict[str, Any]]) -> str:
+    if not tokens or not ceiling:
+        return "n/a"
+    return f"{(tokens / seconds) / (ceiling['tokens'] / ceiling['seconds']):.2f}"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=bp.DEFAULT_SIZE_MB)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--tokenizers", default="mistral,qwen3")
+    parser.add_argument("--workdir", type=Path, default=bp.DEFAULT_WORKDIR / "engines")
+    args = parser.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    corpus, meta = bp.ensure_corpus(args.workdir.parent, args.size_mb)
+    texts = bp.load_texts(corpus)
+    cores = bp.usable_cores()
+    print(f"engines benchmark: {cores} cores, corpus {corpus} ({meta['documents']:,} documents,"
+          f" {meta['text_bytes'] / 1e6:.1f} MB of text)")
+    rows = []
+    for name in args.tokenizers.split(","):
+        tokenizer_dir = TOKENIZERS[name]
+        engine = fast_engine_for(tokenizer_dir, texts)
+        hf_ceiling = bp.encode_single_thread(tokenizer_dir, corpus, processes=cores, method=bp.ceiling_method())
+        fast_ceiling = bp.encode_single_thread(tokenizer_dir, corpus, processes=cores, engine=engine)
+        runs: dict[str, list[dict[str, Any]]] = {"hf": [], "auto": []}
+        for _ in range(args.repeat):  # alternated: the host's speed drifts
+            for label in ("hf", "auto"):
+                runs[label].append(run_engine(f"{name}-{label}", label, corpus, tokenizer_dir, args.workdir))
+        hf_run, auto_run = bp.median_run(runs["hf"]), bp.median_run(runs["auto"])
+        identical = hf_run.get("digest") is not None and hf_run.get("digest") == auto_run.get("digest")
+        print(f"\n{name}: fast engine {engine}; ceilings ({cores} single-threaded processes):"
+              f" hf {bp.ceiling_method()} {hf_ceiling['tokens'] / hf_ceiling['seconds']:,.0f} tokens/s,"
+              f" {engine} {fast_ceiling['tokens'] / fast_ceiling['seconds']:,.0f} tokens/s"
+              f" ({hf_ceiling['seconds'] / fast_ceiling['seconds']:.1f}x)")
+        for label, run in (("engine: hf", hf_run), ("default (auto)", auto_run)):
+            if run["returncode"] != 0:
+                print(f"  {label}: FAILED, see {run['log']}")
+                continue
+            tokens = run.get("tokens")
+            staging = run.get("peak_staging_bytes")
+            counts = run.get("engine", {}).get("while_running", {})
+            rows.append([name, label, run.get("engine", {}).get("name", "?"), f"{run['seconds']:.1f}",
+                         f"{tokens / run['seconds']:,.0f}", ratio(tokens, run["seconds"], hf_ceiling),
+                         ratio(tokens, run["seconds"], fast_ceiling), bp.fmt_bytes(run["peak_tree_rss"]),
+                         f"{staging / tokens:.1f}" if staging and tokens else "n/a",
+                         f"{counts.get('verified', '-')}/{counts.get('mismatches', '-')}"])
+        print(f"  outputs byte-identical: {'yes' if identical else 'NO'}")
+    print()
+    bp.print_table(rows, ["tokenizer", "run", "engine", "seconds", "tokens/s", "vs HF ceiling", "vs engine ceiling",
+                          "peak RSS", "staging B/token", "verified/mismatches"])
+    print("\n  vs HF ceiling: the whole command's tokens/s over tokenizers' own fastest call on every core"
+          "\n  (one single-threaded process per core, texts in memory, only the encode calls timed).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
