@@ -148,7 +148,7 @@ class Tokenize(beam.PTransform):
         return documents | "Encode" >> beam.ParDo(
             _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging,
                         self._engine, self._dataset)
-        ).with_outputs(ENGINE_STATS_TAG, main="rows")
+        ).with_output_types(pa.RecordBatch).with_outputs(ENGINE_STATS_TAG, main="rows")
 
     def display_data(self) -> dict[str, Any]:
         return {"tokenizer": self._tokenizer.name_or_path}
