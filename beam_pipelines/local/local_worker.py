@@ -62,6 +62,8 @@ START_METHOD_VARIABLE = "EASYDATA_WORKER_START"
 #: The job's tokenizers (a JSON list of `TokenizerConfig` fields), loaded by a fork server before it
 #: forks, so that every worker starts with them (`easydata.text.tokenizer.preload_tokenizers`).
 PRELOAD_TOKENIZERS_VARIABLE = "EASYDATA_PRELOAD_TOKENIZERS"
+#: The fast tokenizer engines (a JSON list of names) the server loads for each of those tokenizers.
+PRELOAD_ENGINES_VARIABLE = "EASYDATA_PRELOAD_ENGINES"
 
 _CHILD_SIGNALS = {signal.SIGCHLD}
 
@@ -234,7 +236,8 @@ def _serve_or_work() -> None:
         import transforms  # noqa: F401
         import beam_pipelines.beam_internals  # noqa: F401
 
-        easydata.text.tokenizer.preload_tokenizers(_tokenizers_to_preload())
+        easydata.text.tokenizer.preload_tokenizers(_tokenizers_to_preload(),
+                                                   json.loads(os.environ.pop(PRELOAD_ENGINES_VARIABLE, "[]")))
     serve(sys.stdin, status_fd, handler, method)
     # Every worker has ended and been reported: leave without the interpreter's teardown (freeing
     # Beam's, Arrow's and the tokenizer's modules takes ~0.7 s, and the launcher waits for this exit).

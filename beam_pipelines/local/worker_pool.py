@@ -118,9 +118,10 @@ def _is_local_batch(known: Optional[argparse.Namespace]) -> bool:
 class StandbyWorkers:
     """A worker fork server waiting for a job; `serve` offers its workers to Beam as an external worker pool."""
 
-    def __init__(self, tokenizers: Sequence[TokenizerConfig] = ()) -> None:
-        """Starts the fork server; it loads `tokenizers` (the job's) before forking any worker."""
-        from beam_pipelines.local.local_worker import PRELOAD_TOKENIZERS_VARIABLE, start_method
+    def __init__(self, tokenizers: Sequence[TokenizerConfig] = (), engines: Sequence[str] = ()) -> None:
+        """Starts the fork server; it loads `tokenizers` (the job's), and for each the fast `engines` the job
+        may use (`easydata.text.engines`; loading one starts no thread), before forking any worker."""
+        from beam_pipelines.local.local_worker import PRELOAD_ENGINES_VARIABLE, PRELOAD_TOKENIZERS_VARIABLE, start_method
 
         try:
             start_method()  # the server's choice, checked here to fail in one line
@@ -129,7 +130,8 @@ class StandbyWorkers:
         preload = json.dumps([dataclasses.asdict(config) for config in tokenizers])
         self._server_process = subprocess.Popen([sys.executable, "-m", "beam_pipelines.local.local_worker"],
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                env={**os.environ, PRELOAD_TOKENIZERS_VARIABLE: preload})
+                                                env={**os.environ, PRELOAD_TOKENIZERS_VARIABLE: preload,
+                                                     PRELOAD_ENGINES_VARIABLE: json.dumps(list(engines))})
         self._started: list[int] = []
         self._ended: dict[int, int] = {}
         self._changed = threading.Condition()
@@ -304,7 +306,8 @@ def prestart(beam_args: list[str], config: Optional[PipelineConfig] = None) -> N
     if not local_worker_count(beam_args):
         discard_prestarted()
     elif _prestarted is None:
-        _prestarted = StandbyWorkers(job_tokenizers(config) if config is not None else ())
+        _prestarted = StandbyWorkers(job_tokenizers(config) if config is not None else (),
+                                     job_engines(config) if config is not None else ())
 
 
 def job_tokenizers(config: PipelineConfig) -> list[TokenizerConfig]:
@@ -318,6 +321,18 @@ def job_tokenizers(config: PipelineConfig) -> list[TokenizerConfig]:
             continue
         if tokenizer not in found:
             found.append(tokenizer)
+    return found
+
+
+def job_engines(config: PipelineConfig) -> list[str]:
+    """The fast tokenizer engines `config`'s datasets may use (`tokenize.engine`: `auto` may use any)."""
+    from easydata.text.engines import FAST_ENGINES
+
+    found: list[str] = []
+    for dataset in config.datasets:
+        requested = config.tokenize_for(dataset).engine
+        found.extend(e for e in (FAST_ENGINES if requested == "auto" else (requested,))
+                     if e != "hf" and e not in found)
     return found
 
 

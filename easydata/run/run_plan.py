@@ -216,9 +216,11 @@ def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
             sample = [] if requested == "hf" else [
                 text for other in users for text in sample_texts(
                     by_name[other.name], other.splits, documents=max(200, 2000 // len(users)),
-                    chars=max(100_000, 1_000_000 // len(users)), messages_field=config.chat.messages_field)]
+                    chars=max(50_000, 500_000 // len(users)), messages_field=config.chat.messages_field)]
             specials = [t.content for t in handle.tokenizer.get_added_tokens_decoder().values()]
-            choices[key] = choose_engine(requested, handle.tokenizer_file, handle.tokenizer, specials, sample)
+            add_bos = config.tokenize_for(by_name[d.name]).add_bos  # None: the tokenizer's own special tokens
+            choices[key] = choose_engine(requested, handle.tokenizer_file, handle.tokenizer, specials, sample,
+                                         add_special_tokens=add_bos is None)
         choice = choices[key]
         out.append(dataclasses.replace(d, engine=choice.name, engine_choice=choice.to_manifest()))
     return out

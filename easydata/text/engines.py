@@ -192,15 +192,18 @@ def adversarial_texts(special_tokens: Sequence[str]) -> list[str]:
     return [*languages, *code, *odd, *specials, *fuzz, *mixed, long]
 
 
-def verify_engine(engine: Engine, reference: Engine, texts: Sequence[str]) -> Optional[str]:
-    """None when `engine` gives `reference`'s ids for every text, with and without special tokens; else
-    where they first differ."""
-    for add in (False, True):
-        for start in range(0, len(texts), 256):
-            chunk = list(texts[start:start + 256])
-            got, want = engine.encode(chunk, add), reference.encode(chunk, add)
-            if not (np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])):
-                return _first_difference(chunk, got, want, start, add)
+def verify_engine(engine: Engine, reference: Engine, texts: Sequence[str],
+                  expected: Optional[dict[bool, tuple[np.ndarray, np.ndarray]]] = None,
+                  settings: Sequence[bool] = (False, True)) -> Optional[str]:
+    """None when `engine` gives `reference`'s ids for every text with each `add_special_tokens` of
+    `settings` (default: without and with special tokens); else where they first differ. `expected`:
+    `reference`'s output per setting, when known."""
+    texts = list(texts)
+    for add in settings:
+        want = expected[add] if expected is not None else reference.encode(texts, add)
+        got = engine.encode(texts, add)
+        if not (np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])):
+            return _first_difference(texts, got, want, 0, add)
     return None
 
 
@@ -233,49 +236,65 @@ class EngineChoice:
                                          "adversarial": self.adversarial_documents}}
 
 
-def _verdict_file(tokenizer_file: Path, name: str, version: str) -> Path:
+def _verdict_file(digest: str, name: str, version: str) -> Path:
     from easydata.tools.sample import cache_root
 
-    digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
     return cache_root() / "engine-verdicts" / f"{digest[:32]}-{name}-{version}.json"
 
 
 def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens: Sequence[str],
-                  sample: Sequence[str]) -> EngineChoice:
+                  sample: Sequence[str], add_special_tokens: Optional[bool] = None) -> EngineChoice:
     """The engine a run uses: `hf` when asked, else the first engine (the one asked, or for `auto` the
-    fastest installed) that loads and gives `hf`'s ids on the adversarial set (verdict cached) and on
-    `sample` (the run's own documents); `hf` with the reason when none does."""
+    fastest installed) that loads and gives `hf`'s ids on the adversarial set with and without special
+    tokens (verdict cached per tokenizer, engine and version) and on `sample` (the run's own documents)
+    with the run's setting `add_special_tokens` (None: both); `hf` with the reason when none does."""
+    import concurrent.futures
+
     reference = Engine(tokenizer_file, hf)
     if requested == "hf":
         return EngineChoice("hf", reference.version, requested, "asked for")
-    candidates = FAST_ENGINES if requested == "auto" else (requested,)
-    reasons = []
+    candidates = [name for name in (FAST_ENGINES if requested == "auto" else (requested,))]
+    reasons = [f"{name} is not installed" for name in candidates if engine_version(name) == "not installed"]
+    candidates = [name for name in candidates if engine_version(name) != "not installed"]
     adversarial = adversarial_texts(special_tokens)
-    for name in candidates:
-        version = engine_version(name)
-        if version == "not installed":
-            reasons.append(f"{name} is not installed")
-            continue
-        try:
-            engine = load_engine(name, tokenizer_file, hf)
-        except Exception as e:  # noqa: BLE001 - any load failure means hf
-            reasons.append(f"{name} {version} cannot load this tokenizer ({type(e).__name__}: {str(e)[:120]})")
-            continue
-        verdict_file = _verdict_file(tokenizer_file, name, version)
-        try:
-            cached = json.loads(verdict_file.read_text())
-        except (OSError, ValueError):
-            cached = None
-        problem = cached.get("problem") if isinstance(cached, dict) else None
-        if cached is None:
-            problem = verify_engine(engine, reference, adversarial)
-            _write_verdict(verdict_file, {"engine": name, "version": version, "problem": problem,
-                                          "documents": len(adversarial)})
-        if problem is None:
-            problem = verify_engine(engine, reference, sample)
-        if problem is None:
-            return EngineChoice(name, version, requested, "verified equal to hf", len(sample), len(adversarial))
-        reasons.append(f"{name} {version} differs from hf: {problem}")
+    settings = (False, True) if add_special_tokens is None else (add_special_tokens,)
+    digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
+    expected: dict[str, dict[bool, tuple[np.ndarray, np.ndarray]]] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-load")
+    try:
+        # Loading an engine (~1 s for a 150k-token vocabulary; it releases the GIL) overlaps with the
+        # reference encodings; the next candidate loads only if the first is refused.
+        loads = {name: pool.submit(load_engine, name, tokenizer_file, hf) for name in candidates}
+        if candidates:  # meanwhile (tokenizers releases the GIL): what the first candidate is compared with
+            expected["sample"] = {add: reference.encode(sample, add) for add in settings}
+            if not _verdict_file(digest, candidates[0], engine_version(candidates[0])).is_file():
+                expected["adversarial"] = {add: reference.encode(adversarial, add) for add in (False, True)}
+        for name in candidates:
+            version = engine_version(name)
+            try:
+                engine = loads[name].result()
+            except Exception as e:  # noqa: BLE001 - any load failure means hf
+                reasons.append(f"{name} {version} cannot load this tokenizer ({type(e).__name__}: {str(e)[:120]})")
+                continue
+            verdict_file = _verdict_file(digest, name, version)
+            try:
+                cached = json.loads(verdict_file.read_text())
+            except (OSError, ValueError):
+                cached = None
+            problem = cached.get("problem") if isinstance(cached, dict) else None
+            if cached is None:
+                if "adversarial" not in expected:
+                    expected["adversarial"] = {add: reference.encode(adversarial, add) for add in (False, True)}
+                problem = verify_engine(engine, reference, adversarial, expected["adversarial"])
+                _write_verdict(verdict_file, {"engine": name, "version": version, "problem": problem,
+                                              "documents": len(adversarial)})
+            if problem is None:
+                problem = verify_engine(engine, reference, sample, expected["sample"], settings)
+            if problem is None:
+                return EngineChoice(name, version, requested, "verified equal to hf", len(sample), len(adversarial))
+            reasons.append(f"{name} {version} differs from hf: {problem}")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a queued load that is no longer needed never starts
     return EngineChoice("hf", reference.version, requested, "; ".join(reasons) or "no fast engine")
 
 

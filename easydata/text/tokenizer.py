@@ -396,7 +396,7 @@ def load_tokenizer(spec: str | TokenizerConfig) -> TokenizerHandle:
 _PRELOADED: dict[TokenizerConfig, TokenizerHandle] = {}
 
 
-def preload_tokenizers(configs: Iterable[TokenizerConfig]) -> None:
+def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str] = ()) -> None:
     """Loads each tokenizer now, for `shared_tokenizer` to hand out later in this process.
 
     A local worker server calls this before it forks its workers (`beam_pipelines.local.local_worker`): each
@@ -410,6 +410,12 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig]) -> None:
             try:
                 _PRELOADED[config] = TokenizerHandle(config)
             except Exception:  # noqa: BLE001 - e.g. an unreadable file: the step's own load reports it
+                pass
+    for handle in _PRELOADED.values():  # the fast engines the job may use (loading one starts no thread)
+        for name in engines:
+            try:
+                handle.engine(name)
+            except Exception:  # noqa: BLE001 - e.g. fastokens and a Metaspace tokenizer: never used then
                 pass
 
 
