@@ -151,6 +151,11 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                   " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
             loaded[tok] = handle.info
             handles[tok] = handle
+            requested = config.tokenize_for(ds).engine
+            if requested != "hf":  # loads while the inputs are planned and sampled (`_choose_engines`)
+                from easydata.text.engines import prefetch_engine
+
+                prefetch_engine(requested, handle.tokenizer_file, handle.tokenizer)
         splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
                                                  splits_wanted=splits_per_dataset())
         input_bytes = total_input_bytes(splits)

@@ -31,7 +31,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 __all__ = ["ENGINE_NAMES", "FAST_ENGINES", "Engine", "EngineChoice", "VerifiedEngine", "load_engine",
-           "choose_engine", "verify_engine", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
+           "choose_engine", "prefetch_engine", "verify_engine", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
 
 ENGINE_NAMES = ("auto", "hf", "fastokens", "gigatoken")
 #: The fast engines `auto` tries, fastest first (benchmarks/bench_pipeline.py).
@@ -157,6 +157,22 @@ def load_engine(name: str, tokenizer_file: Path, hf: Any) -> Engine:
     return _ENGINES[name](tokenizer_file, hf)
 
 
+_PREFETCH: dict[tuple[str, str], Any] = {}
+
+
+def prefetch_engine(requested: str, tokenizer_file: Path, hf: Any) -> None:
+    """Starts loading the first engine `choose_engine` will try for `requested`, on a thread of its own
+    (loading releases the GIL), so that planning's other work overlaps with it."""
+    import concurrent.futures
+
+    candidates = [n for n in (FAST_ENGINES if requested == "auto" else (requested,))
+                  if n != "hf" and engine_version(n) != "not installed"]
+    if candidates and (str(tokenizer_file), candidates[0]) not in _PREFETCH:
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-prefetch")
+        _PREFETCH[(str(tokenizer_file), candidates[0])] = pool.submit(load_engine, candidates[0], tokenizer_file, hf)
+        pool.shutdown(wait=False)
+
+
 # ---- verification --------------------------------------------------------------------------------
 
 def adversarial_texts(special_tokens: Sequence[str]) -> list[str]:
@@ -264,7 +280,8 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
     try:
         # Loading an engine (~1 s for a 150k-token vocabulary; it releases the GIL) overlaps with the
         # reference encodings; the next candidate loads only if the first is refused.
-        loads = {name: pool.submit(load_engine, name, tokenizer_file, hf) for name in candidates}
+        loads = {name: _PREFETCH.pop((str(tokenizer_file), name), None) or pool.submit(load_engine, name, tokenizer_file, hf)
+                 for name in candidates}
         if candidates:  # meanwhile (tokenizers releases the GIL): what the first candidate is compared with
             expected["sample"] = {add: reference.encode(sample, add) for add in settings}
             if not _verdict_file(digest, candidates[0], engine_version(candidates[0])).is_file():

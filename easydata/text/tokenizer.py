@@ -411,12 +411,13 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str
                 _PRELOADED[config] = TokenizerHandle(config)
             except Exception:  # noqa: BLE001 - e.g. an unreadable file: the step's own load reports it
                 pass
-    for handle in _PRELOADED.values():  # the fast engines the job may use (loading one starts no thread)
-        for name in engines:
+    for handle in _PRELOADED.values():  # the fast engine the job will use, where planning accepts it: the first
+        for name in engines:            # of `engines` that loads (loading one starts no thread)
             try:
                 handle.engine(name)
+                break
             except Exception:  # noqa: BLE001 - e.g. fastokens and a Metaspace tokenizer: never used then
-                pass
+                continue
 
 
 def shared_tokenizer(config: TokenizerConfig) -> TokenizerHandle:
