@@ -111,25 +111,30 @@ def _digest(out: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.rglob("part-*"))}
 
 
-def _job(tmp_path: Path, tokenizer: Path, engine: str, out: str) -> Path:
+def _job(tmp_path: Path, tokenizer: Path, engine: str, out: str, **tokenize) -> Path:
     config = tmp_path / f"{out}.json"
     config.write_text(json.dumps({
         "default_tokenizer": str(tokenizer), "datasets": [{"name": "web", "data_files": str(tmp_path / "web.jsonl")}],
-        "tokenize": {"engine": engine, "add_bos": True} if "mistral" in str(tokenizer) else {"engine": engine},
+        "tokenize": {"engine": engine, **tokenize},
         "pack": {"enabled": True, "seq_length": 256}, "save": {"output_dir": str(tmp_path / out), "num_shards": 3}}))
     return config
 
 
-@pytest.mark.parametrize("which", ["qwen3", "mistral"])
-def test_the_fast_engine_writes_byte_identical_shards(which, tmp_path, qwen3_tokenizer_dir, mistral_tokenizer_dir,
-                                                      monkeypatch) -> None:
+@pytest.mark.parametrize("which, tokenize", [
+    ("qwen3", {}),
+    ("mistral", {"add_bos": True}),  # BOS added by the pipeline
+    ("mistral", {"max_length": 64, "truncation": "window", "stride": 8}),  # the post-processor's BOS, windows
+], ids=["qwen3", "mistral-bos", "mistral-postprocessor-windows"])
+def test_the_fast_engine_writes_byte_identical_shards(which, tokenize, tmp_path, qwen3_tokenizer_dir,
+                                                      mistral_tokenizer_dir, monkeypatch) -> None:
     monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
     tokenizer = qwen3_tokenizer_dir if which == "qwen3" else mistral_tokenizer_dir
     texts = make_texts(1500, seed=6) + adversarial_texts(["<|im_end|>", "</s>"])[:60]
     (tmp_path / "web.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts if t.strip()))
     for engine in ("hf", "auto"):
-        done = subprocess.run([sys.executable, "-m", "easydata", "run", str(_job(tmp_path, tokenizer, engine, engine)),
-                               "--quiet"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+        done = subprocess.run([sys.executable, "-m", "easydata", "run",
+                               str(_job(tmp_path, tokenizer, engine, engine, **tokenize)), "--quiet"],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
     assert _digest(tmp_path / "auto") == _digest(tmp_path / "hf") != {}
     engine = json.loads((tmp_path / "auto" / "manifest.json").read_text())["tokenizer_engines"]["web"]
