@@ -188,3 +188,14 @@ def test_an_engine_going_wrong_during_the_run_is_caught_counted_and_flagged(tmp_
     checked = subprocess.run([sys.executable, "-m", "easydata", "validate", str(tmp_path / "out")], cwd=REPO_ROOT,
                              capture_output=True, text=True, timeout=300)
     assert checked.returncode == 1 and "tokenizer engine fastokens gave other ids than hf" in checked.stdout
+
+
+def test_engines_take_an_empty_batch(qwen3_tokenizer_dir, mistral_tokenizer_dir) -> None:
+    """A chat dataset has no plain documents to sample: verification runs on an empty list."""
+    for directory in (qwen3_tokenizer_dir, mistral_tokenizer_dir):
+        path, hf = _hf(directory)
+        for engine in (GigatokenEngine(path, hf), Engine(path, hf)):
+            for add in (False, True):
+                flat, lengths = engine.encode([], add)
+                assert len(flat) == 0 and len(lengths) == 0
+        assert verify_engine(GigatokenEngine(path, hf), Engine(path, hf), []) is None

@@ -98,10 +98,10 @@ class _Specials:
             return flat, lengths
         p, s = len(self.prefix), len(self.suffix)
         new_lengths = lengths + p + s
-        starts = np.concatenate([[0], np.cumsum(new_lengths)[:-1]]).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(new_lengths)])[:-1].astype(np.int64)
         out = np.empty(int(new_lengths.sum()), dtype=np.int32)
         body = np.repeat(starts + p, lengths) + (np.arange(len(flat)) - np.repeat(
-            np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths))
+            np.concatenate([[0], np.cumsum(lengths)])[:-1].astype(np.int64), lengths))
         out[body] = flat
         for k in range(p):
             out[starts + k] = self.prefix[k]
