@@ -1,0 +1,306 @@
+"""Documents as the readers make them: where they come from (`InputSplit`), batches of them
+(`DocumentBatch`), the records that could not become one (`Reject`), and the checks every record gets
+(`DocumentCollector`: content field, chat messages, values no column or UTF-8 text can hold, size limits).
+
+Shared by every input format (`easydata.io.input_formats`) and by the streaming pipeline
+(`collect_records`), so a record is judged the same way wherever it was read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any, Optional
+
+from easydata.config import DatasetConfig
+from easydata.io.record_format import FormatError
+from easydata.text.chat import ChatError, conversation_from_record
+
+__all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
+           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "PROGRAMMING_ERRORS"]
+
+EXCERPT_CHARS = 200
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
+# A batch closes at `batch_size` documents or this many characters of text, whichever comes first.
+MAX_BATCH_CHARS = 4 * 2**20
+# Bugs, not bad input: these are never turned into dead letters.
+PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, RecursionError,
+                      MemoryError, NotImplementedError)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSplit:
+    """A contiguous piece of one input file.
+
+    Attributes:
+      dataset: name of the dataset it belongs to.
+      path: the file (local path or URL).
+      type: input format.
+      start, end: byte range for line formats, row-group / record-batch range for Parquet / Arrow;
+        `end` None means "to the end of the file".
+      index: position of this split in the dataset's split list (names its dead-letter file).
+      size: approximate bytes covered, for progress reporting.
+      key_name: the file's name in document keys: its path relative to the dataset's common
+        directory, so keys (and the shuffle) do not change when the data moves (local -> gs://).
+      version: what the file was at planning (`easydata.io.filesystems.file_version`: size and
+        modification time, or the object's generation); reading checks it (`check_unchanged`). Empty:
+        not checked.
+    """
+
+    dataset: str
+    path: str
+    type: str
+    start: int = 0
+    end: Optional[int] = None
+    index: int = 0
+    size: int = 0
+    key_name: str = ""
+    version: str = ""
+
+@dataclasses.dataclass
+class Reject:
+    """A record that could not become a document, with where it came from and why."""
+
+    dataset: str
+    source: str
+    position: int
+    reason: str
+    excerpt: str = ""
+    records: int = 1  # input records this rejection stands for (all rows of an unreadable row group)
+    # Set when the rest of a split could not be read (a truncated or corrupt file): how many bytes of the
+    # split were read before the damage, and how many were left unread (None: unknown, e.g. a compressed
+    # stream cut short, whose missing part never arrived).
+    read_bytes: Optional[int] = None
+    unread_bytes: Optional[int] = None
+
+    @property
+    def partial_input(self) -> bool:
+        """This dead letter stands for the unread rest of a file."""
+        return self.read_bytes is not None
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if not self.partial_input:
+            del data["read_bytes"], data["unread_bytes"]
+        return data
+
+    def partial_entry(self) -> dict[str, Any]:
+        """The manifest's record of a file read only in part (`partial_inputs`)."""
+        return {"path": self.source, "offset": self.position, "read_bytes": self.read_bytes,
+                "unread_bytes": self.unread_bytes, "reason": self.reason}
+
+@dataclasses.dataclass
+class DocumentBatch:
+    """Documents of one dataset, column-wise.
+
+    Attributes:
+      dataset: dataset name.
+      keys: stable `"<name>@<position>"` keys (see the module docstring).
+      texts: document texts.
+      fields: additional field name -> list of values, aligned with `texts`.
+      input_bytes: raw input bytes consumed to produce this batch (for progress).
+      conversations: for chat records, their `easydata.text.chat.Conversation` (its text is rendered by the
+        chat stage); None for plain text documents; the whole list is None when there is no chat record.
+      spans: after the chat stage, each document's trained character spans (None: train every token).
+      unit, index: the work unit (its first split's index) and the batch's number within it; they name
+        the batch's checkpoint (`easydata.run.checkpoint`); -1 when not read by `ReadDocuments`.
+      chat_rejected, chat_rejected_file: records of this batch the chat stage rejected, and the
+        dead-letter file it wrote them to (kept in the checkpoint, so a resumed run counts them).
+    """
+
+    dataset: str
+    keys: list[str]
+    texts: list[str]
+    fields: dict[str, list[Any]]
+    input_bytes: int = 0
+    conversations: Optional[list[Any]] = None
+    spans: Optional[list[Optional[list[tuple[int, int]]]]] = None
+    unit: int = -1
+    index: int = -1
+    chat_rejected: int = 0
+    chat_rejected_file: Optional[str] = None
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+class DocumentCollector:
+    """Accumulates records into `DocumentBatch`es and rejects into a list."""
+
+    def __init__(self, dataset: DatasetConfig, source: str, key_name: str, batch_size: int,
+                 max_document_bytes: Optional[int], limit: Optional[int], messages_field: str = "messages"):
+        self.ds, self.source, self.key_name, self.batch_size = dataset, source, key_name, batch_size
+        self.messages_field = messages_field
+        self.formatter = dataset.record_formatter()
+        self.max_bytes, self.limit = max_document_bytes, limit
+        self.rejects: list[Reject] = []
+        self.count = 0
+        self.pending_bytes = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.keys: list[str] = []
+        self.texts: list[str] = []
+        self.text_chars = 0
+        self.conversations: Optional[list[Any]] = None
+        self.fields: dict[str, list[Any]] = {f: [] for f in self.ds.additional_fields}
+
+    @property
+    def full(self) -> bool:
+        # Bounded by bytes too: a batch of long documents would otherwise hold several GB of tokenizer
+        # output at once.
+        return len(self.texts) >= self.batch_size or self.text_chars >= MAX_BATCH_CHARS
+
+    @property
+    def done(self) -> bool:
+        return self.limit is not None and self.count >= self.limit
+
+    def reject(self, position: int, reason: str, excerpt: Any = "", records: int = 1, *,
+               read_bytes: Optional[int] = None, unread_bytes: Optional[int] = None) -> None:
+        if self.done:
+            return
+        self.count += records
+        text = excerpt if isinstance(excerpt, str) else _excerpt(excerpt)
+        self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:EXCERPT_CHARS], records,
+                                   read_bytes, unread_bytes))
+
+    def add_record(self, position: int, record: Any) -> None:
+        """Adds one parsed structured record: an object whose content field holds a string (a text
+        document) or a list of messages (a chat record; also the `messages_field`, or a
+        `prompt`/`completion` pair)."""
+        if self.done:
+            return
+        if not isinstance(record, dict):
+            return self.reject(position, f"record is a {type(record).__name__}, not an object", record)
+        if self.formatter is not None:
+            try:
+                record = self.formatter(record)
+            except FormatError as e:
+                return self.reject(position, str(e), record)
+        for name in (self.ds.content_field, self.messages_field, "prompt", "completion", *self.ds.additional_fields):
+            problem = unusable_value(record[name], f"field '{name}'") if name in record else None
+            if problem:
+                return self.reject(position, problem, record)
+        text = record.get(self.ds.content_field, record.get(self.messages_field))
+        is_pair = text is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str)
+        if isinstance(text, list) or is_pair:
+            try:
+                conversation = conversation_from_record(text, record)
+            except ChatError as e:
+                return self.reject(position, str(e), record)
+            return self._accept_conversation(position, conversation, record)
+        if self.ds.content_field not in record:
+            return self.reject(position, f"missing content field '{self.ds.content_field}'", record)
+        if not isinstance(text, str):
+            return self.reject(position, f"content field '{self.ds.content_field}' is a"
+                               f" {type(text).__name__}, not a string", record)
+        self._accept(position, text, record)
+
+    def _accept_conversation(self, position: int, conversation: Any, record: dict[str, Any]) -> None:
+        if self.conversations is None:
+            self.conversations = [None] * len(self.texts)
+        self.count += 1
+        self.keys.append(f"{self.key_name}@{position}")
+        self.texts.append("")  # rendered by the chat stage
+        self.conversations.append(conversation)
+        for f in self.fields:
+            self.fields[f].append(record.get(f))
+
+    def add_text(self, position: int, text: str) -> None:
+        """Adds one plain-text document (text input: no fields but the content field)."""
+        if self.formatter is not None:
+            return self.add_record(position, {self.ds.content_field: text})
+        if not self.done:
+            self._accept(position, text, None)
+
+    def _accept(self, position: int, text: str, record: Optional[dict[str, Any]]) -> None:
+        if not text.strip():
+            return self.reject(position, "empty text", text)
+        if self.max_bytes is not None and len(text) * 4 > self.max_bytes and \
+                len(text.encode("utf-8")) > self.max_bytes:
+            return self.reject(position, f"document is larger than max_document_bytes={self.max_bytes}", text)
+        self.count += 1
+        self.keys.append(f"{self.key_name}@{position}")
+        self.texts.append(text)
+        self.text_chars += len(text)
+        if self.conversations is not None:
+            self.conversations.append(None)
+        for f in self.fields:
+            self.fields[f].append(record.get(f) if record is not None else None)
+
+    def flush(self, input_bytes: int = 0) -> Optional[DocumentBatch]:
+        self.pending_bytes += input_bytes
+        if not self.texts:
+            return None
+        batch = DocumentBatch(self.ds.name, self.keys, self.texts, self.fields, self.pending_bytes,
+                              conversations=self.conversations)
+        self.pending_bytes = 0
+        self._reset()
+        return batch
+
+
+def collect_records(dataset: DatasetConfig, source: str, key_name: str,
+                    records: list[tuple[int, Optional[dict[str, Any]], str, str]], *,
+                    max_document_bytes: Optional[int] = None,
+                    messages_field: str = "messages") -> tuple[Optional[DocumentBatch], list[Reject]]:
+    """One batch of documents from records parsed elsewhere (a streaming window's messages), with the
+    same checks as files get.
+
+    Args:
+      records: `(position, record, reason, excerpt)`; a record of None is rejected with `reason`.
+
+    Returns:
+      The batch (None when no record became a document) and the rejects.
+    """
+    collector = DocumentCollector(dataset, source, key_name, len(records) + 1, max_document_bytes, None, messages_field)
+    for position, record, reason, excerpt in records:
+        if record is None:
+            collector.reject(position, reason, excerpt)
+        else:
+            collector.add_record(position, record)
+    return collector.flush(), list(collector.rejects)
+
+def _excerpt(value: Any) -> str:
+    """The start of a record for a dead letter (a deeply nested one cannot be `repr`-ed whole)."""
+    try:
+        return repr(value)[:EXCERPT_CHARS]
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to show>"
+
+def parse_json_record(text: str) -> tuple[Any, Optional[str]]:
+    """`(record, None)`, or `(None, reason)` for text that is not one JSON value (malformed, nested so
+    deeply that the parser would exhaust the stack, or an integer too long to convert: Python refuses
+    more than 4,300 digits): bad input, never a crash, and it costs only its own record."""
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as e:
+        return None, f"malformed JSON: {e.msg} at column {e.colno}"
+    except RecursionError:
+        return None, "malformed JSON: nested too deeply"
+    except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
+        return None, f"unusable JSON number: {str(e).split(';')[0]}"
+
+_INT64 = (-2**63, 2**63 - 1)
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+def unusable_value(value: Any, where: str) -> Optional[str]:
+    """Why a value a document carries cannot be stored, else None: an integer outside int64 (JSON allows
+    any; no Arrow column holds it) or text with a lone UTF-16 surrogate (a JSON `\\ud800` escape; no
+    UTF-8 text holds one). Nested values are walked without recursion."""
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                return f"{where} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape)"
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not _INT64[0] <= value <= _INT64[1]:
+                return f"{where} holds an integer outside the int64 range"
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+            stack.extend(k for k in value if isinstance(k, str))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    return None

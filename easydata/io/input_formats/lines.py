@@ -1,0 +1,148 @@
+"""JSONL and text inputs: lines whose first byte lies in a split's byte range, read in bounded pieces
+(one huge line is never held whole); text read as whole documents or paragraphs (`sample_by`).
+
+Uncompressed files split into equal byte ranges (`byte_ranges`); a split that starts inside a line
+leaves that line to the split before it.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Iterator, Optional
+
+from easydata.config import DatasetConfig
+from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record
+from easydata.io.filesystems import open_file
+
+__all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap"]
+
+
+def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
+    """`ceil(size / target_bytes)` contiguous ranges of equal size (within a byte), not full ranges
+    and a remainder: local runners hand each worker a fixed share of the splits, so a small last
+    split would leave one worker idle while the others finish theirs."""
+    count = -(-size // target_bytes)
+    bounds = [size * i // count for i in range(count + 1)]
+    return [(start, end, end - start) for start, end in zip(bounds, bounds[1:])]
+
+def line_cap(max_bytes: Optional[int]) -> int:
+    """Bytes of one input line read at most: a document's JSON line may escape each character to up
+    to 6 bytes (`\\uXXXX`); a longer line is rejected unread, so one huge line cannot fill memory."""
+    return -1 if max_bytes is None else 6 * max_bytes + (1 << 16)
+
+def _sized_lines(f: Any) -> Any:
+    """`f`, or `f` buffered where its `readline` takes no size (fsspec's remote files): every line read
+    here is read in bounded pieces."""
+    try:
+        f.readline(0)  # reads nothing
+    except TypeError:
+        return io.BufferedReader(f)
+    return f
+
+def _bounded_lines(f: Any, cap: int) -> Iterator[tuple[bytes, int]]:
+    """`(line, 0)` for every line of `f`, or `(its first cap bytes, bytes skipped)` for a longer one
+    (`f` as `_sized_lines` gives it)."""
+    if cap < 0:
+        for raw in f:
+            yield raw, 0
+        return
+    while True:
+        raw = f.readline(cap)
+        if not raw:
+            return
+        skipped = 0
+        if len(raw) == cap and not raw.endswith(b"\n"):
+            while True:  # the rest of an overlong line, in bounded pieces
+                more = f.readline(1 << 20)
+                skipped += len(more)
+                if not more or more.endswith(b"\n"):
+                    break
+        yield raw, skipped
+
+def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
+    """JSONL and text: lines whose first byte lies in [start, end); a UTF-8 BOM opening the file is
+    encoding, not text, and is dropped."""
+    is_json = split.type == "jsonl"
+    if split.type == "txt" and dataset.sample_by != "line":
+        yield from read_text_whole(split, dataset, out)
+        return
+    cap = line_cap(out.max_bytes)
+    with open_file(split.path) as opened:
+        f = _sized_lines(opened)
+        position = split.start
+        if split.start > 0:
+            f.seek(split.start - 1)
+            position = split.start - 1 + _skip_line(f)  # the rest of a line that belongs to the previous split
+        for raw, skipped in _bounded_lines(f, cap):
+            if split.end is not None and position >= split.end:
+                break
+            line_pos, position = position, position + len(raw) + skipped
+            if line_pos == 0 and raw.startswith(BOM):
+                raw = raw[len(BOM):]
+            stripped = raw.strip()
+            if skipped:
+                out.reject(line_pos, f"line of {len(raw) + skipped} bytes is larger than max_document_bytes="
+                                     f"{out.max_bytes} allows (not read)", stripped[:EXCERPT_CHARS].decode("utf-8", "replace"))
+            elif stripped:
+                try:
+                    text = stripped.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    out.reject(line_pos, f"invalid UTF-8 at byte {e.start}", stripped.decode("utf-8", "replace"))
+                else:
+                    if is_json:
+                        record, problem = parse_json_record(text)
+                        if problem is not None:
+                            out.reject(line_pos, problem, text)
+                        else:
+                            out.add_record(line_pos, record)
+                    else:
+                        out.add_text(line_pos, text)
+            yield len(raw) + skipped
+            if out.done:
+                return
+
+def _skip_line(f: Any) -> int:
+    """Reads past the end of the current line in bounded pieces (a split may start inside a 1 GB line);
+    returns the bytes skipped."""
+    skipped = 0
+    while True:
+        piece = f.readline(1 << 20)
+        skipped += len(piece)
+        if not piece or piece.endswith(b"\n"):
+            return skipped
+
+def read_text_whole(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
+    """A text file as one document (`sample_by: document`) or as paragraphs. A document over
+    `max_document_bytes` is rejected after reading only that many bytes of it (and counting the rest in
+    bounded pieces), so a 1 GB file never sits in memory whole."""
+    with open_file(split.path) as f:
+        if dataset.sample_by == "document" and out.max_bytes is not None:
+            data = f.read(out.max_bytes + len(BOM) + 1)
+            if len(data) > out.max_bytes + (len(BOM) if data.startswith(BOM) else 0):
+                size = len(data)
+                while piece := f.read(1 << 20):
+                    size += len(piece)
+                out.reject(0, f"document of {size:,} bytes is larger than max_document_bytes={out.max_bytes} allows"
+                              " (not read whole)", data[:EXCERPT_CHARS].decode("utf-8", "replace"))
+                yield size
+                return
+        else:
+            data = f.read()
+    if data.startswith(BOM):
+        data = data[len(BOM):]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        out.reject(0, f"invalid UTF-8 at byte {e.start}", data[:EXCERPT_CHARS].decode("utf-8", "replace"))
+        yield len(data)
+        return
+    if dataset.sample_by == "document":
+        out.add_text(0, text)
+        yield len(data)
+        return
+    position = 0
+    for paragraph in text.split("\n\n"):
+        if paragraph.strip():
+            out.add_text(position, paragraph.strip("\n"))
+        position += len(paragraph) + 2
+        yield len(paragraph.encode("utf-8")) + 2

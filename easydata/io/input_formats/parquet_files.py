@@ -1,0 +1,60 @@
+"""Parquet inputs: split by row groups (`row_group_ranges`); an unreadable row group is dead-lettered
+with its rows and the others are read."""
+
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from easydata.config import DatasetConfig
+from easydata.errors import InputError
+from easydata.io.documents import PROGRAMMING_ERRORS, DocumentCollector, InputSplit
+from easydata.io.input_formats.tables import columns_needed, emit_table_batch, open_table_file, reject_block
+
+__all__ = ["read_parquet", "row_group_ranges"]
+
+
+def row_group_ranges(path: str, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
+    import pyarrow.parquet as pq
+
+    with open_table_file(path) as f:
+        meta = pq.ParquetFile(f).metadata
+    ranges, start, acc = [], 0, 0
+    for rg in range(meta.num_row_groups):
+        acc += meta.row_group(rg).total_byte_size
+        if acc >= target_bytes:
+            ranges.append((start, rg + 1, acc))
+            start, acc = rg + 1, 0
+    if start < meta.num_row_groups or not ranges:
+        ranges.append((start, meta.num_row_groups, acc))
+    return ranges
+
+def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
+    import pyarrow.parquet as pq
+
+    with open_table_file(split.path) as f:
+        try:
+            pf = pq.ParquetFile(f)
+        except Exception as e:
+            raise InputError(f"'{split.path}' is not a readable Parquet file: {e}") from None
+        meta = pf.metadata
+        end = meta.num_row_groups if split.end is None else split.end
+        groups = list(range(split.start, end))
+        row = sum(meta.row_group(g).num_rows for g in range(split.start))
+        columns = columns_needed(dataset, pf.schema_arrow.names)
+        for g in groups:
+            try:
+                table = pf.read_row_group(g, columns=columns)
+            except PROGRAMMING_ERRORS:
+                raise
+            except Exception as e:  # a corrupt row group: its rows are dead letters, the others are read
+                row = reject_block(out, f"Parquet row group {g}", row, meta.row_group(g).num_rows, e)
+                yield 0
+                if out.done:
+                    return
+                continue
+            for batch in table.to_batches(max_chunksize=out.batch_size):
+                emit_table_batch(batch, row, out, dataset)
+                row += batch.num_rows
+                yield batch.nbytes
+                if out.done:
+                    return

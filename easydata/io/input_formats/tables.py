@@ -1,0 +1,43 @@
+"""What the table formats (Parquet, Arrow IPC, CSV) share: which columns a dataset needs, turning an
+Arrow record batch into records, and dead-lettering an unreadable block with its row count."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from easydata.config import DatasetConfig
+from easydata.io.documents import DocumentCollector
+from easydata.io.filesystems import compression_of, open_arrow_file, open_file
+
+__all__ = ["open_table_file", "columns_needed", "emit_table_batch", "reject_block"]
+
+
+def open_table_file(path: str):
+    """Parquet / Arrow inputs: native pyarrow files when uncompressed, decompressing streams otherwise."""
+    return open_file(path) if compression_of(path) else open_arrow_file(path)
+
+def columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
+    wanted = [dataset.content_field, *dataset.additional_fields]
+    formatter = dataset.record_formatter()
+    if formatter is not None:
+        if formatter.needs_all_columns:
+            return list(available)
+        wanted = formatter.source_columns(wanted)
+    return [c for c in wanted if c in available]
+
+def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset: DatasetConfig) -> None:
+    """Feeds the rows of an Arrow record batch into the collector; `first_row` is the first row's
+    position (the others follow it), or a list of every row's position."""
+    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    names = list(columns)
+    positions = first_row if isinstance(first_row, list) else range(first_row, first_row + batch.num_rows)
+    for i, position in zip(range(batch.num_rows), positions):
+        out.add_record(position, {n: columns[n][i] for n in names})
+        if out.done:
+            return
+
+def reject_block(out: DocumentCollector, block: str, row: int, rows: int, error: Exception) -> int:
+    """Dead-letters the `rows` records of an unreadable block starting at `row`; returns the next row."""
+    out.reject(row, f"unreadable {block} (rows {row}..{row + rows - 1}): {type(error).__name__}:"
+                    f" {str(error).splitlines()[0] if str(error) else ''}"[:500], records=rows)
+    return row + rows
