@@ -126,20 +126,24 @@ class ProgressMonitor:
                        leave=False, dynamic_ncols=sized, ncols=None if sized else DEFAULT_COLUMNS,
                        nrows=None if sized else DEFAULT_ROWS)
         last_log = start
-        while not self._stop.wait(0.5):
+        while True:
+            stopping = self._stop.wait(0.5)
             counts = read_progress(self._dir)
             done = min(counts["input_bytes"], self._total)
             if bar is not None:
                 bar.n = done
                 # What has been read and tokenized so far: a mix or a split then writes a share of it
-                # (the summary at the end says what the output holds).
+                # (the summary at the end says what the output holds). Drawn once more at the end, so
+                # even a job shorter than the refresh interval shows its counts.
                 bar.set_postfix(docs_read=counts["documents"], tokens_tokenized=counts["tokens"], refresh=False)
                 bar.refresh()
-            elif time.monotonic() - last_log >= self._log_every:
+            elif not stopping and time.monotonic() - last_log >= self._log_every:
                 last_log = time.monotonic()
                 elapsed = last_log - start
                 print(f"[easydata] {100 * done / self._total:5.1f}% of input read: {counts['documents']:,}"
                       f" documents read, {counts['tokens']:,} tokens tokenized, {elapsed:.0f}s", file=sys.stderr,
                       flush=True)
+            if stopping:
+                break
         if bar is not None:
             bar.close()
