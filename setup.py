@@ -27,6 +27,8 @@ setup(
         # (easydata/text/engines.py); abi3 wheels for Linux and macOS on every supported Python.
         "fastokens>=0.3.5",
         "gigatoken>=0.10.0",
+        # save.format: tfrecord: TFRecord's CRC-32C checksums (a C extension with wheels everywhere)
+        "google-crc32c>=1.5",
     ],
     extras_require={
         "gcp": ["apache-beam[gcp]>=2.77,<2.78", "gcsfs>=2023.6"],
@@ -37,6 +39,8 @@ setup(
         # 2.16 needs numpy < 2 and so pyarrow < 21: install it in an environment of its own (docs/trainers.md).
         "tf": ["tensorflow==2.16.2", "tensorflow-io==0.37.1"],
         "plot": ["matplotlib>=3.7"],  # easydata stats --plot
+        # save.format: arrayrecord (Grain's random-access files); wheels for Linux and macOS
+        "arrayrecord": ["array-record>=0.8"],
         # --runner=DaskRunner (the versions apache-beam[dask] asks for)
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # pandas, duckdb and datasets: tests prove the shards load in the tools users already have.
@@ -51,6 +55,8 @@ setup(
                 "google-cloud-pubsub>=2",
                 # dask + distributed: the DaskRunner test on a real local cluster
                 "dask>=2024.4.2", "distributed>=2024.4.2",
+                # array-record: the arrayrecord output format is written and read in the tests
+                "array-record>=0.8",
                 # jsonschema: the Dataflow Flex Template metadata.json files are validated against their schema
                 "jsonschema>=4.18",
                 # transformers: EasyData's documented blocks use AutoTokenizer / apply_chat_template, and

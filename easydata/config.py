@@ -47,13 +47,13 @@ __all__ = [
 ]
 
 INPUT_TYPES = ("jsonl", "json", "parquet", "arrow", "csv", "txt")
-OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz", "megatron")
+OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz", "megatron", "tfrecord", "arrayrecord")
 # Formats of plain numpy token files (`easydata.io.token_files`): default compression `none`.
 TOKEN_FILE_FORMATS = ("bin", "npz", "megatron")
 COMPRESSIONS = ("none", "zstd", "snappy", "gzip", "lz4")
 #: The compression of each output format when `save.compression` is not set.
 DEFAULT_COMPRESSION = {"parquet": "zstd", "arrow": "zstd", "jsonl": "none", "bin": "none", "npz": "none",
-                       "megatron": "none"}
+                       "megatron": "none", "tfrecord": "none", "arrayrecord": "zstd"}
 _FORMAT_COMPRESSIONS = {
     "parquet": COMPRESSIONS,
     "arrow": ("none", "zstd", "lz4"),
@@ -61,6 +61,8 @@ _FORMAT_COMPRESSIONS = {
     "bin": ("none",),
     "megatron": ("none",),
     "npz": ("none", "gzip"),
+    "tfrecord": ("none", "gzip"),
+    "arrayrecord": ("none", "zstd"),
 }
 # Resource bounds: settings beyond these are refused before any work starts (they would only end in
 # "Unable to allocate ..." once data flows). Each is far above what a real job needs.
@@ -422,11 +424,12 @@ class SaveStageConfig:
       format: `parquet`, `arrow` (IPC file), `jsonl`, `bin` (flat token stream + document index, for
         `np.memmap`), `npz` (padded `input_ids` / `attention_mask` arrays) or `megatron` (Megatron-LM's
         indexed dataset, `.bin` + `MMIDIDX` `.idx`, for Megatron-LM, NeMo, GPT-NeoX and MaxText); see
-        `easydata.io.token_files`.
+        `easydata.io.token_files`; `tfrecord` or `arrayrecord` (one `tf.train.Example` per row, for
+        `tf.data` and Grain / MaxText; `easydata.io.record_files`).
       compression: codec the format supports (`parquet`: all; `arrow`: none/zstd/lz4; `jsonl`:
-        none/gzip/zstd; `bin`: none; `npz`: none/gzip). null: the format's default
-        (`DEFAULT_COMPRESSION`: zstd for parquet and arrow, none for jsonl, bin and npz); `codec` is
-        the one in force.
+        none/gzip/zstd; `bin`: none; `npz`: none/gzip; `tfrecord`: none/gzip; `arrayrecord`:
+        none/zstd). null: the format's default (`DEFAULT_COMPRESSION`: zstd for parquet, arrow and
+        arrayrecord, none for the others); `codec` is the one in force.
       num_shards: exact number of shards per output (overrides `max_shard_size`).
       max_shard_size: upper bound of a shard's uncompressed size, e.g. `500MB`.
       overwrite: replace an existing output directory.
@@ -441,7 +444,7 @@ class SaveStageConfig:
     """
 
     output_dir: str = "easydata_output"
-    format: Literal["parquet", "arrow", "jsonl", "bin", "npz", "megatron"] = "parquet"
+    format: Literal["parquet", "arrow", "jsonl", "bin", "npz", "megatron", "tfrecord", "arrayrecord"] = "parquet"
     compression: Optional[Literal["none", "zstd", "snappy", "gzip", "lz4"]] = None
     num_shards: Optional[int] = None
     max_shard_size: Union[int, str] = "500MB"

@@ -301,7 +301,18 @@ class ShardWriter:
         return self.rows
 
 
-_ROW_ENCODERS: dict[str, Any] = {"parquet": _ParquetEncoder, "arrow": _ArrowEncoder, "jsonl": _JsonlEncoder}
+def _record_encoder(kind: str) -> Any:
+    def open_encoder(path: str, schema: pa.Schema, codec: Optional[str]) -> Any:
+        from easydata.io import record_files
+
+        return (record_files.TFRecordEncoder if kind == "tfrecord" else record_files.ArrayRecordEncoder)(
+            path, schema, codec)
+
+    return open_encoder
+
+
+_ROW_ENCODERS: dict[str, Any] = {"parquet": _ParquetEncoder, "arrow": _ArrowEncoder, "jsonl": _JsonlEncoder,
+                                 "tfrecord": _record_encoder("tfrecord"), "arrayrecord": _record_encoder("arrayrecord")}
 
 
 def _parquet_batches(path: str, columns: Optional[list[str]]) -> Iterator[pa.RecordBatch]:
@@ -362,6 +373,12 @@ class ShardFormat:
     rows: Optional[Callable[[str], int]] = None
 
 
+def _records() -> Any:
+    from easydata.io import record_files
+
+    return record_files
+
+
 def _row_format(fmt: str, extension: str, batches: Any, rows: Any = None) -> ShardFormat:
     def open_writer(path: str, schema: pa.Schema, compression: str, row_group_size: int, token_spec: Any) -> Any:
         return ShardWriter(path, fmt, schema, compression=compression, row_group_size=row_group_size)
@@ -386,6 +403,11 @@ SHARD_FORMATS: dict[str, ShardFormat] = {
     "bin": _token_format("bin", ".bin"),
     "megatron": _token_format("megatron", ".bin"),
     "npz": _token_format("npz", ".npz"),
+    # One serialized tf.train.Example per row (`easydata.io.record_files`): TensorFlow's and Grain's own files.
+    "tfrecord": _row_format("tfrecord", ".tfrecord", lambda path, columns: _records().tfrecord_batches(path, columns)),
+    "arrayrecord": _row_format("arrayrecord", ".array_record",
+                               lambda path, columns: _records().arrayrecord_batches(path, columns),
+                               lambda path: _records().arrayrecord_rows(path)),
 }
 SHARD_EXTENSIONS = {name: f.extension for name, f in SHARD_FORMATS.items()}
 

@@ -20,6 +20,7 @@ from easydata.reader.mixed_reader import MixedReader
 from easydata.reader.schedule import WeightSchedule
 from easydata.reader.token_reader import TokenReader
 from easydata.reader.bin_reader import WindowReader
+from easydata.reader import record_reader  # noqa: F401  (registers the tfrecord / arrayrecord blocks)
 
 __all__ = ["TokenReader", "WindowReader", "FollowReader", "MixedReader", "WeightSchedulePoint", "WeightSchedule", "GrainSource",
            "ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader", "LAYOUTS"]
