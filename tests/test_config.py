@@ -144,7 +144,7 @@ def test_conversion_problems_are_all_reported_together() -> None:
         "unknown key 'zzz'",
         "seed: expected int, got True",
         "unknown key 'save.fromat' (did you mean 'format'?)",
-        "save.format: must be one of parquet, arrow, jsonl, bin, npz, megatron; got 'parket' (did you mean 'parquet'?)",
+        "save.format: must be one of parquet, arrow, jsonl, bin, npz, megatron, tfrecord, arrayrecord; got 'parket' (did you mean 'parquet'?)",
         "tokenize.batch_size: expected int, got 'big'",
         "tokenize.add_eos: expected bool, got 'yes'",
         "tokenize.truncation: must be one of none, truncate, window; got 'xyz'",
@@ -244,7 +244,7 @@ def test_wrong_types_are_reported_with_the_value_received(data: dict[str, Any], 
 
 
 @pytest.mark.parametrize("override, problem", [
-    ("save.format=parket", "save.format: must be one of parquet, arrow, jsonl, bin, npz, megatron; got 'parket' (did you mean 'parquet'?)"),
+    ("save.format=parket", "save.format: must be one of parquet, arrow, jsonl, bin, npz, megatron, tfrecord, arrayrecord; got 'parket' (did you mean 'parquet'?)"),
     ("save.compression=zstandard",
      "save.compression: must be one of none, zstd, snappy, gzip, lz4; got 'zstandard' (did you mean 'zstd'?)"),
     ("tokenize.truncation=window_", "tokenize.truncation: must be one of none, truncate, window; got 'window_'"

@@ -62,7 +62,14 @@ lengths_strategy = st.lists(st.integers(1, 400), min_size=1, max_size=300)
 @given(a=lengths_strategy, b=lengths_strategy, weight=st.floats(0.01, 0.99),
        strategy=st.sampled_from(["first_exhausted", "all_exhausted"]), seed=st.integers(0, 2**31))
 def test_selection_matches_the_plan_within_one_document(a, b, weight, strategy, seed):
-    plan, copies, tokens_out = _plan_and_select({"a": a, "b": b}, {"a": weight, "b": 1 - weight}, strategy, seed=seed)
+    from hypothesis import assume
+
+    try:
+        plan, copies, tokens_out = _plan_and_select({"a": a, "b": b}, {"a": weight, "b": 1 - weight}, strategy,
+                                                    seed=seed)
+    except EasyDataError as e:  # a one-token source upsampled past the bound (a=[159], b=[1]): refused by design
+        assume("repeated" not in str(e) or "more than 10,000" not in str(e))
+        raise
     for name, lengths in (("a", a), ("b", b)):
         source = plan.sources[name]
         assert tokens_out[name] == source.planned_tokens               # the plan's promise is kept exactly
