@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-__all__ = ["spread", "split_units", "sample_texts"]
+__all__ = ["spread", "split_units", "split_rows", "sample_texts"]
 
 
 def spread(split: Any, n: int) -> list[Any]:
@@ -35,23 +35,40 @@ def spread(split: Any, n: int) -> list[Any]:
     return [split]
 
 
-def split_units(split: Any) -> Optional[int]:
-    """Row groups (Parquet) or record batches (Arrow file) of a split, None when unknown."""
+def _unit_rows(split: Any) -> Optional[list[int]]:
+    """The rows of each row group (Parquet) or record batch (Arrow file) a split covers, from the file's
+    footer; None for other types, streams and unreadable footers."""
     import pyarrow.parquet as pq
 
-    from easydata.io.filesystems import open_arrow_file
+    from easydata.io.filesystems import compression_of, open_arrow_file, open_file
 
+    if split.type not in ("parquet", "arrow"):
+        return None
     try:
-        with open_arrow_file(split.path) as f:
+        with (open_file if compression_of(split.path) else open_arrow_file)(split.path) as f:
             if split.type == "parquet":
-                total = pq.ParquetFile(f).metadata.num_row_groups
+                meta = pq.ParquetFile(f).metadata
+                counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
             else:
                 import pyarrow.ipc as ipc
 
-                total = ipc.open_file(f).num_record_batches
+                reader = ipc.open_file(f)
+                counts = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
     except Exception:  # noqa: BLE001 - a stream, or an unreadable footer
         return None
-    return (total if split.end is None else split.end) - split.start
+    return counts[split.start:split.end]
+
+
+def split_units(split: Any) -> Optional[int]:
+    """Row groups (Parquet) or record batches (Arrow file) of a split, None when unknown."""
+    units = _unit_rows(split)
+    return None if units is None else len(units)
+
+
+def split_rows(split: Any) -> Optional[int]:
+    """The rows a Parquet or Arrow file split covers, None when not knowable from the footer."""
+    units = _unit_rows(split)
+    return None if units is None else sum(units)
 
 
 def sample_texts(dataset: Any, splits: list[Any], *, documents: int = 2000, chars: int = 1_000_000,

@@ -77,10 +77,6 @@ def _length_delimited(field: int, payload: bytes) -> bytes:
     return bytes([field << 3 | 2]) + _varint(len(payload)) + payload
 
 
-def _int64_feature(values: np.ndarray) -> bytes:
-    return _length_delimited(3, _length_delimited(1, varints(values)) if len(values) else b"")
-
-
 def _bytes_feature(values: Iterable[bytes]) -> bytes:
     return _length_delimited(1, b"".join(_length_delimited(1, v) for v in values))
 

@@ -164,28 +164,6 @@ def _sample_split(config: PipelineConfig, ds: Any, split: Any, handle: Any, rend
         sample.covered += records
 
 
-def _split_rows(split: Any) -> Optional[int]:
-    """The rows a Parquet or Arrow file split covers, from the file's footer (None: not knowable cheaply)."""
-    import pyarrow.parquet as pq
-
-    from easydata.io.filesystems import compression_of, open_arrow_file, open_file
-
-    try:
-        opener = open_file if compression_of(split.path) else open_arrow_file
-        with opener(split.path) as f:
-            if split.type == "parquet":
-                meta = pq.ParquetFile(f).metadata
-                end = meta.num_row_groups if split.end is None else split.end
-                return sum(meta.row_group(g).num_rows for g in range(split.start, end))
-            import pyarrow.ipc as ipc
-
-            reader = ipc.open_file(f)
-            end = reader.num_record_batches if split.end is None else split.end
-            return sum(reader.get_batch(i).num_rows for i in range(split.start, end))
-    except Exception:  # noqa: BLE001 - a stream or an unreadable footer: estimated by bytes instead
-        return None
-
-
 def _decompressed_bytes(path: str, size: int) -> int:
     """A file's decompressed size: its own size, or for a compressed file its size times the ratio its
     first `_COMPRESSED_PREFIX` bytes decompress at."""
@@ -217,13 +195,13 @@ def _decompressed_bytes(path: str, size: int) -> int:
 def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, template: Optional[str]
               ) -> tuple[Optional[int], int, Optional[float]]:
     """`(estimated tokens, records sampled, tokens per CPU-second)` of one dataset."""
-    from easydata.io.sampling import spread
+    from easydata.io.sampling import split_rows, spread
     from easydata.text.chat import ChatRenderer
 
     if not splits:
         return None, 0, None
     renderer = ChatRenderer.for_tokenizer(handle, template) if template else None
-    rows = {id(s): _split_rows(s) if s.type in ("parquet", "arrow") else None for s in splits}
+    rows = {id(s): split_rows(s) for s in splits}
     chosen = splits[::max(1, len(splits) // _SAMPLE_SPLITS)][:_SAMPLE_SPLITS]
     own: dict[int, _Sample] = {}  # each sampled split's own sample: its tokens per row or byte
     for split in chosen:
@@ -244,8 +222,9 @@ def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, t
     total = 0.0
     for split in splits:
         counted = rows[id(split)] is not None
-        sample = own.get(id(split)) if own.get(id(split)) is not None and own[id(split)].covered else \
-            (by_rows if counted else by_bytes)
+        sample = own.get(id(split)) or _Sample()
+        if not sample.covered:  # not sampled (or nothing read there): what the other splits of its kind gave
+            sample = by_rows if counted else by_bytes
         if counted and sample.covered:
             total += rows[id(split)] * sample.tokens / sample.covered
         elif not counted and sample.covered:  # a whole (maybe compressed) file, or a byte range of an uncompressed one
@@ -276,6 +255,7 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     if problems:
         raise ConfigError(problems)
     reports, handles = [], {}
+    configured_template = load_chat_template(config.chat.template)
     for ds in config.datasets:
         plan = plan_input(ds, splits_wanted=splits_per_dataset())
         key = config.tokenizer_for(ds)
@@ -284,8 +264,7 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         handle = handles[key]
         files = sorted({s.path for s in plan.splits})
         input_bytes = sum(s.size for s in plan.splits)
-        template = load_chat_template(config.chat.template)
-        template = template if template is not None else handle.info.chat_template
+        template = configured_template if configured_template is not None else handle.info.chat_template
         tokens, sampled, speed = _estimate(config, ds, plan.splits, handle, template)
         reports.append(DatasetReport(ds.name, files, input_bytes, len(plan.splits), handle.info.to_manifest(), tokens,
                                      sampled, speed))

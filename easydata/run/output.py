@@ -17,7 +17,6 @@ starts during the commit finds the marker instead of a manifest and waits for th
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import re
 import time
@@ -134,16 +133,22 @@ def foreign_file(output_dir: str) -> Optional[str]:
     owned = set(previous_run_files(output_dir))
     if MANIFEST_NAME not in owned and fs.exists(join(root, MANIFEST_NAME)):
         return MANIFEST_NAME
+    folders = {parent for rel in owned for parent in _parents(rel)}  # folders holding the previous run's files
     base = root.rstrip("/")
-    for path in sorted(fs.find(root, withdirs=True)):
+    for path, info in sorted(fs.find(root, withdirs=True, detail=True).items()):
         rel = posixpath.relpath(path.rstrip("/"), base)
-        top = rel.split("/", 1)[0]
-        if rel == "." or _own_scratch(top) or rel in owned:
+        if rel == "." or _own_scratch(rel.split("/", 1)[0]) or rel in owned:
             continue
-        if fs.isdir(path) and not os.path.islink(path) and any(o.startswith(rel + "/") for o in owned):
-            continue  # a folder of the previous run's files
+        if info.get("type") == "directory" and not info.get("islink") and rel in folders:
+            continue
         return rel
     return None
+
+
+def _parents(rel: str) -> list[str]:
+    """`a/b/c.parquet` -> `["a", "a/b"]`."""
+    parts = rel.split("/")[:-1]
+    return ["/".join(parts[:i + 1]) for i in range(len(parts))]
 
 
 def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]],

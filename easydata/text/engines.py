@@ -219,18 +219,18 @@ def verify_engine(engine: Engine, reference: Engine, texts: Sequence[str],
         want = expected[add] if expected is not None else reference.encode(texts, add)
         got = engine.encode(texts, add)
         if not (np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])):
-            return _first_difference(texts, got, want, 0, add)
+            return _first_difference(texts, got, want, add)
     return None
 
 
 def _first_difference(texts: Sequence[str], got: tuple[np.ndarray, np.ndarray], want: tuple[np.ndarray, np.ndarray],
-                      start: int, add: bool) -> str:
+                      add: bool) -> str:
     got_at, want_at = np.concatenate([[0], np.cumsum(got[1])]), np.concatenate([[0], np.cumsum(want[1])])
     for i in range(len(texts)):
         a = got[0][got_at[i]:got_at[i + 1]] if i < len(got[1]) else np.zeros(0)
         b = want[0][want_at[i]:want_at[i + 1]]
         if not np.array_equal(a, b):
-            return (f"document {start + i} ({texts[i][:40]!r}...) differs"
+            return (f"document {i} ({texts[i][:40]!r}...) differs"
                     f"{' with special tokens' if add else ''}: {len(a)} ids instead of {len(b)}")
     return "the batch's document count differs"
 
@@ -269,7 +269,7 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
     reference = Engine(tokenizer_file, hf)
     if requested == "hf":
         return EngineChoice("hf", reference.version, requested, "asked for")
-    candidates = [name for name in (FAST_ENGINES if requested == "auto" else (requested,))]
+    candidates = list(FAST_ENGINES if requested == "auto" else (requested,))
     reasons = [f"{name} is not installed" for name in candidates if engine_version(name) == "not installed"]
     candidates = [name for name in candidates if engine_version(name) != "not installed"]
     adversarial = adversarial_texts(special_tokens)
@@ -280,8 +280,10 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
     try:
         # Loading an engine (~1 s for a 150k-token vocabulary; it releases the GIL) overlaps with the
         # reference encodings; the next candidate loads only if the first is refused.
-        loads = {name: _PREFETCH.pop((str(tokenizer_file), name), None) or pool.submit(load_engine, name, tokenizer_file, hf)
-                 for name in candidates}
+        def load(name: str) -> Any:
+            return _PREFETCH.pop((str(tokenizer_file), name), None) or pool.submit(load_engine, name, tokenizer_file, hf)
+
+        first = load(candidates[0]) if candidates else None
         if candidates:  # meanwhile (tokenizers releases the GIL): what the first candidate is compared with
             expected["sample"] = {add: reference.encode(sample, add) for add in settings}
             if not _verdict_file(digest, candidates[0], engine_version(candidates[0])).is_file():
@@ -289,7 +291,7 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
         for name in candidates:
             version = engine_version(name)
             try:
-                engine = loads[name].result()
+                engine = (first if name == candidates[0] else load(name)).result()
             except Exception as e:  # noqa: BLE001 - any load failure means hf
                 reasons.append(f"{name} {version} cannot load this tokenizer ({type(e).__name__}: {str(e)[:120]})")
                 continue
@@ -311,7 +313,7 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
                 return EngineChoice(name, version, requested, "verified equal to hf", len(sample), len(adversarial))
             reasons.append(f"{name} {version} differs from hf: {problem}")
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # a queued load that is no longer needed never starts
+        pool.shutdown(wait=False)
     return EngineChoice("hf", reference.version, requested, "; ".join(reasons) or "no fast engine")
 
 
