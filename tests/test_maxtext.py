@@ -1,8 +1,9 @@
 """MaxText (the real `maxtext` 0.2.5 package, in its own Python 3.12 virtualenv) reads our outputs
 through its stock Grain input pipeline (`make_grain_train_iterator`), on both documented routes
-(docs/trainers.md): Parquet (unpacked rows cut to `max_target_length`, `grain_file_type: parquet`)
-and Megatron's indexed format (`format: megatron`, `grain_file_type: mmap`). Each test checks the
-batch keys and shapes MaxText's train step takes and that no token was lost."""
+(docs/trainers.md): Parquet (unpacked rows cut to `max_target_length`, `grain_file_type: parquet`),
+Megatron's indexed format (`format: megatron`, `grain_file_type: mmap`) and Grain's and TensorFlow's
+native files (`format: arrayrecord` / `tfrecord`, parsed by MaxText's own `ParseFeatures`). Each test
+checks the batch keys and shapes MaxText's train step takes and that no token was lost."""
 
 from __future__ import annotations
 
@@ -152,3 +153,49 @@ def test_packed_rows_keep_their_segments_for_maxtext(corpus, mistral_tokenizer_d
     assert (ours["targets_segmentation"][boundary] == 0).all()  # our default does not
     same = ~boundary & (seg != 0)
     assert (ours["targets_segmentation"][same] == stock["targets_segmentation"][same]).all()
+
+
+def _segments(batches: list[dict]) -> list[tuple[int, ...]]:
+    """The documents MaxText packed into its batches, in batch order."""
+    segments = []
+    for batch in batches:
+        for ids, seg in zip(np.asarray(batch["inputs"]), np.asarray(batch["inputs_segmentation"])):
+            segments += [tuple(ids[seg == k].tolist()) for k in range(1, int(seg.max(initial=0)) + 1)]
+    return segments
+
+
+@pytest.mark.parametrize("fmt", ["arrayrecord", "tfrecord"])
+@pytest.mark.parametrize("rows", ["unpacked", "windowed"])
+def test_native_record_routes_shuffle_and_resume(corpus, mistral_tokenizer_dir, maxtext_python, fmt, rows) -> None:
+    """`grain_file_type: arrayrecord` / `tfrecord`, `tokenize_train_data: False`, `train_data_columns:
+    ['input_ids']`, with Grain's shuffle on (a global shuffle by index for ArrayRecord, file order plus a
+    window for TFRecord): every row we wrote (documents cut to `max_target_length`, or sliding windows)
+    arrives whole exactly once, padding is never trained, the shuffle changed the order, and an iterator
+    restored from another's Grain state after two batches yields exactly the rest of the epoch."""
+    tokenize = {"max_length": LENGTH} if rows == "unpacked" else {"max_length": LENGTH, "truncation": "window",
+                                                                  "stride": LENGTH * 3 // 4}
+    name = f"{fmt}-{rows}"
+    out = _run(corpus, mistral_tokenizer_dir, name, tokenize=tokenize,
+               save={"output_dir": str(corpus / name), "num_shards": 2, "format": fmt})
+    suffix = ".array_record" if fmt == "arrayrecord" else ".tfrecord"
+    result = _maxtext_batches(maxtext_python, str(out / "web" / f"*{suffix}"), fmt, "input_ids",
+                              mistral_tokenizer_dir, "enable_data_shuffling=True", "--resume-at=2")
+    epoch, resumed = result["epoch"], result["resumed"]
+    _check_shapes(epoch)
+    manifest = json.loads((out / "manifest.json").read_text())
+    from easydata.io.record_files import arrayrecord_batches, tfrecord_batches
+    batches = arrayrecord_batches if fmt == "arrayrecord" else tfrecord_batches
+    ours = [tuple(ids) for shard in manifest["datasets"]["web"]["shards"]
+            for batch in batches(str(out / shard["path"]), ["input_ids"]) for ids in batch.column(0).to_pylist()]
+    assert len(ours) == manifest["datasets"]["web"]["rows"] > 3 * PER_DEVICE
+    if rows == "windowed":
+        assert max(map(len, ours)) == LENGTH and len(ours) > 300  # long documents became several windows
+    segments = _segments(epoch)
+    assert sorted(segments) == sorted(ours)  # every row, whole, once
+    unshuffled = _segments(result["unshuffled"])
+    assert sorted(unshuffled) == sorted(ours) and segments != unshuffled  # Grain's shuffle changed the order
+    for batch in epoch:  # padding: pad id in, never a target
+        pad = np.asarray(batch["inputs_segmentation"]) == 0
+        assert (np.asarray(batch["inputs"])[pad] == 0).all() and (np.asarray(batch["targets_segmentation"])[pad] == 0).all()
+    assert any((np.asarray(b["inputs_segmentation"]) == 0).any() for b in epoch)
+    assert len(epoch) > 3 and resumed == epoch[2:]  # restored from the state after two batches
