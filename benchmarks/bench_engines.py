@@ -8,12 +8,18 @@ For each tokenizer (nothing is downloaded: `../shared/tokenizers`, else `--token
    no offsets) -- HF's ceiling -- and the fast engine `auto` verifies for this tokenizer (its flat-array call).
 2. The pipeline, `easydata run CONFIG --quiet` (packed at 2048, Parquet/zstd), whole command wall-clock,
    with `engine: hf` and with the default, alternated, `--repeat` times (median).
-3. Printed: tokens/s of each, the ratios to both ceilings, peak RSS of the command's process tree, peak
-   staging bytes per token, the engine the manifest names with its verification counts, and whether the two
-   runs' shards are byte-identical.
+3. The fixed start-up of each: the same command on the corpus's first 10 documents (interpreter, Beam's
+   import and graph, planning with the engine's load and verification, the worker processes' start).
+4. Printed: tokens/s of each, the ratios to both ceilings (also without the fixed start-up), peak RSS of the
+   command's process tree, peak staging bytes per token, the engine the manifest names with its
+   verification counts, and whether the two runs' shards are byte-identical.
+5. With `--large-mb N` (e.g. 1000): the default engine again on a corpus of N MB (generated past the
+   machine's material: no document repeated verbatim, see bench_pipeline.py), its tokens/s and peak RSS
+   beside the first corpus's, as ratios (throughput at scale, memory flat).
 
 Usage, from the repository root: python benchmarks/bench_engines.py [--size-mb 48] [--repeat 3]
-[--tokenizers mistral,qwen3] [--workdir DIR]. Timings on a shared host drift: compare within one run.
+[--tokenizers mistral,qwen3] [--large-mb 1000] [--workdir DIR]. Timings on a shared host drift: compare
+within one run.
 """
 
 from __future__ import annotations
@@ -50,7 +56,8 @@ def digest(output: Path) -> dict[str, str]:
             for p in sorted(output.rglob("part-*"))}
 
 
-def run_engine(label: str, engine: str, corpus: Path, tokenizer_dir: Path, workdir: Path) -> dict[str, Any]:
+def run_engine(label: str, engine: str, corpus: Path, tokenizer_dir: Path, workdir: Path,
+               with_digest: bool = True) -> dict[str, Any]:
     out = workdir / f"out-{label}"
     config = bp.write_config(workdir / f"config-{label}.json", corpus, tokenizer_dir, out)
     data = json.loads(config.read_text())
@@ -60,7 +67,8 @@ def run_engine(label: str, engine: str, corpus: Path, tokenizer_dir: Path, workd
     if result["returncode"] == 0:
         manifest = json.loads((out / "manifest.json").read_text())
         result["engine"] = next(iter(manifest.get("tokenizer_engines", {}).values()), {})
-        result["digest"] = digest(out)
+        if with_digest:
+            result["digest"] = digest(out)
     return result
 
 
@@ -75,6 +83,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--size-mb", type=float, default=bp.DEFAULT_SIZE_MB)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--tokenizers", default="mistral,qwen3")
+    parser.add_argument("--large-mb", type=float, default=0, help="also run the default engine on a corpus this big")
     parser.add_argument("--workdir", type=Path, default=bp.DEFAULT_WORKDIR / "engines")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -83,7 +92,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     cores = bp.usable_cores()
     print(f"engines benchmark: {cores} cores, corpus {corpus} ({meta['documents']:,} documents,"
           f" {meta['text_bytes'] / 1e6:.1f} MB of text)")
-    rows = []
+    tiny = bp.write_tiny_corpus(corpus, args.workdir)
+    rows, large_rows = [], []
     for name in args.tokenizers.split(","):
         tokenizer_dir = TOKENIZERS[name]
         engine = fast_engine_for(tokenizer_dir, texts)
@@ -94,12 +104,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             for label in ("hf", "auto"):
                 runs[label].append(run_engine(f"{name}-{label}", label, corpus, tokenizer_dir, args.workdir))
         hf_run, auto_run = bp.median_run(runs["hf"]), bp.median_run(runs["auto"])
+        fixed = {label: bp.median_run([run_engine(f"{name}-{label}-tiny", label, tiny, tokenizer_dir, args.workdir,
+                                                  with_digest=False) for _ in range(args.repeat)])["seconds"]
+                 for label in ("hf", "auto")}
+        auto_run["fixed_seconds"] = fixed["auto"]
         identical = hf_run.get("digest") is not None and hf_run.get("digest") == auto_run.get("digest")
         print(f"\n{name}: fast engine {engine}; ceilings ({cores} single-threaded processes):"
               f" hf {bp.ceiling_method()} {hf_ceiling['tokens'] / hf_ceiling['seconds']:,.0f} tokens/s,"
               f" {engine} {fast_ceiling['tokens'] / fast_ceiling['seconds']:,.0f} tokens/s"
               f" ({hf_ceiling['seconds'] / fast_ceiling['seconds']:.1f}x)")
-        for label, run in (("engine: hf", hf_run), ("default (auto)", auto_run)):
+        for label, key, run in (("engine: hf", "hf", hf_run), ("default (auto)", "auto", auto_run)):
             if run["returncode"] != 0:
                 print(f"  {label}: FAILED, see {run['log']}")
                 continue
@@ -108,16 +122,42 @@ def main(argv: Optional[list[str]] = None) -> int:
             counts = run.get("engine", {}).get("while_running", {})
             rows.append([name, label, run.get("engine", {}).get("name", "?"), f"{run['seconds']:.1f}",
                          f"{tokens / run['seconds']:,.0f}", ratio(tokens, run["seconds"], hf_ceiling),
-                         ratio(tokens, run["seconds"], fast_ceiling), bp.fmt_bytes(run["peak_tree_rss"]),
+                         ratio(tokens, run["seconds"], fast_ceiling), f"{fixed[key]:.1f}",
+                         ratio(tokens, max(run["seconds"] - fixed[key], 1e-3), hf_ceiling),
+                         bp.fmt_bytes(run["peak_tree_rss"]),
                          f"{staging / tokens:.1f}" if staging and tokens else "n/a",
                          f"{counts.get('verified', '-')}/{counts.get('mismatches', '-')}"])
         print(f"  outputs byte-identical: {'yes' if identical else 'NO'}")
+        if args.large_mb and auto_run["returncode"] == 0:
+            large_rows.append(large_run(name, tokenizer_dir, auto_run, args))
     print()
     bp.print_table(rows, ["tokenizer", "run", "engine", "seconds", "tokens/s", "vs HF ceiling", "vs engine ceiling",
-                          "peak RSS", "staging B/token", "verified/mismatches"])
+                          "fixed s", "vs HF ceiling w/o fixed", "peak RSS", "staging B/token", "verified/mismatches"])
     print("\n  vs HF ceiling: the whole command's tokens/s over tokenizers' own fastest call on every core"
-          "\n  (one single-threaded process per core, texts in memory, only the encode calls timed).")
+          "\n  (one single-threaded process per core, texts in memory, only the encode calls timed); fixed s: the"
+          "\n  same command on 10 documents; w/o fixed: the run's seconds less those.")
+    if large_rows:
+        print()
+        bp.print_table(large_rows, ["tokenizer", "corpus", "tokens", "seconds", "tokens/s", "÷ small run's",
+                                    "w/o fixed ÷ small's", "peak RSS", "÷ small run's", "staging B/token"])
     return 0
+
+
+def large_run(name: str, tokenizer_dir: Path, small: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """The default engine on the `--large-mb` corpus, beside its run on the first corpus."""
+    corpus, meta = bp.ensure_corpus(args.workdir.parent, args.large_mb)
+    run = run_engine(f"{name}-auto-large", "auto", corpus, tokenizer_dir, args.workdir, with_digest=False)
+    if run["returncode"] != 0:
+        return [name, f"{args.large_mb:g} MB", "FAILED", run["log"], "", "", "", "", "", ""]
+    tokens, seconds = run["tokens"], run["seconds"]
+    fixed = small.get("fixed_seconds", 0.0)
+    staging = run.get("peak_staging_bytes")
+    return [name, f"{meta['text_bytes'] / 1e6:,.0f} MB ({meta['documents']:,} docs)", f"{tokens:,}", f"{seconds:.1f}",
+            f"{tokens / seconds:,.0f}", f"{(tokens / seconds) / (small['tokens'] / small['seconds']):.2f}",
+            f"{(tokens / (seconds - fixed)) / (small['tokens'] / (small['seconds'] - fixed)):.2f}",
+            bp.fmt_bytes(run["peak_tree_rss"]),
+            f"{run['peak_tree_rss'] / small['peak_tree_rss']:.2f}" if run["peak_tree_rss"] and small["peak_tree_rss"]
+            else "n/a", f"{staging / tokens:.1f}" if staging else "n/a"]
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ What one run does (nothing is downloaded):
    (`.txt/.rst/.md/.html`) from the standard library, site-packages and `/usr/share/doc`. The three
    sources are interleaved by bytes (always taking the next file from the source with the fewest
    bytes so far), in sorted path order, so the corpus is deterministic for a given machine. Each
-   document is capped at 200 KB; if the files run out, the material is repeated with a suffix.
+   document is capped at 200 KB; if the files run out (sizes past ~400 MB), further documents are
+   generated from the material: copy k of document i interleaves its lines with those of another
+   document (chosen by k), so no document repeats verbatim and no tokenizer cache sees a repeat.
 2. Tokenizer. `--tokenizer`, else `../shared/tokenizers/mistral-7b-v0.1` next to the repository,
    else the embedded sample tokenizer (`easydata.tools.sample.ensure_sample() / "tokenizer"`).
 3. Baseline. The same texts, read into memory, encoded with `tokenizers.Tokenizer.encode_batch` in
@@ -194,8 +196,8 @@ def write_corpus(path: Path, target_bytes: int) -> dict[str, Any]:
                 break
         while text_bytes < target_bytes and material:
             copies += 1
-            for text in material:
-                text = f"{text}\n# copy {copies}\n"
+            for i, text in enumerate(material):
+                text = recombine(text, material[(i + copies * 7919) % len(material)], copies)
                 f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
                 documents += 1
                 text_bytes += len(text.encode("utf-8"))
@@ -208,11 +210,19 @@ def write_corpus(path: Path, target_bytes: int) -> dict[str, Any]:
     return {"documents": documents, "text_bytes": text_bytes, "repeats": copies}
 
 
+def recombine(a: str, b: str, copy: int) -> str:
+    """A new document from two: their lines interleaved (`a`'s first), tagged with the copy number."""
+    lines_a, lines_b = a.splitlines(keepends=True), b.splitlines(keepends=True)
+    mixed = [line for pair in zip(lines_a, lines_b) for line in pair]
+    rest = lines_a[len(lines_b):] or lines_b[len(lines_a):]
+    return "".join(mixed + rest)[:DOC_CAP_BYTES] + f"\n# copy {copy}\n"
+
+
 def ensure_corpus(workdir: Path, size_mb: float) -> tuple[Path, dict[str, Any]]:
     """The corpus for `size_mb`, built once and reused while its description matches."""
     path = workdir / f"corpus-{size_mb:g}mb.jsonl"
     meta_path = path.with_suffix(".meta.json")
-    wanted = {"version": CORPUS_VERSION, "size_mb": size_mb, "doc_cap_bytes": DOC_CAP_BYTES}
+    wanted = {"version": CORPUS_VERSION, "size_mb": size_mb, "doc_cap_bytes": DOC_CAP_BYTES, "generation": "recombined"}
     if path.is_file() and meta_path.is_file():
         meta = json.loads(meta_path.read_text())
         if {k: meta.get(k) for k in wanted} == wanted and meta.get("file_bytes") == path.stat().st_size:
@@ -750,7 +760,7 @@ def print_environment(tokenizer_dir: Path, corpus: Path, meta: dict[str, Any], w
     print(f"tokenizer: {tokenizer_dir}")
     state = "reused" if meta["reused"] else "built"
     print(f"corpus:    {corpus} ({state}): {meta['documents']:,} documents, {meta['text_bytes'] / 1e6:.1f} MB of"
-          f" text, {meta['file_bytes'] / 1e6:.1f} MB JSONL, material repeated {meta['repeats']} time(s)")
+          f" text, {meta['file_bytes'] / 1e6:.1f} MB JSONL, material recombined {meta['repeats']} time(s)")
     print(f"workdir:   {workdir}")
 
 

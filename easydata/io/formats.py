@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.errors import EasyDataError, ValidationFailed
-from easydata.io.filesystems import get_fs, open_arrow_file, open_file, temp_name
+from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
 from easydata.io.token_arrays import list_column_values, token_list_array  # re-exported: the formats' token columns
 
 __all__ = [
@@ -478,7 +478,7 @@ def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str) -> tuple[
             if writer is None:
                 schema = batch.schema
                 f = open_arrow_file(path, "wb")
-                writer = pa.ipc.new_file(f, schema)
+                writer = pa.ipc.new_file(f, schema, options=staging_ipc_options())
             writer.write_batch(batch)
             rows += batch.num_rows
     finally:

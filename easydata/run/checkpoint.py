@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
-from easydata.io.filesystems import get_fs, join, open_arrow_file, open_file, temp_name, write_atomic
+from easydata.io.filesystems import get_fs, join, open_arrow_file, staging_ipc_options, open_file, temp_name, write_atomic
 from easydata.run.output import TEMP_PREFIX
 
 __all__ = ["run_signature", "write_run_info", "unfinished_runs", "find_resumable_run", "batch_path", "write_batch",
@@ -103,7 +103,7 @@ def write_batch(path: str, rows: pa.RecordBatch, info: dict[str, Any]) -> None:
     fs.makedirs(posixpath.dirname(target), exist_ok=True)
     schema = rows.schema.with_metadata({**(rows.schema.metadata or {}), _META_KEY: json.dumps(info).encode()})
     temp = temp_name(path)  # its own per attempt: a retried or duplicate step may write the same batch
-    with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, schema) as writer:
+    with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, schema, options=staging_ipc_options()) as writer:
         writer.write_batch(rows.replace_schema_metadata(schema.metadata))
     fs.mv(get_fs(temp)[1], target)
 
