@@ -35,7 +35,7 @@ from easydata.ops.splits import split_output_name
 from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags
-from beam_pipelines.local.worker_pool import discard_prestarted, prestart
+from beam_pipelines.local.worker_pool import discard_prestarted, prestart, prestarted_engine_chooser
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, SHUFFLE_STATS_TAG, \
     STATS_TAG, ENGINE_STATS_TAG, ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
     WriteShards
@@ -173,7 +173,8 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     if start_workers:
         prestart(beam_args, config)
     _check_beam_flags(beam_args)
-    plan = dataclasses.replace(prepare_run(config, resume=resume, **plan_options), lock_id=lock_id)
+    plan = dataclasses.replace(prepare_run(config, resume=resume, engine_chooser=prestarted_engine_chooser(),
+                                           **plan_options), lock_id=lock_id)
     if announce_resume:  # a fast engine asked for but not used: said once per tokenizer
         for note in sorted({f"tokenizer '{d.tokenizer.name_or_path}' encodes with hf: {d.engine_choice['reason']}"
                             for d in plan.datasets if d.engine_choice and d.engine == "hf"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -199,3 +200,63 @@ def test_engines_take_an_empty_batch(qwen3_tokenizer_dir, mistral_tokenizer_dir)
                 flat, lengths = engine.encode([], add)
                 assert len(flat) == 0 and len(lengths) == 0
         assert verify_engine(GigatokenEngine(path, hf), Engine(path, hf), []) is None
+
+
+def test_the_worker_server_chooses_like_the_launcher(qwen3_tokenizer_dir, mistral_tokenizer_dir, tmp_path,
+                                                     monkeypatch) -> None:
+    """Planning's choice made by a child of the local worker server, with the engines the server
+    preloaded (the launching process then never loads them), equals the one made in this process."""
+    from beam_pipelines.local.worker_pool import StandbyWorkers
+    from easydata.config import TokenizerConfig
+
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    sample = make_texts(200, seed=8)
+    configs = [TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)), TokenizerConfig(name_or_path=str(mistral_tokenizer_dir))]
+    workers = StandbyWorkers(configs, ["fastokens", "gigatoken"])
+    try:
+        for config, directory in zip(configs, (qwen3_tokenizer_dir, mistral_tokenizer_dir)):
+            for add in (True, False):
+                theirs = workers.choose_engine(config, "auto", sample, add)
+                ours = choose_engine("auto", *_hf(directory), _specials(_hf(directory)[1]), sample,
+                                     add_special_tokens=add)
+                assert theirs == ours and theirs.planning_documents == 200
+        assert workers.worker_pids() == []  # verifiers are not workers
+    finally:
+        workers.close()
+
+
+_WRONG_IN_THE_SERVER = """
+import os
+if "EASYDATA_PRELOAD_ENGINES" in os.environ:  # only the local worker server (and what it forks)
+    import numpy as np
+    import easydata.text.engines as engines
+
+    class Wrong(engines.FastokensEngine):
+        def encode(self, texts, add_special_tokens):
+            flat, lengths = super().encode(texts, add_special_tokens)
+            flat = flat.copy()
+            flat[np.concatenate([[0], np.cumsum(lengths)[:-1]])[lengths > 0]] += 1
+            return flat, lengths
+
+    engines._ENGINES["fastokens"] = Wrong
+"""
+
+
+def test_a_wrong_engine_in_the_worker_server_is_refused_at_planning(qwen3_tokenizer_dir, tmp_path,
+                                                                    monkeypatch) -> None:
+    """The real CLI with its worker processes: the fast engine the server loaded is wrong (a
+    `sitecustomize` that only the server imports replaces it); planning's choice, made there, refuses it
+    and the run encodes with hf, saying why."""
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "inject").mkdir()
+    (tmp_path / "inject" / "sitecustomize.py").write_text(_WRONG_IN_THE_SERVER)
+    (tmp_path / "web.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in make_texts(300, seed=9)))
+    done = subprocess.run([sys.executable, "-m", "easydata", "run",
+                           str(_job(tmp_path, qwen3_tokenizer_dir, "fastokens", "out"))], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path / 'inject'}{os.pathsep}{REPO_ROOT}"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    engine = json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer_engines"]["web"]
+    assert engine["name"] == "hf" and engine["requested"] == "fastokens"
+    assert engine["reason"].startswith("fastokens 0.3.5 differs from hf: document 0 ")
+    assert "encodes with hf: fastokens 0.3.5 differs from hf" in done.stderr

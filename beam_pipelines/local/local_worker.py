@@ -14,9 +14,16 @@ forking such a process is unsafe (macOS: system frameworks), or with `EASYDATA_W
 each worker is a fresh interpreter instead (`python -m beam_pipelines.local.local_worker --worker`, its
 endpoints in its environment), still a child of this process.
 
+A request line `{"verify": {...}}` instead asks which tokenizer engine the job uses (planning's
+verification, `easydata.text.engines.choose_engine`): a forked child (`verifier <pid>`) runs it with
+the tokenizer and fast engines this process preloaded, writes the `EngineChoice` to the request's
+`result` file and ends, so that the launching process need not load the same engine (~1 s for a
+150k-token vocabulary) a second time; the child may start threads, this process still starts none.
+
 Status lines go to the launcher on this process's original stdout, written with single `os.write`
-calls: `started <pid>` after each fork and `ended <pid> <code>` when a child is reaped (the exit
-code, negative for a signal, as `subprocess` reports it). This process's own stdout is redirected to
+calls: `started <pid>` after each worker's fork, `verifier <pid>` after a verifier's, and
+`ended <pid> <code>` when a child is reaped (the exit code, negative for a signal, as `subprocess`
+reports it). This process's own stdout is redirected to
 stderr first, so nothing a worker prints can corrupt them. End-of-file on stdin (the pool was closed,
 or its launcher ended) stops the forking; the process then waits for its children and exits at once.
 
@@ -160,13 +167,7 @@ def _worker(env: dict[str, str], stderr_handler: logging.Handler, status_fd: Opt
     code = 0
     try:
         if status_fd is not None:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
-            os.close(status_fd)
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, 0)  # the requests are the server's, not this worker's
-            os.close(devnull)
-            random.seed()
+            _leave_server_state(status_fd)
         _run_harness(env)
     except BaseException:  # noqa: BLE001 - a forked worker must never return into the server's loop
         traceback.print_exc()
@@ -174,6 +175,47 @@ def _worker(env: dict[str, str], stderr_handler: logging.Handler, status_fd: Opt
     finally:
         stderr_handler.flush()  # not logging.shutdown(): it would close Beam's log handler again, waiting
         sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _leave_server_state(status_fd: int) -> None:
+    """In a forked child: the server's signal handling, status and request streams and random state
+    are not the child's."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
+    os.close(status_fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the requests are the server's, not this child's
+    os.close(devnull)
+    random.seed()
+
+
+def _start_verifier(request: dict[str, Any], status_fd: int, stderr_handler: logging.Handler) -> int:
+    """Forks a child that chooses a tokenizer engine for `request` (see the module docstring) and writes
+    the choice, as JSON, to `request["result"]` (atomically); returns its pid."""
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    code = 0
+    try:
+        _leave_server_state(status_fd)
+        import dataclasses
+
+        from easydata.config import TokenizerConfig
+        from easydata.io.filesystems import write_atomic
+        from easydata.text.tokenizer import choose_engine_here
+
+        with open(request["sample"], encoding="utf-8") as f:
+            sample = json.load(f)
+        choice = choose_engine_here(TokenizerConfig(**request["tokenizer"]), request["requested"], sample,
+                                    request["add_special_tokens"])
+        write_atomic(request["result"], json.dumps(dataclasses.asdict(choice)).encode())
+    except BaseException:  # noqa: BLE001 - a forked child must never return into the server's loop
+        traceback.print_exc()
+        code = 1
+    finally:
+        stderr_handler.flush()
         sys.stderr.flush()
         os._exit(code)
 
@@ -191,15 +233,19 @@ def _start_worker(env: dict[str, str], method: str, status_fd: int, stderr_handl
 
 
 def serve(requests: Any, status_fd: int, stderr_handler: logging.Handler, method: str = "fork") -> None:
-    """Starts one worker per JSON line of `requests` until end-of-file, then waits for the children."""
+    """Starts one worker per JSON line of `requests` (or a verifier, for a `verify` request) until
+    end-of-file, then waits for the children."""
     signal.signal(signal.SIGCHLD, lambda *_: _reap(status_fd, block=False))
     for line in requests:
         if not line.strip():
             continue
         env = json.loads(line)
         signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)  # report `started` before its `ended`
-        pid = _start_worker(env, method, status_fd, stderr_handler)
-        _status(status_fd, f"started {pid}")
+        if "verify" in env:  # sent only to a fork server (`StandbyWorkers.choose_engine`)
+            _status(status_fd, f"verifier {_start_verifier(env['verify'], status_fd, stderr_handler)}")
+        else:
+            pid = _start_worker(env, method, status_fd, stderr_handler)
+            _status(status_fd, f"started {pid}")
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _CHILD_SIGNALS)
     signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_SIGNALS)
     _reap(status_fd, block=True)
@@ -228,16 +274,22 @@ def _serve_or_work() -> None:
     status_fd = os.dup(1)  # not inherited by spawned workers
     os.dup2(2, 1)  # prints of this process and its children go to stderr, not into the status lines
     if method == "fork":  # import once, before any fork
+        import easydata.text.tokenizer  # the job's steps need these
+
+        # The tokenizers load (their Rust parts without the GIL) while Beam is imported; the thread
+        # has ended before any fork.
+        loading = threading.Thread(target=easydata.text.tokenizer.preload_tokenizers, name="easydata-preload",
+                                   args=(_tokenizers_to_preload(),
+                                         json.loads(os.environ.pop(PRELOAD_ENGINES_VARIABLE, "[]"))))
+        loading.start()
         from apache_beam.runners.worker import sdk_worker_main  # noqa: F401
 
-        import easydata.text.tokenizer  # noqa: F401 - the job's steps need these
         import pyarrow.compute  # noqa: F401
         import pyarrow.parquet  # noqa: F401
         import transforms  # noqa: F401
         import beam_pipelines.beam_internals  # noqa: F401
 
-        easydata.text.tokenizer.preload_tokenizers(_tokenizers_to_preload(),
-                                                   json.loads(os.environ.pop(PRELOAD_ENGINES_VARIABLE, "[]")))
+        loading.join()
     serve(sys.stdin, status_fd, handler, method)
     # Every worker has ended and been reported: leave without the interpreter's teardown (freeing
     # Beam's, Arrow's and the tokenizer's modules takes ~0.7 s, and the launcher waits for this exit).

@@ -42,6 +42,7 @@ from easydata.run.machine import physical_memory_bytes, usable_cores
 
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count",
            "tokenizer_threads_per_worker", "runs_locally", "prestart", "job_tokenizers", "take_prestarted",
+           "prestarted_engine_chooser",
            "discard_prestarted", "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
 
 #: How long `StandbyWorkers.close` waits for the workers that were handed a job to exit before killing them.
@@ -49,6 +50,8 @@ WORKER_EXIT_SECONDS = 30.0
 
 #: How long `StandbyWorkers.failures` waits for a worker's abnormal end to be reported.
 FAILURE_REPORT_SECONDS = 2.0
+#: How long planning waits for the fork server's engine choice before making it itself.
+VERIFY_SECONDS = 300.0
 
 #: Memory to allow per default worker process: its tokenizer, Beam, a few batches and one hash group
 #: being packed (~0.35 GB at rest plus about twice a 64 MB group, docs/performance.md).
@@ -132,7 +135,9 @@ class StandbyWorkers:
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                 env={**os.environ, PRELOAD_TOKENIZERS_VARIABLE: preload,
                                                      PRELOAD_ENGINES_VARIABLE: json.dumps(list(engines))})
+        self._method = start_method()
         self._started: list[int] = []
+        self._verifiers: list[int] = []
         self._ended: dict[int, int] = {}
         self._changed = threading.Condition()
         self._status_reader = threading.Thread(target=self._read_status, name="easydata-worker-status", daemon=True)
@@ -150,9 +155,52 @@ class StandbyWorkers:
             with self._changed:
                 if kind == b"started":
                     self._started.append(int(pid))
+                elif kind == b"verifier":
+                    self._verifiers.append(int(pid))
                 elif kind == b"ended":
                     self._ended[int(pid)] = int(code[0])
                 self._changed.notify_all()
+        with self._changed:  # the server ended: nothing more will be reported
+            self._changed.notify_all()
+
+    def choose_engine(self, tokenizer: TokenizerConfig, requested: str, sample: Sequence[str],
+                      add_special_tokens: Optional[bool]) -> Optional[Any]:
+        """Planning's engine choice (`easydata.text.engines.choose_engine`), made by a child of the fork
+        server with the tokenizer and engines it preloaded: this process then never loads the engine.
+        None (the caller chooses itself) where the server does not fork, or it failed to answer."""
+        if self._method != "fork":
+            return None
+        import tempfile
+
+        from easydata.text.engines import EngineChoice
+
+        with tempfile.TemporaryDirectory(prefix="easydata-verify-") as tmp:
+            sample_file, result_file = os.path.join(tmp, "sample.json"), os.path.join(tmp, "choice.json")
+            with open(sample_file, "w", encoding="utf-8") as f:
+                json.dump(list(sample), f)
+            request = {"verify": {"tokenizer": dataclasses.asdict(tokenizer), "requested": requested,
+                                  "sample": sample_file, "add_special_tokens": add_special_tokens,
+                                  "result": result_file}}
+            with self._changed:
+                asked = len(self._verifiers)
+            try:
+                with self._lock:
+                    self._server_process.stdin.write((json.dumps(request) + "\n").encode())
+                    self._server_process.stdin.flush()
+            except (OSError, ValueError):  # the server died: the job's start reports it
+                return None
+            with self._changed:
+                answered = self._changed.wait_for(
+                    lambda: self._server_process.poll() is not None
+                    or (len(self._verifiers) > asked and self._verifiers[asked] in self._ended), timeout=VERIFY_SECONDS)
+                code = self._ended.get(self._verifiers[asked]) if answered and len(self._verifiers) > asked else None
+            if code != 0:
+                return None
+            try:
+                with open(result_file, encoding="utf-8") as f:
+                    return EngineChoice(**json.load(f))
+            except (OSError, ValueError, TypeError):
+                return None
 
     def worker_pids(self) -> list[int]:
         """Pids of the workers started so far (forked by the server), in start order."""
@@ -334,6 +382,11 @@ def job_engines(config: PipelineConfig) -> list[str]:
         found.extend(e for e in (FAST_ENGINES if requested == "auto" else (requested,))
                      if e != "hf" and e not in found)
     return found
+
+
+def prestarted_engine_chooser() -> Optional[Any]:
+    """`StandbyWorkers.choose_engine` of the prestarted fork server, for `prepare_run`; None without one."""
+    return _prestarted.choose_engine if _prestarted is not None else None
 
 
 def take_prestarted() -> StandbyWorkers:

@@ -8,7 +8,7 @@ the workers and the final commit need in a small, picklable `RunPlan`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from easydata.run.checkpoint import UnitCheckpoint, completed_units, run_signature, unfinished_runs, write_run_info
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
@@ -30,6 +30,8 @@ __all__ = ["DatasetPlan", "RunPlan", "prepare_run", "work_units"]
 # Uncompressed Arrow bytes of token rows per input byte: ~1 token per 3-4 bytes of text, 4 bytes per
 # id, 4 per mask. Only sizes the hash groups, so a rough figure is enough.
 _ROW_BYTES_PER_INPUT_BYTE = 2.5
+#: `(tokenizer, requested engine, sample texts, add_special_tokens) -> EngineChoice or None`.
+EngineChooser = Callable[[TokenizerConfig, str, list, Optional[bool]], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +116,8 @@ def work_units(dataset: DatasetConfig, splits: list[InputSplit]) -> list[int]:
 
 
 def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
-                group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False) -> RunPlan:
+                group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False,
+                engine_chooser: Optional[EngineChooser] = None) -> RunPlan:
     """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
 
     Args:
@@ -124,6 +127,9 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
       group_bytes: target size of a shuffle group (memory of one sorting worker).
       resume: continue an unfinished run of the same job in the output directory, if there is one:
         its tokenized work units are loaded instead of read again (`easydata.run.checkpoint`).
+      engine_chooser: makes planning's engine choice elsewhere, e.g. in a local worker server that has
+        the engine loaded already (`beam_pipelines.local.worker_pool`); when it returns None, or without
+        one, this process chooses (`easydata.text.engines.choose_engine`).
 
     Raises:
       ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
@@ -152,7 +158,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
             loaded[tok] = handle.info
             handles[tok] = handle
             requested = config.tokenize_for(ds).engine
-            if requested != "hf":  # loads while the inputs are planned and sampled (`_choose_engines`)
+            if requested != "hf" and engine_chooser is None:  # loads while the inputs are planned and sampled
                 from easydata.text.engines import prefetch_engine
 
                 prefetch_engine(requested, handle.tokenizer_file, handle.tokenizer)
@@ -177,7 +183,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                     chat_template=template, split_bytes=planned_split_bytes,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
-    datasets = _choose_engines(config, datasets, handles, by_name)
+    datasets = _choose_engines(config, datasets, handles, by_name, engine_chooser)
     mix_num_groups = None
     if config.static_mix is not None:
         _check_shared_vocabulary(config, handles)
@@ -203,8 +209,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
 
 
 def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
-                    handles: dict[TokenizerConfig, TokenizerHandle], by_name: dict[str, DatasetConfig]
-                    ) -> list[DatasetPlan]:
+                    handles: dict[TokenizerConfig, TokenizerHandle], by_name: dict[str, DatasetConfig],
+                    engine_chooser: Optional[EngineChooser] = None) -> list[DatasetPlan]:
     """Each tokenizer's engine for plain documents (`easydata.text.engines.choose_engine`), verified on
     documents sampled from every dataset that uses it."""
     from easydata.io.sampling import sample_texts
@@ -224,8 +230,10 @@ def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
                     chars=max(50_000, 500_000 // len(users)), messages_field=config.chat.messages_field)]
             specials = [t.content for t in handle.tokenizer.get_added_tokens_decoder().values()]
             add_bos = config.tokenize_for(by_name[d.name]).add_bos  # None: the tokenizer's own special tokens
-            choices[key] = choose_engine(requested, handle.tokenizer_file, handle.tokenizer, specials, sample,
-                                         add_special_tokens=add_bos is None)
+            choice = engine_chooser(d.tokenizer, requested, sample, add_bos is None) \
+                if engine_chooser is not None and requested != "hf" else None
+            choices[key] = choice if choice is not None else choose_engine(
+                requested, handle.tokenizer_file, handle.tokenizer, specials, sample, add_special_tokens=add_bos is None)
         choice = choices[key]
         out.append(dataclasses.replace(d, engine=choice.name, engine_choice=choice.to_manifest()))
     return out

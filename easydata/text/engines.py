@@ -7,7 +7,9 @@ faster Rust engines, used only where they give exactly `hf`'s ids:
 
 * at planning (`choose_engine`), on a sample of the run's own documents and a built-in adversarial
   set (`adversarial_texts`), with and without special tokens; the adversarial verdict is cached per
-  (tokenizer.json sha256, engine, engine version) under the easydata cache;
+  (tokenizer.json sha256, engine, engine version) under the easydata cache. With local worker
+  processes the choice is made in a child of their fork server, which has the engine loaded for the
+  workers anyway (`beam_pipelines.local.local_worker`), so the engine is loaded once per job;
 * while running (`VerifiedEngine`), on a deterministic sample of documents (chosen by a hash of
   their key, `VERIFY_FRACTION`), re-encoded with `hf` on the worker: a mismatch keeps `hf`'s ids for
   that document and is counted, and after `MAX_MISMATCHES` the worker uses `hf` for the rest.
@@ -259,11 +261,13 @@ def _verdict_file(digest: str, name: str, version: str) -> Path:
 
 
 def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens: Sequence[str],
-                  sample: Sequence[str], add_special_tokens: Optional[bool] = None) -> EngineChoice:
+                  sample: Sequence[str], add_special_tokens: Optional[bool] = None,
+                  loaded: Optional[dict[str, Engine]] = None) -> EngineChoice:
     """The engine a run uses: `hf` when asked, else the first engine (the one asked, or for `auto` the
     fastest installed) that loads and gives `hf`'s ids on the adversarial set with and without special
     tokens (verdict cached per tokenizer, engine and version) and on `sample` (the run's own documents)
-    with the run's setting `add_special_tokens` (None: both); `hf` with the reason when none does."""
+    with the run's setting `add_special_tokens` (None: both); `hf` with the reason when none does.
+    `loaded`: engines this process already loaded for this tokenizer (by name), used as they are."""
     import concurrent.futures
 
     reference = Engine(tokenizer_file, hf)
@@ -281,6 +285,10 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
         # Loading an engine (~1 s for a 150k-token vocabulary; it releases the GIL) overlaps with the
         # reference encodings; the next candidate loads only if the first is refused.
         def load(name: str) -> Any:
+            if loaded and name in loaded:
+                done: concurrent.futures.Future = concurrent.futures.Future()
+                done.set_result(loaded[name])
+                return done
             return _PREFETCH.pop((str(tokenizer_file), name), None) or pool.submit(load_engine, name, tokenizer_file, hf)
 
         first = load(candidates[0]) if candidates else None

@@ -27,7 +27,7 @@ from easydata.errors import TokenizerError
 from easydata.text.windows import cut_documents
 
 __all__ = ["TokenizerHandle", "TokenizerInfo", "load_tokenizer", "preload_tokenizers", "resolve_tokenizer_files",
-           "shared_tokenizer"]
+           "shared_tokenizer", "choose_engine_here"]
 
 # Names under which tokenizers commonly declare their special tokens, tried in order when
 # `tokenizer_config.json` says nothing. They are looked up in the tokenizer's own vocabulary.
@@ -418,6 +418,19 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str
                 break
             except Exception:  # noqa: BLE001 - e.g. fastokens and a Metaspace tokenizer: never used then
                 continue
+
+
+def choose_engine_here(config: TokenizerConfig, requested: str, sample: Sequence[str],
+                       add_special_tokens: Optional[bool]) -> Any:
+    """`easydata.text.engines.choose_engine` for `config` with what this process has loaded (its
+    tokenizer and fast engines: a local worker server's preloads, `preload_tokenizers`), so that a job's
+    planning need not load the same engine again in the launching process. Returns the `EngineChoice`."""
+    from easydata.text.engines import choose_engine
+
+    handle = shared_tokenizer(config)
+    specials = [t.content for t in handle.tokenizer.get_added_tokens_decoder().values()]
+    return choose_engine(requested, handle.tokenizer_file, handle.tokenizer, specials, sample,
+                         add_special_tokens=add_special_tokens, loaded=dict(handle._engines))
 
 
 def shared_tokenizer(config: TokenizerConfig) -> TokenizerHandle:
