@@ -133,14 +133,15 @@ class GigatokenEngine(Engine):
 
     def __init__(self, tokenizer_file: Path, hf: Any):
         super().__init__(tokenizer_file, hf)
-        import gigatoken
+        import awkward  # what its batches come as: imported here, where a worker server preloads the
+        import gigatoken  # engine before it forks, not at each worker's first batch (~0.2 s)
 
         self._tokenizer = gigatoken.Tokenizer(str(tokenizer_file))
         self._specials = _Specials(hf)
+        self._ak = awkward
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
-        import awkward as ak
-
+        ak = self._ak
         encoded = self._tokenizer.encode_batch(list(texts))
         flat = np.asarray(ak.to_numpy(ak.flatten(encoded)), dtype=np.int32)
         lengths = np.asarray(ak.to_numpy(ak.num(encoded)), dtype=np.int64)
@@ -262,12 +263,13 @@ def _verdict_file(digest: str, name: str, version: str) -> Path:
 
 def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens: Sequence[str],
                   sample: Sequence[str], add_special_tokens: Optional[bool] = None,
-                  loaded: Optional[dict[str, Engine]] = None) -> EngineChoice:
+                  loaded: Optional[dict[str, Any]] = None) -> EngineChoice:
     """The engine a run uses: `hf` when asked, else the first engine (the one asked, or for `auto` the
     fastest installed) that loads and gives `hf`'s ids on the adversarial set with and without special
     tokens (verdict cached per tokenizer, engine and version) and on `sample` (the run's own documents)
     with the run's setting `add_special_tokens` (None: both); `hf` with the reason when none does.
-    `loaded`: engines this process already loaded for this tokenizer (by name), used as they are."""
+    `loaded`: engines this process already loaded for this tokenizer (by name), used as they are, or
+    the exception loading one raised."""
     import concurrent.futures
 
     reference = Engine(tokenizer_file, hf)
@@ -287,7 +289,10 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
         def load(name: str) -> Any:
             if loaded and name in loaded:
                 done: concurrent.futures.Future = concurrent.futures.Future()
-                done.set_result(loaded[name])
+                if isinstance(loaded[name], BaseException):
+                    done.set_exception(loaded[name])
+                else:
+                    done.set_result(loaded[name])
                 return done
             return _PREFETCH.pop((str(tokenizer_file), name), None) or pool.submit(load_engine, name, tokenizer_file, hf)
 

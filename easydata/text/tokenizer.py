@@ -243,7 +243,12 @@ class TokenizerHandle:
         if name not in self._engines:
             from easydata.text.engines import load_engine
 
-            self._engines[name] = load_engine(name, self.tokenizer_file, self.tokenizer)
+            try:
+                self._engines[name] = load_engine(name, self.tokenizer_file, self.tokenizer)
+            except Exception as e:
+                self._engines[name] = e  # not tried again: planning's verifier learns why from here
+        if isinstance(self._engines[name], Exception):
+            raise self._engines[name]
         return self._engines[name]
 
     def encode_plain(self, texts: Sequence[str], *, add_bos: Optional[bool], keys: Optional[Sequence[str]] = None,
