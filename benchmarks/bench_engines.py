@@ -124,40 +124,47 @@ def main(argv: Optional[list[str]] = None) -> int:
                          f"{tokens / run['seconds']:,.0f}", ratio(tokens, run["seconds"], hf_ceiling),
                          ratio(tokens, run["seconds"], fast_ceiling), f"{fixed[key]:.1f}",
                          ratio(tokens, max(run["seconds"] - fixed[key], 1e-3), hf_ceiling),
-                         bp.fmt_bytes(run["peak_tree_rss"]),
+                         bp.fmt_bytes(run["peak_tree_rss"]), bp.fmt_bytes(run.get("peak_tree_pss")),
                          f"{staging / tokens:.1f}" if staging and tokens else "n/a",
                          f"{counts.get('verified', '-')}/{counts.get('mismatches', '-')}"])
         print(f"  outputs byte-identical: {'yes' if identical else 'NO'}")
         if args.large_mb and auto_run["returncode"] == 0:
-            large_rows.append(large_run(name, tokenizer_dir, auto_run, args))
+            large_rows.append(large_run(name, tokenizer_dir, auto_run, hf_ceiling, args))
     print()
     bp.print_table(rows, ["tokenizer", "run", "engine", "seconds", "tokens/s", "vs HF ceiling", "vs engine ceiling",
-                          "fixed s", "vs HF ceiling w/o fixed", "peak RSS", "staging B/token", "verified/mismatches"])
+                          "fixed s", "vs HF ceiling w/o fixed", "peak RSS", "peak PSS", "staging B/token",
+                          "verified/mismatches"])
     print("\n  vs HF ceiling: the whole command's tokens/s over tokenizers' own fastest call on every core"
           "\n  (one single-threaded process per core, texts in memory, only the encode calls timed); fixed s: the"
           "\n  same command on 10 documents; w/o fixed: the run's seconds less those.")
     if large_rows:
         print()
-        bp.print_table(large_rows, ["tokenizer", "corpus", "tokens", "seconds", "tokens/s", "÷ small run's",
-                                    "w/o fixed ÷ small's", "peak RSS", "÷ small run's", "staging B/token"])
+        bp.print_table(large_rows, ["tokenizer", "corpus", "tokens", "seconds", "tokens/s", "÷ HF ceiling",
+                                    "÷ small run's", "w/o fixed ÷ small's", "peak RSS", "÷ small run's", "peak PSS",
+                                    "÷ small run's", "staging B/token"])
     return 0
 
 
-def large_run(name: str, tokenizer_dir: Path, small: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    """The default engine on the `--large-mb` corpus, beside its run on the first corpus."""
+def large_run(name: str, tokenizer_dir: Path, small: dict[str, Any], hf_ceiling: dict[str, Any],
+              args: argparse.Namespace) -> list[str]:
+    """The default engine on the `--large-mb` corpus, beside its run on the first corpus (and HF's ceiling
+    measured on the first corpus: the same material)."""
     corpus, meta = bp.ensure_corpus(args.workdir.parent, args.large_mb)
     run = run_engine(f"{name}-auto-large", "auto", corpus, tokenizer_dir, args.workdir, with_digest=False)
     if run["returncode"] != 0:
-        return [name, f"{args.large_mb:g} MB", "FAILED", run["log"], "", "", "", "", "", ""]
+        return [name, f"{args.large_mb:g} MB", "FAILED", str(run["log"])] + [""] * 9
     tokens, seconds = run["tokens"], run["seconds"]
     fixed = small.get("fixed_seconds", 0.0)
     staging = run.get("peak_staging_bytes")
+    def versus(key: str) -> str:
+        return f"{run[key] / small[key]:.2f}" if run.get(key) and small.get(key) else "n/a"
+
     return [name, f"{meta['text_bytes'] / 1e6:,.0f} MB ({meta['documents']:,} docs)", f"{tokens:,}", f"{seconds:.1f}",
-            f"{tokens / seconds:,.0f}", f"{(tokens / seconds) / (small['tokens'] / small['seconds']):.2f}",
+            f"{tokens / seconds:,.0f}", ratio(tokens, seconds, hf_ceiling),
+            f"{(tokens / seconds) / (small['tokens'] / small['seconds']):.2f}",
             f"{(tokens / (seconds - fixed)) / (small['tokens'] / (small['seconds'] - fixed)):.2f}",
-            bp.fmt_bytes(run["peak_tree_rss"]),
-            f"{run['peak_tree_rss'] / small['peak_tree_rss']:.2f}" if run["peak_tree_rss"] and small["peak_tree_rss"]
-            else "n/a", f"{staging / tokens:.1f}" if staging else "n/a"]
+            bp.fmt_bytes(run["peak_tree_rss"]), versus("peak_tree_rss"), bp.fmt_bytes(run.get("peak_tree_pss")),
+            versus("peak_tree_pss"), f"{staging / tokens:.1f}" if staging else "n/a"]
 
 
 if __name__ == "__main__":

@@ -379,7 +379,9 @@ class PeakSampler(threading.Thread):
 
 class TreeRssSampler(PeakSampler):
     """Polls /proc for the summed RSS of a process and all its descendants, and for each one's own
-    peak (`VmHWM`, the kernel's high-water mark); keeps the largest of each.
+    peak (`VmHWM`, the kernel's high-water mark); keeps the largest of each. Also the summed PSS
+    (`smaps_rollup`: each page shared by N processes counted 1/N in each), the machine memory the tree
+    takes: forked workers share their server's tokenizers and libraries, which RSS counts once per process.
 
     Not `wait4`'s `ru_maxrss`: on Linux a child's starts from this process's RSS at the fork and
     survives its exec, so it reported the benchmark's own memory (its copy of the corpus).
@@ -389,6 +391,7 @@ class TreeRssSampler(PeakSampler):
         super().__init__(interval)
         self.pid = pid
         self.peak_single = 0
+        self.peak_pss = 0
         self.available = Path("/proc/self/statm").is_file()
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -402,19 +405,22 @@ class TreeRssSampler(PeakSampler):
                 except (OSError, IndexError, ValueError):
                     continue
                 children.setdefault(ppid, []).append(int(entry))
-        total, todo = 0, [self.pid]
+        total, pss, todo = 0, 0, [self.pid]
         while todo:
             pid = todo.pop()
             todo.extend(children.get(pid, []))
             try:
                 with open(f"/proc/{pid}/statm", "rb") as f:
                     total += int(f.read().split()[1]) * self._page
+                with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+                    pss += sum(int(line.split()[1]) * 1024 for line in f if line.startswith(b"Pss:"))
                 with open(f"/proc/{pid}/status", "rb") as f:
                     hwm = [line for line in f if line.startswith(b"VmHWM:")]
                 if hwm:
                     self.peak_single = max(self.peak_single, int(hwm[0].split()[1]) * 1024)
             except (OSError, IndexError, ValueError):
                 pass
+        self.peak_pss = max(self.peak_pss, pss)
         return total
 
 
@@ -463,6 +469,7 @@ def run_measured(cmd: list[str], env: dict[str, str], log: Path, staging_of: Opt
     return {"seconds": seconds, "returncode": proc.returncode, "cpu_seconds": cpu,
             "peak_tree_rss": sampler.peak if sampler.available else None,
             "max_single_rss": sampler.peak_single if sampler.available else None,
+            "peak_tree_pss": sampler.peak_pss if sampler.available and sampler.peak_pss else None,
             "peak_staging_bytes": staging.peak if staging is not None else None}
 
 
