@@ -13,12 +13,12 @@ For each tokenizer (nothing is downloaded: `../shared/tokenizers`, else `--token
 4. Printed: tokens/s of each, the ratios to both ceilings (also without the fixed start-up), peak RSS of the
    command's process tree, peak staging bytes per token, the engine the manifest names with its
    verification counts, and whether the two runs' shards are byte-identical.
-5. With `--large-mb N` (e.g. 1000): the default engine again on a corpus of N MB (generated past the
-   machine's material: no document repeated verbatim, see bench_pipeline.py), its tokens/s and peak RSS
-   beside the first corpus's, as ratios (throughput at scale, memory flat).
+5. With `--large-mb N` (e.g. 1000): the default engine (`--large-engines auto,hf`: also `engine: hf`) again
+   on a corpus of N MB (generated past the machine's material: no document repeated verbatim, see
+   bench_pipeline.py), its tokens/s, HF ceiling ratio and peak memory beside the first corpus's.
 
 Usage, from the repository root: python benchmarks/bench_engines.py [--size-mb 48] [--repeat 3]
-[--tokenizers mistral,qwen3] [--large-mb 1000] [--workdir DIR]. Timings on a shared host drift: compare
+[--tokenizers mistral,qwen3] [--large-mb 1000] [--large-engines auto,hf] [--workdir DIR]. Timings on a shared host drift: compare
 within one run.
 """
 
@@ -84,6 +84,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--tokenizers", default="mistral,qwen3")
     parser.add_argument("--large-mb", type=float, default=0, help="also run the default engine on a corpus this big")
+    parser.add_argument("--large-engines", default="auto", help="the engines run on the large corpus: auto, hf or both")
     parser.add_argument("--workdir", type=Path, default=bp.DEFAULT_WORKDIR / "engines")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -128,8 +129,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                          f"{staging / tokens:.1f}" if staging and tokens else "n/a",
                          f"{counts.get('verified', '-')}/{counts.get('mismatches', '-')}"])
         print(f"  outputs byte-identical: {'yes' if identical else 'NO'}")
-        if args.large_mb and auto_run["returncode"] == 0:
-            large_rows.append(large_run(name, tokenizer_dir, auto_run, hf_ceiling, args))
+        hf_run["fixed_seconds"] = fixed["hf"]
+        for engine in args.large_engines.split(",") if args.large_mb else ():
+            small = auto_run if engine == "auto" else hf_run
+            if small["returncode"] == 0:
+                large_rows.append(large_run(name, engine, tokenizer_dir, small, hf_ceiling, args))
     print()
     bp.print_table(rows, ["tokenizer", "run", "engine", "seconds", "tokens/s", "vs HF ceiling", "vs engine ceiling",
                           "fixed s", "vs HF ceiling w/o fixed", "peak RSS", "peak PSS", "staging B/token",
@@ -139,18 +143,19 @@ def main(argv: Optional[list[str]] = None) -> int:
           "\n  same command on 10 documents; w/o fixed: the run's seconds less those.")
     if large_rows:
         print()
-        bp.print_table(large_rows, ["tokenizer", "corpus", "tokens", "seconds", "tokens/s", "÷ HF ceiling",
+        bp.print_table(large_rows, ["tokenizer, run", "corpus", "tokens", "seconds", "tokens/s", "÷ HF ceiling",
                                     "÷ small run's", "w/o fixed ÷ small's", "peak RSS", "÷ small run's", "peak PSS",
                                     "÷ small run's", "staging B/token"])
     return 0
 
 
-def large_run(name: str, tokenizer_dir: Path, small: dict[str, Any], hf_ceiling: dict[str, Any],
+def large_run(name: str, engine: str, tokenizer_dir: Path, small: dict[str, Any], hf_ceiling: dict[str, Any],
               args: argparse.Namespace) -> list[str]:
-    """The default engine on the `--large-mb` corpus, beside its run on the first corpus (and HF's ceiling
-    measured on the first corpus: the same material)."""
+    """`engine` on the `--large-mb` corpus, beside its run on the first corpus (and HF's ceiling measured
+    on the first corpus: the same material)."""
     corpus, meta = bp.ensure_corpus(args.workdir.parent, args.large_mb)
-    run = run_engine(f"{name}-auto-large", "auto", corpus, tokenizer_dir, args.workdir, with_digest=False)
+    run = run_engine(f"{name}-{engine}-large", engine, corpus, tokenizer_dir, args.workdir, with_digest=False)
+    name = f"{name} {'default' if engine == 'auto' else 'engine: ' + engine}"
     if run["returncode"] != 0:
         return [name, f"{args.large_mb:g} MB", "FAILED", str(run["log"])] + [""] * 9
     tokens, seconds = run["tokens"], run["seconds"]
