@@ -100,12 +100,14 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         if config.pack.enabled:  # packing stages its groups sorted
             packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=pad_id,
                                                     seed=config.seed, num_groups=num_groups, staging=plan.staging,
-                                                    group_dir=group_dir("pack", name))
+                                                    group_dir=group_dir("pack", name),
+                                                    dictionary=plan.shuffle_dictionary)
             groups = packed["groups"]
             stats.append(packed[PACK_STATS_TAG])
         else:
             sorted_groups = rows | f"Sort[{name}]" >> SortGroups(name=name, num_groups=num_groups, staging=plan.staging,
-                                                                 group_dir=group_dir("sort", name))
+                                                                 group_dir=group_dir("sort", name),
+                                                                 dictionary=plan.shuffle_dictionary)
             groups = sorted_groups["groups"]
             stats.append(sorted_groups[SHUFFLE_STATS_TAG])
         shards.append(groups | f"Write[{name}]" >> WriteShards(

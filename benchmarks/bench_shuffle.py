@@ -8,8 +8,10 @@ header, column directory, keys and hashes, and each compressed alone. This measu
 running a job: it reads a JSONL corpus with the pipeline's own reader (`easydata.io.sources`),
 tokenizes every batch with the pipeline's own code (`easydata.text.tokenization`), then for each group
 count splits and encodes the batches as the routing step does (`group_ranges`, then
-`encode_row_ranges`, with and without compression) and sizes each `(group, bytes)` element with the
-coder the job uses (`transforms.shuffle.KEYED_ROWS_CODER`). Documents can also be cut into pieces of
+`encode_row_ranges`, with and without compression, and with the zstd dictionary a run of that many groups
+trains at planning, `easydata.ops.shuffle_dictionary`, here from the corpus's first 2,000 documents as
+they route, and measured on the other documents) and sizes each `(group, bytes)` element with the coder the job uses
+(`transforms.shuffle.KEYED_ROWS_CODER`). Documents can also be cut into pieces of
 at most `--doc-chars` characters first, to stand in for a corpus of short documents (web text).
 
     python benchmarks/bench_shuffle.py --tokenizer DIR --data benchmarks/_work/corpus-48mb.jsonl
@@ -29,6 +31,7 @@ from typing import Iterator, Optional
 
 from easydata.config import DatasetConfig, TokenizeStageConfig
 from easydata.io.compact_rows import encode_row_ranges
+from easydata.ops.shuffle_dictionary import sample_routed_rows, train_shuffle_dictionary
 from easydata.io.sources import plan_splits, read_split
 from easydata.ops.sharding import choose_num_groups, group_ranges
 from easydata.text.tokenization import tokenize_documents
@@ -70,25 +73,47 @@ def tokenized_batches(data: Path, tokenizer_dir: str, batch_size: int, max_mb: O
                 return
 
 
-def routed(batches: list, num_groups: int, compress: bool) -> Iterator[tuple[int, bytes]]:
+def routed(batches: list, num_groups: int, compress: bool,
+           dictionary: Optional[bytes] = None) -> Iterator[tuple[int, bytes]]:
     """`(group, encoded rows)` elements, as `transforms.shuffle` routes each batch."""
     for batch in batches:
         rows, groups_of_rows, starts, stops = group_ranges(batch, num_groups)
-        yield from zip(groups_of_rows, encode_row_ranges(rows, starts, stops, compress=compress))
+        yield from zip(groups_of_rows, encode_row_ranges(rows, starts, stops, compress=compress,
+                                                         dictionary=dictionary))
 
 
-def measure(batches: list, groups: list[int]) -> list[tuple[int, int, float, float, float]]:
+def measure(batches: list, groups: list[int]) -> list[tuple]:
     """Per group count: (groups, elements, raw bytes/token, compressed bytes/token, CPU microseconds per
-    token to split and encode)."""
+    token to split and encode, bytes/token with a dictionary (None when that many groups get none),
+    CPU microseconds per token with it)."""
+    import easydata.ops.shuffle_dictionary as shuffle_dictionary
+
     tokens = sum(len(b.column("input_ids").values) for b in batches)
     results = []
+    training, documents = [], 0
+    for batch in batches:  # about what planning samples: 2,000 documents
+        if documents >= 2000:
+            break
+        training.append(batch)
+        documents += batch.num_rows
     for num_groups in groups:
         started = time.process_time()
         sizes = [KEYED_ROWS_CODER.estimate_size(element) for element in routed(batches, num_groups, compress=True)]
         seconds = time.process_time() - started
         elements, compressed = len(sizes), sum(sizes)
         raw = sum(KEYED_ROWS_CODER.estimate_size(element) for element in routed(batches, num_groups, compress=False))
-        results.append((num_groups, elements, raw / tokens, compressed / tokens, seconds / tokens * 1e6))
+        dictionary = train_shuffle_dictionary(sample_routed_rows(training, num_groups)) \
+            if num_groups >= shuffle_dictionary.MIN_GROUPS else None
+        with_dictionary = micros = None
+        if dictionary is not None:  # measured on the documents it was not trained on
+            rest = batches[len(training):]
+            rest_tokens = sum(len(b.column("input_ids").values) for b in rest)
+            started = time.process_time()
+            with_dictionary = sum(KEYED_ROWS_CODER.estimate_size(element)
+                                  for element in routed(rest, num_groups, True, dictionary)) / max(rest_tokens, 1)
+            micros = (time.process_time() - started) / max(rest_tokens, 1) * 1e6
+        results.append((num_groups, elements, raw / tokens, compressed / tokens, seconds / tokens * 1e6,
+                        with_dictionary, micros))
     return results
 
 
@@ -117,12 +142,19 @@ def main(argv: Optional[list[str]] = None) -> int:
             documents = sum(b.num_rows for b in batches)
             print(f"\n{label}: {documents:,} documents, {tokens:,} tokens ({tokens / max(documents, 1):,.0f} per"
                   f" document), {len(batches):,} batches")
-            print(f"{'groups':>8} {'elements':>10} {'B/token raw':>12} {'B/token zstd':>13} {'encode µs/token':>16}")
-            for num_groups, elements, raw, compressed, micros in measure(batches, groups):
-                print(f"{num_groups:>8,} {elements:>10,} {raw:>12.2f} {compressed:>13.2f} {micros:>16.3f}")
+            print(f"{'groups':>8} {'elements':>10} {'B/token raw':>12} {'B/token zstd':>13} {'encode µs/token':>16}"
+                  f" {'B/token zstd+dictionary':>24} {'encode µs/token':>16}")
+            for num_groups, elements, raw, compressed, micros, dictionary, dict_micros in measure(batches, groups):
+                print(f"{num_groups:>8,} {elements:>10,} {raw:>12.2f} {compressed:>13.2f} {micros:>16.3f}"
+                      f" {'-' if dictionary is None else f'{dictionary:.2f}':>24}"
+                      f" {'-' if dict_micros is None else f'{dict_micros:.3f}':>16}")
     print("\nB/token: bytes of (group, encoded rows) elements as the shuffle's coder encodes them, per token;"
-          "\nraw: without compression; encode µs/token: CPU to split and encode (compressed) every batch once,"
-          "\nper token (tokenizing costs about 1 µs per token per core on the benchmark corpus).")
+          "\nraw: without compression; zstd+dictionary: with the dictionary a run of that many groups trains"
+          "\n(none below easydata.ops.shuffle_dictionary.MIN_GROUPS), trained on the first ~2,000 documents and"
+          "\nmeasured on the others; encode µs/token: CPU to split and encode"
+          "\n(compressed) every batch once, per token (tokenizing costs about 1 µs per token per core on the"
+          "\nbenchmark corpus)."
+)
     return 0
 
 

@@ -160,3 +160,46 @@ def test_other_bytes_are_refused() -> None:
     compressed = encode_rows(_text_like_rows(16, seed=6))
     with pytest.raises(zstandard.ZstdError):  # a cut frame never decodes to a shorter batch
         decode_rows(compressed[:len(compressed) // 2])
+
+
+def _a_dictionary() -> bytes:
+    from easydata.ops.shuffle_dictionary import sample_routed_rows, train_shuffle_dictionary
+
+    dictionary = train_shuffle_dictionary(sample_routed_rows([_text_like_rows(400, seed=s) for s in (7, 8)], 4096))
+    assert dictionary is not None and len(dictionary) > 1000
+    return dictionary
+
+
+_DICTIONARY: list[bytes] = []
+
+
+@settings(max_examples=150, deadline=None)
+@given(batch=token_batches(), data=st.data())
+def test_rows_compressed_with_a_dictionary_come_back_exactly(batch: pa.RecordBatch, data: st.DataObject) -> None:
+    """With the run's shuffle dictionary (`easydata.ops.shuffle_dictionary`), ranges still encode as
+    their slices would, and decode, with the dictionary, to what was encoded."""
+    if not _DICTIONARY:
+        _DICTIONARY.append(_a_dictionary())
+    dictionary = _DICTIONARY[0]
+    cuts = sorted(data.draw(st.lists(st.integers(0, batch.num_rows), max_size=8)))
+    starts, stops = [0, *cuts], [*cuts, batch.num_rows]
+    encoded = encode_row_ranges(batch, starts, stops, dictionary=dictionary)
+    assert encoded == [encode_rows(batch.slice(a, b - a), dictionary=dictionary) for a, b in zip(starts, stops)]
+    for (a, b), one in zip(zip(starts, stops), encoded):
+        assert decode_rows(one, dictionary).equals(batch.slice(a, b - a))
+
+
+def test_a_dictionary_makes_small_elements_smaller_and_is_needed_to_decode() -> None:
+    from easydata.ops.shuffle_dictionary import sample_routed_rows, train_shuffle_dictionary
+
+    dictionary = _a_dictionary()
+    assert dictionary == _a_dictionary()  # deterministic: every planning of the same sample agrees
+    assert train_shuffle_dictionary([b"x" * 600] * 3) is None  # too few samples: no dictionary
+    unseen = sample_routed_rows([_text_like_rows(300, seed=9)], 4096)  # one document per element, as at scale
+    plain = sum(len(encode_rows(decode_rows(e))) for e in unseen)
+    with_dictionary = [encode_rows(decode_rows(e), dictionary=dictionary) for e in unseen]
+    assert sum(map(len, with_dictionary)) < 0.9 * plain
+    framed = next(e for e in with_dictionary if e[:4] == b"EDZD")
+    with pytest.raises(ValueError, match="shuffle dictionary"):
+        decode_rows(framed)
+    assert decode_rows(framed, dictionary).num_rows == 1

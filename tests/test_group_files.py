@@ -10,6 +10,7 @@ from pathlib import Path
 
 import apache_beam as beam
 import pyarrow as pa
+import pytest
 from apache_beam.testing.util import assert_that
 
 from beam_pipelines.batch import build_batch_pipeline
@@ -83,7 +84,11 @@ def _digest(out: Path) -> dict[str, str]:
             for p in sorted(out.rglob("*")) if p.is_file() and p.name != "manifest.json"}
 
 
-def test_packed_job_writes_the_same_bytes_through_files_or_group_by_key(tokenizer_dir, tmp_path: Path) -> None:
+@pytest.mark.parametrize("group_bytes", [4096, 64], ids=["groups", "many-groups-with-dictionary"])
+def test_packed_job_writes_the_same_bytes_through_files_or_group_by_key(tokenizer_dir, tmp_path: Path,
+                                                                        group_bytes: int) -> None:
+    """Also with thousands of groups, where the shuffle compresses with a dictionary
+    (`easydata.ops.shuffle_dictionary`): Beam's GroupByKey decodes with it as group files do."""
     data = write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(300, seed=5, max_words=80)))
     outputs = {}
     for via_files in (True, False):
@@ -94,8 +99,9 @@ def test_packed_job_writes_the_same_bytes_through_files_or_group_by_key(tokenize
             "pack": {"enabled": True, "seq_length": 48, "strategy": "first_fit"},
             "save": {"output_dir": str(out), "num_shards": 3, "row_group_size": 16},
         })
-        plan = prepare_run(config, group_bytes=4096, split_bytes=8192)  # several groups and splits
+        plan = prepare_run(config, group_bytes=group_bytes, split_bytes=8192)  # several groups and splits
         assert plan.datasets[0].num_groups > 1
+        assert (plan.shuffle_dictionary is not None) == (plan.datasets[0].num_groups >= 1024) == (group_bytes == 64)
         with beam.Pipeline(runner=OfflineDirectRunner()) as pipeline:
             build_batch_pipeline(pipeline, config, plan, time.time(), group_via_files=via_files)
         outputs[via_files] = _digest(out)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from beam_pipelines.local.lean_import import UNUSED_IN_LOCAL_BATCH_JOBS, without_unused_libraries
+from beam_pipelines.local.lean_import import without_unused_libraries
 from beam_pipelines.local.worker_pool import runs_locally
 from easydata.tools.validate import validate_output
 

@@ -4,7 +4,6 @@ run by Beam's streaming DirectRunner: windows fire, late data is handled, no tok
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import apache_beam as beam
 import pyarrow.parquet as pq

@@ -72,17 +72,19 @@ class Pack(beam.PTransform):
       staging: the run's staging directory (sorted group files go below it).
       group_dir: group the documents through files in this directory (`GroupViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
+      dictionary: the run's shuffle dictionary, if any (`easydata.ops.shuffle_dictionary`).
     """
 
     def __init__(self, *, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int,
-                 staging: str, group_dir: Optional[str] = None):
+                 staging: str, group_dir: Optional[str] = None, dictionary: Optional[bytes] = None):
         super().__init__()
         self._name, self._config, self._pad_id = name, config, pad_id
         self._seed, self._num_groups, self._staging, self._group_dir = seed, num_groups, staging, group_dir
+        self._dictionary = dictionary
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
         shuffled = rows | "GroupDocuments" >> ShuffleRows(name=self._name, num_groups=self._num_groups, stage="pack",
-                                                          group_dir=self._group_dir)
+                                                          group_dir=self._group_dir, dictionary=self._dictionary)
         packed = shuffled["groups"] | "PackGroups" >> beam.ParDo(
             _PackGroupFn(self._name, self._config, self._pad_id, self._seed, self._num_groups, self._staging)
         ).with_outputs(PACK_STATS_TAG, main="groups")

@@ -12,6 +12,7 @@ its manifest (`shuffle`). A retried bundle's report is dropped with its other ou
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
@@ -38,10 +39,10 @@ GroupedRows = Tuple[int, List[pa.RecordBatch]]
 KEYED_ROWS_CODER = coders.registry.get_coder(typehints.Tuple[int, bytes])
 
 
-def _route(batch: pa.RecordBatch, num_groups: int) -> Iterator[KeyedRows]:
+def _route(batch: pa.RecordBatch, num_groups: int, dictionary: Optional[bytes] = None) -> Iterator[KeyedRows]:
     """Splits a batch by hash group and encodes each part (`encode_rows` of each, in one pass)."""
     rows, groups, starts, stops = group_ranges(batch, num_groups)
-    yield from zip(groups, encode_row_ranges(rows, starts, stops))
+    yield from zip(groups, encode_row_ranges(rows, starts, stops, dictionary=dictionary))
 
 
 class _CountFn(beam.DoFn):
@@ -63,9 +64,9 @@ class _CountFn(beam.DoFn):
             yield WindowedValue((self._name, {self._key: self._bytes}), MAX_TIMESTAMP, (GlobalWindow(),))
 
 
-def _decode(element: tuple[int, Any]) -> tuple[int, list[pa.RecordBatch]]:
+def _decode(element: tuple[int, Any], dictionary: Optional[bytes] = None) -> tuple[int, list[pa.RecordBatch]]:
     group, encoded = element
-    return group, [decode_rows(e) for e in encoded]
+    return group, [decode_rows(e, dictionary) for e in encoded]
 
 
 class ShuffleRows(beam.PTransform):
@@ -77,22 +78,27 @@ class ShuffleRows(beam.PTransform):
       stage: the stage's name in the manifest's `shuffle` (`pack`, `sort`).
       group_dir: group through files in this directory (`GroupViaFiles`, for runners whose workers
         share this machine's files); None: Beam's GroupByKey.
+      dictionary: the run's zstd dictionary for the elements (`easydata.ops.shuffle_dictionary`), if any.
 
     Returns:
       Outputs `groups`, `(group, [RecordBatch, ...])` per non-empty group, and `shuffle_stats`.
     """
 
-    def __init__(self, *, name: str, num_groups: int, stage: str, group_dir: Optional[str] = None):
+    def __init__(self, *, name: str, num_groups: int, stage: str, group_dir: Optional[str] = None,
+                 dictionary: Optional[bytes] = None):
         super().__init__()
         self._name, self._num_groups, self._stage, self._group_dir = name, num_groups, stage, group_dir
+        self._dictionary = dictionary
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
-        routed = rows | "RouteToGroups" >> beam.FlatMap(_route, self._num_groups).with_output_types(KeyedRows)
+        routed = rows | "RouteToGroups" >> beam.FlatMap(_route, self._num_groups,
+                                                        self._dictionary).with_output_types(KeyedRows)
         stats = routed | "CountShuffled" >> beam.ParDo(_CountFn(self._name, self._stage))
         if self._group_dir is None:
             grouped = (routed
                        | "Group" >> beam.GroupByKey()
-                       | "Decode" >> beam.Map(_decode).with_output_types(GroupedRows))
+                       | "Decode" >> beam.Map(_decode, self._dictionary).with_output_types(GroupedRows))
         else:  # decoded as each group's files are read
-            grouped = routed | "Group" >> GroupViaFiles(self._group_dir, decode_rows, GroupedRows)
+            grouped = routed | "Group" >> GroupViaFiles(self._group_dir, functools.partial(
+                decode_rows, dictionary=self._dictionary), GroupedRows)
         return {"groups": grouped, SHUFFLE_STATS_TAG: stats}

@@ -66,18 +66,21 @@ class SortGroups(beam.PTransform):
       staging: the run's staging directory.
       group_dir: group the rows through files in this directory (`GroupViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
+      dictionary: the run's shuffle dictionary, if any (`easydata.ops.shuffle_dictionary`).
 
     Returns:
       Outputs `groups`, `SortedGroup` per non-empty group, and `shuffle_stats` (`transforms.shuffle`).
     """
 
-    def __init__(self, *, name: str, num_groups: int, staging: str, group_dir: Optional[str] = None):
+    def __init__(self, *, name: str, num_groups: int, staging: str, group_dir: Optional[str] = None,
+                 dictionary: Optional[bytes] = None):
         super().__init__()
         self._name, self._num_groups, self._staging, self._group_dir = name, num_groups, staging, group_dir
+        self._dictionary = dictionary
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
         shuffled = rows | "GroupRows" >> ShuffleRows(name=self._name, num_groups=self._num_groups, stage="sort",
-                                                     group_dir=self._group_dir)
+                                                     group_dir=self._group_dir, dictionary=self._dictionary)
         return {"groups": shuffled["groups"] | "SortGroup" >> beam.ParDo(_SortGroupFn(self._name, self._staging)),
                 SHUFFLE_STATS_TAG: shuffled[SHUFFLE_STATS_TAG]}
 

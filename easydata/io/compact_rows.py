@@ -21,7 +21,8 @@ shipped: they are made where packed rows are made, after the shuffle. `decode_ro
 equal to the one encoded (same schema, same values), so nothing written depends on the encoding.
 
 Then the whole encoding is compressed with zstd at level 1 (one frame), when it is at least
-`MIN_COMPRESSED_BYTES` long and the frame is smaller: token ids of text repeat, and on the benchmark
+`MIN_COMPRESSED_BYTES` long and the frame is smaller (with a run's shuffle dictionary, when it has one,
+`easydata.ops.shuffle_dictionary`: such frames have their own magic, and decoding them needs it): token ids of text repeat, and on the benchmark
 corpus this takes 2.01 bytes per token to 0.67 for under 1 % of the job's CPU (compression runs at
 ~350 MB/s, decompression ~750 MB/s; the tokenizer makes ~3.5 MB/s of ids on 2 cores; see
 docs/performance.md). Small elements stay as they are: a frame's fixed cost would eat the gain.
@@ -50,10 +51,13 @@ __all__ = ["encode_rows", "encode_row_ranges", "decode_rows", "MIN_COMPRESSED_BY
 _MAGIC = b"EDR2"
 _HEADER = struct.Struct("<4sII")  # magic, rows, directory bytes
 _ZSTD_MAGIC = b"EDZ1"
+_ZSTD_DICT_MAGIC = b"EDZD"  # a frame compressed with the run's shuffle dictionary
 _ZSTD_HEADER = struct.Struct("<4sQ")  # magic, bytes of the encoding inside the frame
 _ZSTD_LEVEL = 1
-#: Encodings shorter than this are not compressed.
+#: Encodings shorter than this are not compressed (a frame's fixed cost would eat the gain) ...
 MIN_COMPRESSED_BYTES = 512
+#: ... unless there is a dictionary, which gives a short element a history to compress against.
+_MIN_DICTIONARY_BYTES = 64
 # zstandard's (de)compressor objects must not be shared between threads (a runner may run several
 # bundles at once in one process); one per thread, made once.
 _codecs = threading.local()
@@ -152,32 +156,33 @@ def _prepare(field: pa.Field, column: pa.Array, ids_lengths: Optional[np.ndarray
     return (lambda start, stop: ipc(column.slice(start, stop - start))), None
 
 
-def _compressor() -> zstandard.ZstdCompressor:
-    compressor = getattr(_codecs, "compressor", None)
-    if compressor is None:
-        compressor = _codecs.compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
-    return compressor
+def _codec(kind: str, dictionary: Optional[bytes]) -> Any:
+    """This thread's zstd compressor (`kind` "c") or decompressor ("d") for `dictionary` (None: none),
+    made once per thread and dictionary (a run has one; the bytes object's hash is cached)."""
+    made = getattr(_codecs, "made", None)
+    if made is None:
+        made = _codecs.made = {}
+    codec = made.get((kind, dictionary))
+    if codec is None:
+        data = None if dictionary is None else zstandard.ZstdCompressionDict(dictionary)
+        codec = made[(kind, dictionary)] = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, dict_data=data) \
+            if kind == "c" else zstandard.ZstdDecompressor(dict_data=data)
+    return codec
 
 
-def _decompressor() -> zstandard.ZstdDecompressor:
-    decompressor = getattr(_codecs, "decompressor", None)
-    if decompressor is None:
-        decompressor = _codecs.decompressor = zstandard.ZstdDecompressor()
-    return decompressor
-
-
-def encode_rows(batch: pa.RecordBatch, *, compress: bool = True) -> bytes:
+def encode_rows(batch: pa.RecordBatch, *, compress: bool = True, dictionary: Optional[bytes] = None) -> bytes:
     """`batch` as bytes `decode_rows` turns back into an equal batch (see the module docstring).
 
     Args:
       batch: token rows (any schema; the token columns are written compactly when they qualify).
       compress: zstd-compress the encoding when that makes it smaller (False: never).
+      dictionary: a zstd dictionary to compress with (`decode_rows` then needs it too).
     """
-    return encode_row_ranges(batch, [0], [batch.num_rows], compress=compress)[0]
+    return encode_row_ranges(batch, [0], [batch.num_rows], compress=compress, dictionary=dictionary)[0]
 
 
 def encode_row_ranges(batch: pa.RecordBatch, starts: Sequence[int], stops: Sequence[int], *,
-                      compress: bool = True) -> list[bytes]:
+                      compress: bool = True, dictionary: Optional[bytes] = None) -> list[bytes]:
     """`encode_rows(batch.slice(start, stop - start))` for each row range, byte for byte.
 
     Each column is taken apart once for the whole batch and each range cuts its payloads from it:
@@ -187,8 +192,8 @@ def encode_row_ranges(batch: pa.RecordBatch, starts: Sequence[int], stops: Seque
     ids_index = batch.schema.get_field_index("input_ids")
     if ids_index >= 0 and batch.column(ids_index).null_count and len(starts) > 1:
         # ids with null rows: a range without them has compact ids its masks compare with, as on its own
-        return [encode_row_ranges(batch.slice(start, stop - start), [0], [stop - start], compress=compress)[0]
-                for start, stop in zip(starts, stops)]
+        return [encode_row_ranges(batch.slice(start, stop - start), [0], [stop - start], compress=compress,
+                                  dictionary=dictionary)[0] for start, stop in zip(starts, stops)]
     encoders: list[_RangeEncoder] = []
     ids_lengths: Optional[np.ndarray] = None
     for index in range(batch.num_columns):  # the ids first in the directory's sense: masks compare with them
@@ -208,24 +213,28 @@ def encode_row_ranges(batch: pa.RecordBatch, starts: Sequence[int], stops: Seque
             payloads += parts
         head = json.dumps([directory, meta] if meta else [directory], separators=(",", ":")).encode()
         encoded.append(_framed(b"".join([_HEADER.pack(_MAGIC, stop - start, len(head)), head, *payloads]),
-                               compress))
+                               compress, dictionary))
     return encoded
 
 
-def _framed(encoded: bytes, compress: bool) -> bytes:
+def _framed(encoded: bytes, compress: bool, dictionary: Optional[bytes]) -> bytes:
     """`encoded` in a zstd frame, when asked and when that is smaller."""
-    if compress and len(encoded) >= MIN_COMPRESSED_BYTES:
-        frame = _compressor().compress(encoded)
+    if compress and len(encoded) >= (MIN_COMPRESSED_BYTES if dictionary is None else _MIN_DICTIONARY_BYTES):
+        frame = _codec("c", dictionary).compress(encoded)
         if _ZSTD_HEADER.size + len(frame) < len(encoded):
-            return _ZSTD_HEADER.pack(_ZSTD_MAGIC, len(encoded)) + frame
+            return _ZSTD_HEADER.pack(_ZSTD_MAGIC if dictionary is None else _ZSTD_DICT_MAGIC, len(encoded)) + frame
     return encoded
 
 
-def decode_rows(data: bytes) -> pa.RecordBatch:
-    """The batch `encode_rows` encoded (compressed or not)."""
-    if bytes(data[:len(_ZSTD_MAGIC)]) == _ZSTD_MAGIC:
+def decode_rows(data: bytes, dictionary: Optional[bytes] = None) -> pa.RecordBatch:
+    """The batch `encode_rows` encoded (compressed or not; `dictionary`: the one it was compressed with)."""
+    magic = bytes(data[:len(_ZSTD_MAGIC)])
+    if magic in (_ZSTD_MAGIC, _ZSTD_DICT_MAGIC):
+        if magic == _ZSTD_DICT_MAGIC and dictionary is None:
+            raise ValueError("these rows were compressed with a shuffle dictionary: decode them with it")
         _, size = _ZSTD_HEADER.unpack_from(data)
-        data = _decompressor().decompress(data[_ZSTD_HEADER.size:], max_output_size=size)
+        data = _codec("d", dictionary if magic == _ZSTD_DICT_MAGIC else None).decompress(
+            data[_ZSTD_HEADER.size:], max_output_size=size)
         if len(data) != size:
             raise ValueError(f"compressed rows decompressed to {len(data)} bytes, expected {size}")
     magic, rows, head_size = _HEADER.unpack_from(data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-__all__ = ["spread", "split_units", "split_rows", "sample_texts"]
+__all__ = ["spread", "split_units", "split_rows", "sample_batches", "sample_texts"]
 
 
 def spread(split: Any, n: int) -> list[Any]:
@@ -71,23 +71,31 @@ def split_rows(split: Any) -> Optional[int]:
     return None if units is None else sum(units)
 
 
-def sample_texts(dataset: Any, splits: list[Any], *, documents: int = 2000, chars: int = 1_000_000,
-                 places: int = 16, messages_field: str = "messages") -> list[str]:
-    """Plain documents' texts read at up to `places` places spread over `splits` (chat records left out:
-    they are not plain documents), at most `documents` of them and `chars` characters in all (a long
-    document is cut, which keeps it real text)."""
+def sample_batches(dataset: Any, splits: list[Any], *, documents: int = 2000, places: int = 16,
+                   messages_field: str = "messages") -> list[Any]:
+    """`DocumentBatch`es of about `documents` documents in all, read at up to `places` places spread over
+    `splits` (`spread`), as the pipeline's reader gives them."""
     from easydata.io.sources import read_split
 
     if not splits:
         return []
     chosen = splits[::max(1, len(splits) // places)][:places]
     points = [part for split in chosen for part in spread(split, max(1, places // len(chosen)))]
-    per_point, per_text = max(1, documents // len(points)), max(1000, chars // max(documents, 1))
+    per_point = max(1, documents // len(points))
+    return [batch for point in points
+            for batch in read_split(point, dataset, batch_size=per_point, limit=per_point, rejects=[],
+                                    messages_field=messages_field)]
+
+
+def sample_texts(dataset: Any, splits: list[Any], *, documents: int = 2000, chars: int = 1_000_000,
+                 places: int = 16, messages_field: str = "messages") -> list[str]:
+    """Plain documents' texts read at up to `places` places spread over `splits` (chat records left out:
+    they are not plain documents), at most `documents` of them and `chars` characters in all (a long
+    document is cut, which keeps it real text)."""
+    per_text = max(1000, chars // max(documents, 1))
     texts: list[str] = []
-    for point in points:
-        for batch in read_split(point, dataset, batch_size=per_point, limit=per_point, rejects=[],
-                                messages_field=messages_field):
-            plain = batch.texts if batch.conversations is None else \
-                [t for t, c in zip(batch.texts, batch.conversations) if c is None]
-            texts.extend(t[:per_text] for t in plain if t)
+    for batch in sample_batches(dataset, splits, documents=documents, places=places, messages_field=messages_field):
+        plain = batch.texts if batch.conversations is None else \
+            [t for t, c in zip(batch.texts, batch.conversations) if c is None]
+        texts.extend(t[:per_text] for t in plain if t)
     return texts[:documents]

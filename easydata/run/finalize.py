@@ -314,6 +314,8 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
              **({"resumed_units": plan.resumed_unit_count, "units": plan.unit_count} if plan.resumed else {})}, chat=chat, mix=mix,
         partial_inputs={name: sorted(entries, key=lambda e: (e["path"], e["offset"])) for name, entries in partial.items()})
     manifest["shuffle"] = shuffle_entry(shuffled, manifest["totals"]["tokens"])
+    if plan.shuffle_dictionary is not None:  # its elements were compressed with the run's dictionary
+        manifest["shuffle"]["dictionary_bytes"] = len(plan.shuffle_dictionary)
     manifest["tokenizer_engines"] = {d.name: engine_entry(d.engine_choice, engines.get(d.name)) for d in plan.datasets}
     if fractions is not None:
         manifest["splits"] = {"fractions": {k: round(v, 9) for k, v in fractions.items()},

@@ -64,6 +64,7 @@ class RunPlan:
     resumed: bool = False  # continues an interrupted run (its staging directory and checkpoints)
     unit_count: int = 0  # work units of all datasets
     lock_id: Optional[str] = None  # the run id in the output's lock (easydata.run.lock), checked before the commit
+    shuffle_dictionary: Optional[bytes] = None  # zstd dictionary of the shuffle (easydata.ops.shuffle_dictionary)
 
     @property
     def resumed_unit_count(self) -> int:
@@ -202,9 +203,10 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     else:
         write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets},
                        fingerprint=config.fingerprint(), inputs=_input_versions(datasets))
+    dictionary = _shuffle_dictionary(config, datasets, handles, by_name, mix_num_groups)
     datasets = _ship_hub_tokenizers(datasets, config.save.output_dir, staging)
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
-                   mix_num_groups=mix_num_groups, resumed=previous is not None,
+                   mix_num_groups=mix_num_groups, resumed=previous is not None, shuffle_dictionary=dictionary,
                    unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
 
 
@@ -237,6 +239,30 @@ def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
         choice = choices[key]
         out.append(dataclasses.replace(d, engine=choice.name, engine_choice=choice.to_manifest()))
     return out
+
+
+def _shuffle_dictionary(config: PipelineConfig, datasets: list[DatasetPlan],
+                        handles: dict[TokenizerConfig, TokenizerHandle], by_name: dict[str, DatasetConfig],
+                        mix_num_groups: Optional[int]) -> Optional[bytes]:
+    """The run's shuffle dictionary (`easydata.ops.shuffle_dictionary`) when it has many hash groups:
+    trained on plain documents sampled from every dataset, tokenized (with `tokenizers`: the same ids,
+    the engines are verified equal) and routed as the pipeline does."""
+    from easydata.io.sampling import sample_batches
+    from easydata.ops import shuffle_dictionary
+    from easydata.text.tokenization import tokenize_documents
+
+    groups = max([d.num_groups for d in datasets] + [mix_num_groups or 0])
+    if groups < shuffle_dictionary.MIN_GROUPS:
+        return None
+    rows = []
+    for d in datasets:
+        dataset = by_name[d.name]
+        for batch in sample_batches(dataset, d.splits, documents=max(200, 2000 // len(datasets)),
+                                    messages_field=config.chat.messages_field):
+            if len(batch) and batch.conversations is None:  # chat records need the chat stage first
+                rows.append(tokenize_documents(batch, handles[d.tokenizer], config.tokenize_for(dataset),
+                                               seed=config.seed)[0])
+    return shuffle_dictionary.train_shuffle_dictionary(shuffle_dictionary.sample_routed_rows(rows, groups))
 
 
 def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str) -> list[DatasetPlan]:
