@@ -56,6 +56,14 @@ def test_auto_picks_a_verified_fast_engine_per_tokenizer(qwen3_tokenizer_dir, mi
     assert mistral.name == "gigatoken" and mistral.reason == "verified equal to hf"
     refused = choose_engine("fastokens", *_hf(mistral_tokenizer_dir), [], sample)
     assert refused.name == "hf" and "fastokens 0.3.5 cannot load this tokenizer" in refused.reason
+    # the refusal is remembered per tokenizer and version: the engine is not loaded again to learn it
+    import easydata.text.engines as engines
+    from easydata.text.engines import known_refusal
+
+    assert known_refusal(mistral_tokenizer_dir / "tokenizer.json", "fastokens") == refused.reason
+    assert known_refusal(qwen3_tokenizer_dir / "tokenizer.json", "fastokens") is None
+    monkeypatch.setitem(engines._ENGINES, "fastokens", None)  # loading it now would raise a TypeError
+    assert choose_engine("fastokens", *_hf(mistral_tokenizer_dir), [], sample).reason == refused.reason
     assert choose_engine("hf", *_hf(qwen3_tokenizer_dir), [], sample).name == "hf"
     assert list((tmp_path / "cache" / "engine-verdicts").glob("*-fastokens-0.3.5.json"))  # the verdict is cached
 

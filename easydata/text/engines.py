@@ -33,7 +33,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 __all__ = ["ENGINE_NAMES", "FAST_ENGINES", "Engine", "EngineChoice", "VerifiedEngine", "load_engine",
-           "choose_engine", "prefetch_engine", "verify_engine", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
+           "choose_engine", "prefetch_engine", "verify_engine", "known_refusal", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
 
 ENGINE_NAMES = ("auto", "hf", "fastokens", "gigatoken")
 #: The fast engines `auto` tries, fastest first (benchmarks/bench_pipeline.py).
@@ -261,6 +261,29 @@ def _verdict_file(digest: str, name: str, version: str) -> Path:
     return cache_root() / "engine-verdicts" / f"{digest[:32]}-{name}-{version}.json"
 
 
+def _cached_verdict(digest: str, name: str, version: str) -> Optional[dict[str, Any]]:
+    try:
+        cached = json.loads(_verdict_file(digest, name, version).read_text())
+    except (OSError, ValueError):
+        return None
+    return cached if isinstance(cached, dict) else None
+
+
+def known_refusal(tokenizer_file: Path, name: str) -> Optional[str]:
+    """Why engine `name` is known not to serve this tokenizer (its cached verdict: it could not load it,
+    or differed from `hf` on the adversarial set), else None: then it is worth loading."""
+    version = engine_version(name)
+    cached = _cached_verdict(hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest(), name, version)
+    return _refusal(name, version, cached) if cached is not None else None
+
+
+def _refusal(name: str, version: str, verdict: dict[str, Any]) -> Optional[str]:
+    if not verdict.get("problem"):
+        return None
+    return f"{name} {version} {'cannot load this tokenizer' if verdict.get('load_failed') else 'differs from hf'}:" \
+           f" {verdict['problem']}"
+
+
 def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens: Sequence[str],
                   sample: Sequence[str], add_special_tokens: Optional[bool] = None,
                   loaded: Optional[dict[str, Any]] = None) -> EngineChoice:
@@ -281,6 +304,12 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
     adversarial = adversarial_texts(special_tokens)
     settings = (False, True) if add_special_tokens is None else (add_special_tokens,)
     digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
+    for name in list(candidates):  # refused before (cached per tokenizer and version): not loaded again
+        cached = _cached_verdict(digest, name, engine_version(name))
+        refusal = _refusal(name, engine_version(name), cached) if cached is not None else None
+        if refusal is not None:
+            reasons.append(refusal)
+            candidates.remove(name)
     expected: dict[str, dict[bool, tuple[np.ndarray, np.ndarray]]] = {}
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-load")
     try:
@@ -303,17 +332,18 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
                 expected["adversarial"] = {add: reference.encode(adversarial, add) for add in (False, True)}
         for name in candidates:
             version = engine_version(name)
+            verdict_file = _verdict_file(digest, name, version)
             try:
                 engine = (first if name == candidates[0] else load(name)).result()
             except Exception as e:  # noqa: BLE001 - any load failure means hf
-                reasons.append(f"{name} {version} cannot load this tokenizer ({type(e).__name__}: {str(e)[:120]})")
+                problem = f"{type(e).__name__}: {str(e)[:120]}"
+                reasons.append(f"{name} {version} cannot load this tokenizer: {problem}")
+                if isinstance(e, ValueError):  # it refuses this tokenizer's content: remembered (not so for
+                    _write_verdict(verdict_file, {"engine": name, "version": version,  # e.g. MemoryError)
+                                                  "problem": problem, "load_failed": True})
                 continue
-            verdict_file = _verdict_file(digest, name, version)
-            try:
-                cached = json.loads(verdict_file.read_text())
-            except (OSError, ValueError):
-                cached = None
-            problem = cached.get("problem") if isinstance(cached, dict) else None
+            cached = _cached_verdict(digest, name, version)
+            problem = cached.get("problem") if cached is not None else None
             if cached is None:
                 if "adversarial" not in expected:
                     expected["adversarial"] = {add: reference.encode(adversarial, add) for add in (False, True)}

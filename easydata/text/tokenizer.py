@@ -416,8 +416,12 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str
                 _PRELOADED[config] = TokenizerHandle(config)
             except Exception:  # noqa: BLE001 - e.g. an unreadable file: the step's own load reports it
                 pass
+    from easydata.text.engines import known_refusal
+
     for handle in _PRELOADED.values():  # the fast engine the job will use, where planning accepts it: the first
-        for name in engines:            # of `engines` that loads (loading one starts no thread)
+        for name in engines:            # of `engines` that loads (loading one starts no thread) and is not
+            if known_refusal(handle.tokenizer_file, name) is not None:  # known to refuse this tokenizer
+                continue
             try:
                 handle.engine(name)
                 break
