@@ -31,22 +31,30 @@ def varints(values: np.ndarray) -> bytes:
 
 
 def _varints_with_ends(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`varints` as a uint8 array, and where each value's varint ends in it (for cutting rows out)."""
+    """`varints` as a uint8 array, and where each value's varint ends in it (for cutting rows out).
+
+    Column-wise: every value's k-th varint byte is computed at once into an `(n, widest)` matrix, whose
+    bytes in use (`k < its byte count`) are then taken in row order; `widest` follows the largest value
+    (3 for token ids below 2**21), so a column costs a few passes, not one per possible byte.
+    """
     v = np.asarray(values).astype(np.int64).view(np.uint64)
     if not len(v):
         return np.zeros(0, np.uint8), np.zeros(0, np.int64)
-    groups = np.ones(len(v), dtype=np.int64)
-    for k in range(1, 10):
-        groups += v >= (np.uint64(1) << np.uint64(7 * k))
-    ends = np.cumsum(groups)
-    starts = ends - groups
-    out = np.empty(int(ends[-1]), dtype=np.uint8)
-    for k in range(int(groups.max())):
-        has = groups > k
-        byte = (v[has] >> np.uint64(7 * k)) & np.uint64(0x7F)
-        more = (groups[has] > k + 1).astype(np.uint64) << np.uint64(7)
-        out[starts[has] + k] = (byte | more).astype(np.uint8)
-    return out, ends
+    largest = int(v.max())
+    if largest < 0x80:  # every value one byte: the values themselves
+        return v.astype(np.uint8), np.arange(1, len(v) + 1, dtype=np.int64)
+    unsigned = np.uint32 if largest < 2**32 else np.uint64  # token ids: half the memory traffic
+    v = v.astype(unsigned)
+    widest = (largest.bit_length() + 6) // 7
+    groups = np.ones(len(v), dtype=np.uint8)
+    for k in range(1, widest):
+        groups += v >= unsigned(1 << (7 * k))
+    matrix = np.empty((len(v), widest), dtype=np.uint8)
+    for k in range(widest):
+        more = (groups > k + 1).view(np.uint8) << np.uint8(7)
+        matrix[:, k] = (v >> unsigned(7 * k)).astype(np.uint8) & np.uint8(0x7F) | more
+    used = np.arange(widest, dtype=np.uint8)[None, :] < groups[:, None]
+    return matrix[used], np.cumsum(groups, dtype=np.int64)
 
 
 def read_varints(data: bytes | memoryview) -> np.ndarray:
