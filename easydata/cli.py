@@ -194,8 +194,24 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
     shuffle = m.get("shuffle")
     if shuffle and shuffle["bytes"]:
         stages = ", ".join(f"{stage} {info['bytes_per_token']:.2f}" for stage, info in shuffle["stages"].items())
+        dictionary = ", zstd dictionary" if shuffle.get("dictionary_bytes") else ""
         print(f"  shuffle: {shuffle['bytes']:,} bytes of token data, {shuffle['bytes_per_token']:.2f} bytes/token"
-              f" ({stages})")
+              f" ({stages}{dictionary})")
+    fast = {}  # a fast tokenizer engine's line, once for the datasets that share it
+    for name, engine in m.get("tokenizer_engines", {}).items():
+        running = engine.get("while_running") or {}
+        if engine.get("name") != "hf":
+            planned = engine.get("verified_at_planning") or {}
+            line = (f"  tokenizer engine: {engine['name']} {engine.get('version', '')} (verified equal to hf on"
+                    f" {planned.get('documents', 0):,} sampled and {planned.get('adversarial', 0):,} adversarial"
+                    f" documents")
+            fast.setdefault(line, [0, 0, 0])
+            counts = fast[line]
+            counts[0] += running.get("verified", 0)
+            counts[1] += running.get("documents", 0)
+            counts[2] += running.get("mismatches", 0)
+    for line, (verified, documents, mismatches) in fast.items():
+        print(f"{line}; {verified:,} of {documents:,} checked again while running, {mismatches:,} mismatches)")
     if m["documents_rejected"]:
         print(f"  rejected records: {result.output_dir}/rejected/")
     for name, engine in m.get("tokenizer_engines", {}).items():

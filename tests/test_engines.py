@@ -147,6 +147,7 @@ def test_the_fast_engine_writes_byte_identical_shards(which, tokenize, tmp_path,
         assert done.returncode == 0, done.stderr[-3000:]
     assert _digest(tmp_path / "auto") == _digest(tmp_path / "hf") != {}
     engine = json.loads((tmp_path / "auto" / "manifest.json").read_text())["tokenizer_engines"]["web"]
+    assert f"  tokenizer engine: {engine['name']} {engine['version']} (verified equal to hf on" in done.stdout
     assert engine["name"] == ("fastokens" if which == "qwen3" else "gigatoken") and engine["requested"] == "auto"
     assert engine["verified_at_planning"]["documents"] > 100 and engine["verified_at_planning"]["adversarial"] > 200
     running = engine["while_running"]
