@@ -60,22 +60,24 @@ def test_tokenizer_threads_share_the_usable_cores():
     assert tokenizer_threads_per_worker(4 * cores) == 1
 
 
-@pytest.mark.skipif(default_worker_count() < 2 or "RAYON_NUM_THREADS" in os.environ,
-                    reason="needs 2 usable cores and no user setting of RAYON_NUM_THREADS")
+@pytest.mark.skipif(default_worker_count() < 2 or "RAYON_NUM_THREADS" in os.environ
+                    or "FASTOKENS_BPE_THREADS" in os.environ,
+                    reason="needs 2 usable cores and no user setting of RAYON_NUM_THREADS or FASTOKENS_BPE_THREADS")
 def test_default_run_uses_worker_processes_with_one_tokenizer_thread_each(tmp_path):
     """The default local job runs in several processes other than this one, each tokenizer sized to
     its share of the cores (the variable is read by the tokenizer library's thread pool)."""
     def record(x: int, out: str = str(tmp_path)) -> None:  # workers share this machine's files
         with open(os.path.join(out, f"{x}.json"), "w") as f:
-            json.dump([os.getpid(), os.environ.get("RAYON_NUM_THREADS")], f)
+            json.dump([os.getpid(), os.environ.get("RAYON_NUM_THREADS"), os.environ.get("FASTOKENS_BPE_THREADS")], f)
 
     runner, options = make_runner_and_options([])
     with beam.Pipeline(runner=runner, options=options) as p:
         _ = p | beam.Create(range(8)) | beam.Reshuffle() | beam.Map(record)
     seen = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("*.json"))]
     assert len(seen) == 8
-    assert {threads for _, threads in seen} == {str(tokenizer_threads_per_worker(default_worker_count()))}
-    assert os.getpid() not in {pid for pid, _ in seen}
+    assert {threads for _, threads, _ in seen} == {str(tokenizer_threads_per_worker(default_worker_count()))}
+    assert {threads for _, _, threads in seen} == {str(tokenizer_threads_per_worker(default_worker_count()))}
+    assert os.getpid() not in {pid for pid, _, _ in seen}
 
 
 def test_several_workers_are_processes_unless_told_otherwise():
