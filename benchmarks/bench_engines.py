@@ -44,11 +44,11 @@ def fast_engine_for(tokenizer_dir: Path, texts: list[str]) -> str:
     """The engine `auto` picks for this tokenizer (verified on a sample of the corpus)."""
     from tokenizers import Tokenizer
 
-    from easydata.text.engines import choose_engine
+    from easydata.text.engines import choose_engine, special_token_strings
 
     hf = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
-    specials = [t.content for t in hf.get_added_tokens_decoder().values()]
-    return choose_engine("auto", tokenizer_dir / "tokenizer.json", hf, specials, [t[:2000] for t in texts[:300]]).name
+    return choose_engine("auto", tokenizer_dir / "tokenizer.json", hf, special_token_strings(hf),
+                         [t[:2000] for t in texts[:300]]).name
 
 
 def digest(output: Path) -> dict[str, str]:

@@ -132,7 +132,7 @@ class StandbyWorkers:
         from beam_pipelines.local.local_worker import PRELOAD_ENGINES_VARIABLE, PRELOAD_TOKENIZERS_VARIABLE, start_method
 
         try:
-            start_method()  # the server's choice, checked here to fail in one line
+            self._method = start_method()  # the server's choice, checked here to fail in one line
         except ValueError as e:
             raise EasyDataError(str(e)) from None
         preload = json.dumps([dataclasses.asdict(config) for config in tokenizers])
@@ -140,7 +140,6 @@ class StandbyWorkers:
                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                 env={**os.environ, PRELOAD_TOKENIZERS_VARIABLE: preload,
                                                      PRELOAD_ENGINES_VARIABLE: json.dumps(list(engines))})
-        self._method = start_method()
         self._started: list[int] = []
         self._verifiers: list[int] = []
         self._ended: dict[int, int] = {}
@@ -381,13 +380,13 @@ def job_tokenizers(config: PipelineConfig) -> list[TokenizerConfig]:
 
 def job_engines(config: PipelineConfig) -> list[str]:
     """The fast tokenizer engines `config`'s datasets may use (`tokenize.engine`: `auto` may use any)."""
-    from easydata.text.engines import FAST_ENGINES
+    from easydata.text.engines import fast_candidates
 
     found: list[str] = []
     for dataset in config.datasets:
-        requested = config.tokenize_for(dataset).engine
-        found.extend(e for e in (FAST_ENGINES if requested == "auto" else (requested,))
-                     if e != "hf" and e not in found)
+        for name in fast_candidates(config.tokenize_for(dataset).engine):
+            if name not in found:
+                found.append(name)
     return found
 
 

@@ -22,10 +22,10 @@ equal to the one encoded (same schema, same values), so nothing written depends 
 
 Then the whole encoding is compressed with zstd at level 1 (one frame), when it is at least
 `MIN_COMPRESSED_BYTES` long and the frame is smaller (with a run's shuffle dictionary, when it has one,
-`easydata.ops.shuffle_dictionary`: such frames have their own magic, and decoding them needs it): token ids of text repeat, and on the benchmark
-corpus this takes 2.01 bytes per token to 0.67 for under 1 % of the job's CPU (compression runs at
-~350 MB/s, decompression ~750 MB/s; the tokenizer makes ~3.5 MB/s of ids on 2 cores; see
-docs/performance.md). Small elements stay as they are: a frame's fixed cost would eat the gain.
+`easydata.ops.shuffle_dictionary`: such frames have their own magic, and decoding them needs it): token
+ids of text repeat, and on the benchmark corpus this takes 2.01 bytes per token to 0.67 for under 1 % of
+the job's CPU (compression runs at ~350 MB/s, decompression ~750 MB/s; the tokenizer makes ~3.5 MB/s of
+ids on 2 cores; see docs/performance.md). Small elements stay as they are: a frame's fixed cost would eat the gain.
 
 `encode_row_ranges` encodes many row ranges of one batch at once, each exactly as `encode_rows` would
 encode its slice: the routing step splits every batch into one part per hash group it touches, and

@@ -301,12 +301,17 @@ class ShardWriter:
         return self.rows
 
 
+def _records() -> Any:
+    """`easydata.io.record_files`, imported when a TFRecord or ArrayRecord shard is first written or read."""
+    from easydata.io import record_files
+
+    return record_files
+
+
 def _record_encoder(kind: str) -> Any:
     def open_encoder(path: str, schema: pa.Schema, codec: Optional[str]) -> Any:
-        from easydata.io import record_files
-
-        return (record_files.TFRecordEncoder if kind == "tfrecord" else record_files.ArrayRecordEncoder)(
-            path, schema, codec)
+        records = _records()
+        return (records.TFRecordEncoder if kind == "tfrecord" else records.ArrayRecordEncoder)(path, schema, codec)
 
     return open_encoder
 
@@ -371,12 +376,6 @@ class ShardFormat:
     open_writer: Callable[..., Any]
     batches: Callable[[str, Optional[list[str]]], Iterator[pa.RecordBatch]]
     rows: Optional[Callable[[str], int]] = None
-
-
-def _records() -> Any:
-    from easydata.io import record_files
-
-    return record_files
 
 
 def _row_format(fmt: str, extension: str, batches: Any, rows: Any = None) -> ShardFormat:
@@ -466,7 +465,7 @@ def write_piece(table: pa.Table, path: str) -> None:
 
 
 def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str) -> tuple[int, Optional[pa.Schema]]:
-    """Streams record batches (one schema) into a staged uncompressed Arrow IPC file, in order.
+    """Streams record batches (one schema) into a staged Arrow IPC file (LZ4, `staging_ipc_options`), in order.
 
     Returns:
       Rows written and their schema; `(0, None)` and no file when there are no batches.
@@ -491,7 +490,7 @@ def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str) -> tuple[
 
 def iter_staged_rows(path: str, start: int = 0, stop: Optional[int] = None) -> Iterator[pa.RecordBatch]:
     """Rows `[start, stop)` of a staged Arrow IPC file, reading only the record batches they overlap
-    (memory-mapped when local: slices, no copy)."""
+    (memory-mapped when local; a compressed batch is decompressed, an uncompressed one sliced without a copy)."""
     with open_arrow_file(path) as f:
         reader = pa.ipc.open_file(f)
         first = 0

@@ -98,7 +98,7 @@ def batch_path(staging: str, dataset: str, unit: int, index: int) -> str:
 
 
 def write_batch(path: str, rows: pa.RecordBatch, info: dict[str, Any]) -> None:
-    """Writes one tokenized batch (Arrow IPC, uncompressed) with `info` in its schema metadata."""
+    """Writes one tokenized batch (Arrow IPC, LZ4: `staging_ipc_options`) with `info` in its schema metadata."""
     fs, target = get_fs(path)
     fs.makedirs(posixpath.dirname(target), exist_ok=True)
     schema = rows.schema.with_metadata({**(rows.schema.metadata or {}), _META_KEY: json.dumps(info).encode()})

@@ -216,7 +216,7 @@ def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
     """Each tokenizer's engine for plain documents (`easydata.text.engines.choose_engine`), verified on
     documents sampled from every dataset that uses it."""
     from easydata.io.sampling import sample_texts
-    from easydata.text.engines import choose_engine
+    from easydata.text.engines import choose_engine, special_token_strings
 
     choices: dict[tuple[TokenizerConfig, str], Any] = {}
     out = []
@@ -230,7 +230,7 @@ def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
                 text for other in users for text in sample_texts(
                     by_name[other.name], other.splits, documents=max(200, 2000 // len(users)),
                     chars=max(50_000, 500_000 // len(users)), messages_field=config.chat.messages_field)]
-            specials = [t.content for t in handle.tokenizer.get_added_tokens_decoder().values()]
+            specials = special_token_strings(handle.tokenizer)
             add_bos = config.tokenize_for(by_name[d.name]).add_bos  # None: the tokenizer's own special tokens
             choice = engine_chooser(d.tokenizer, requested, sample, add_bos is None) \
                 if engine_chooser is not None and requested != "hf" else None

@@ -33,7 +33,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 __all__ = ["ENGINE_NAMES", "FAST_ENGINES", "Engine", "EngineChoice", "VerifiedEngine", "load_engine",
-           "choose_engine", "prefetch_engine", "verify_engine", "known_refusal", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
+           "choose_engine", "prefetch_engine", "verify_engine", "known_refusal", "fast_candidates",
+           "special_token_strings", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
 
 ENGINE_NAMES = ("auto", "hf", "fastokens", "gigatoken")
 #: The fast engines `auto` tries, fastest first (benchmarks/bench_pipeline.py).
@@ -42,6 +43,16 @@ FAST_ENGINES = ("fastokens", "gigatoken")
 VERIFY_FRACTION = 0.01
 #: Mismatches after which a worker stops using the fast engine.
 MAX_MISMATCHES = 3
+
+
+def fast_candidates(requested: str) -> tuple[str, ...]:
+    """The fast engines `tokenize.engine: requested` may use, in the order they are tried."""
+    return FAST_ENGINES if requested == "auto" else tuple(n for n in (requested,) if n != "hf")
+
+
+def special_token_strings(hf: Any) -> list[str]:
+    """The text of every added token of a `tokenizers` tokenizer (what the adversarial set embeds)."""
+    return [t.content for t in hf.get_added_tokens_decoder().values()]
 
 
 def engine_version(name: str) -> str:
@@ -168,8 +179,7 @@ def prefetch_engine(requested: str, tokenizer_file: Path, hf: Any) -> None:
     (loading releases the GIL), so that planning's other work overlaps with it."""
     import concurrent.futures
 
-    candidates = [n for n in (FAST_ENGINES if requested == "auto" else (requested,))
-                  if n != "hf" and engine_version(n) != "not installed"]
+    candidates = [n for n in fast_candidates(requested) if engine_version(n) != "not installed"]
     if candidates and (str(tokenizer_file), candidates[0]) not in _PREFETCH:
         pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-prefetch")
         _PREFETCH[(str(tokenizer_file), candidates[0])] = pool.submit(load_engine, candidates[0], tokenizer_file, hf)
@@ -298,18 +308,20 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
     reference = Engine(tokenizer_file, hf)
     if requested == "hf":
         return EngineChoice("hf", reference.version, requested, "asked for")
-    candidates = list(FAST_ENGINES if requested == "auto" else (requested,))
-    reasons = [f"{name} is not installed" for name in candidates if engine_version(name) == "not installed"]
-    candidates = [name for name in candidates if engine_version(name) != "not installed"]
-    adversarial = adversarial_texts(special_tokens)
-    settings = (False, True) if add_special_tokens is None else (add_special_tokens,)
+    versions = {name: engine_version(name) for name in fast_candidates(requested)}
+    reasons = [f"{name} is not installed" for name, version in versions.items() if version == "not installed"]
     digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
-    for name in list(candidates):  # refused before (cached per tokenizer and version): not loaded again
-        cached = _cached_verdict(digest, name, engine_version(name))
-        refusal = _refusal(name, engine_version(name), cached) if cached is not None else None
+    verdicts = {name: _cached_verdict(digest, name, version) for name, version in versions.items()
+                if version != "not installed"}
+    candidates = []
+    for name, cached in verdicts.items():  # refused before (cached per tokenizer and version): not loaded again
+        refusal = _refusal(name, versions[name], cached) if cached is not None else None
         if refusal is not None:
             reasons.append(refusal)
-            candidates.remove(name)
+        else:
+            candidates.append(name)
+    adversarial = adversarial_texts(special_tokens)
+    settings = (False, True) if add_special_tokens is None else (add_special_tokens,)
     expected: dict[str, dict[bool, tuple[np.ndarray, np.ndarray]]] = {}
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-load")
     try:
@@ -328,10 +340,10 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
         first = load(candidates[0]) if candidates else None
         if candidates:  # meanwhile (tokenizers releases the GIL): what the first candidate is compared with
             expected["sample"] = {add: reference.encode(sample, add) for add in settings}
-            if not _verdict_file(digest, candidates[0], engine_version(candidates[0])).is_file():
+            if verdicts[candidates[0]] is None:
                 expected["adversarial"] = {add: reference.encode(adversarial, add) for add in (False, True)}
         for name in candidates:
-            version = engine_version(name)
+            version = versions[name]
             verdict_file = _verdict_file(digest, name, version)
             try:
                 engine = (first if name == candidates[0] else load(name)).result()
@@ -342,9 +354,8 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
                     _write_verdict(verdict_file, {"engine": name, "version": version,  # e.g. MemoryError)
                                                   "problem": problem, "load_failed": True})
                 continue
-            cached = _cached_verdict(digest, name, version)
-            problem = cached.get("problem") if cached is not None else None
-            if cached is None:
+            problem = None  # a cached verdict with a problem was refused above
+            if verdicts[name] is None:
                 if "adversarial" not in expected:
                     expected["adversarial"] = {add: reference.encode(adversarial, add) for add in (False, True)}
                 problem = verify_engine(engine, reference, adversarial, expected["adversarial"])

@@ -434,11 +434,10 @@ def choose_engine_here(config: TokenizerConfig, requested: str, sample: Sequence
     """`easydata.text.engines.choose_engine` for `config` with what this process has loaded (its
     tokenizer and fast engines: a local worker server's preloads, `preload_tokenizers`), so that a job's
     planning need not load the same engine again in the launching process. Returns the `EngineChoice`."""
-    from easydata.text.engines import choose_engine
+    from easydata.text.engines import choose_engine, special_token_strings
 
     handle = shared_tokenizer(config)
-    specials = [t.content for t in handle.tokenizer.get_added_tokens_decoder().values()]
-    return choose_engine(requested, handle.tokenizer_file, handle.tokenizer, specials, sample,
+    return choose_engine(requested, handle.tokenizer_file, handle.tokenizer, special_token_strings(handle.tokenizer), sample,
                          add_special_tokens=add_special_tokens, loaded=dict(handle._engines))
 
 
