@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -151,6 +153,62 @@ def test_the_servers_workers_start_with_the_jobs_tokenizers_loaded(tokenizer_dir
     with beam.Pipeline(runner=runner, options=options) as p:
         seen = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(in_the_worker) | beam.Distinct()
         assert_that(seen, equal_to([(True, True, True, tuple(want))]))
+
+
+def second_large_block_is_mapped() -> bool:
+    """Whether a 4 MiB block malloc'd after freeing one of the same size is mapped on its own (glibc's
+    default raises its mmap threshold after the free, so the second comes from the heap)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                          "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+    libc.free(libc.malloc(4 << 20))
+    before = libc.mallinfo2().hblkhd
+    block = libc.malloc(4 << 20)
+    mapped = libc.mallinfo2().hblkhd - before >= 4 << 20
+    libc.free(block)
+    return mapped
+
+
+needs_glibc = pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"), reason="glibc >= 2.33 only")
+
+
+@needs_glibc
+@pytest.mark.parametrize("user_setting", [None, "999999999"])
+def test_map_large_blocks_returns_freed_blocks_unless_the_user_set_the_threshold(user_setting):
+    """Measured in fresh processes: a block already in the heap would be reused whatever the threshold."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    if user_setting:
+        env["MALLOC_MMAP_THRESHOLD_"] = user_setting
+
+    def run(call: bool) -> list[str]:
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.test_worker_pool import second_large_block_is_mapped;"
+                " from easydata.run.machine import map_large_blocks;"
+                f" print({'map_large_blocks()' if call else 'None'}, second_large_block_is_mapped())")
+        return subprocess.run([sys.executable, "-c", code, str(Path(__file__).parents[1])], env=env, capture_output=True,
+                              text=True, check=True).stdout.split()
+
+    assert run(False) == ["None", "False"]  # glibc's default
+    assert run(True) == (["True", "True"] if user_setting is None else ["False", "False"])
+
+
+@needs_glibc
+def test_the_servers_workers_map_large_blocks(tokenizer_dir, tmp_path):
+    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir), "datasets": [
+        {"name": "a", "data_files": str(tmp_path / "a.jsonl")}], "save": {"output_dir": str(tmp_path / "out")}})
+    args = ["--direct_num_workers=2"]
+    prestart(args, config)
+    runner, options = make_runner_and_options(args)
+    launcher = os.getpid()
+    with beam.Pipeline(runner=runner, options=options) as p:
+        seen = p | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(
+            lambda _: (os.getpid() != launcher, second_large_block_is_mapped())) | beam.Distinct()
+        assert_that(seen, equal_to([(True, True)]))
 
 
 def test_a_killed_worker_is_reported_by_pid_and_signal():
