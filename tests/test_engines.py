@@ -269,3 +269,62 @@ def test_a_wrong_engine_in_the_worker_server_is_refused_at_planning(qwen3_tokeni
     assert engine["name"] == "hf" and engine["requested"] == "fastokens"
     assert engine["reason"].startswith("fastokens 0.3.5 differs from hf: document 0 ")
     assert "encodes with hf: fastokens 0.3.5 differs from hf" in done.stderr
+
+
+@pytest.mark.parametrize("which, add_special_tokens, max_length", [("qwen3", True, None), ("mistral", True, 64),
+                                                                    ("mistral", False, None)])
+def test_the_python_apis_tokenized_source_uses_a_verified_engine_with_hfs_ids(
+        which, add_special_tokens, max_length, qwen3_tokenizer_dir, mistral_tokenizer_dir, tmp_path) -> None:
+    """`TokenizedShardedSource(engine="auto")` (EasyData's object API) encodes with the fast engine the
+    pipeline would choose, and yields exactly `engine="hf"`'s rows, also when resumed at a row."""
+    import pickle
+
+    from easydata import JsonShardedSource, TokenizedShardedSource
+    from tests.conftest import write_jsonl
+
+    directory = qwen3_tokenizer_dir if which == "qwen3" else mistral_tokenizer_dir
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t, "i": i} for i, t in enumerate(make_texts(900, seed=11))))
+    source = JsonShardedSource(str(tmp_path / "a.jsonl"))
+
+    def tokenized(engine: str) -> TokenizedShardedSource:
+        return TokenizedShardedSource(source, str(directory), max_length=max_length,
+                                      add_special_tokens=add_special_tokens, batch_size=128, engine=engine)
+
+    fast, hf = tokenized("auto"), tokenized("hf")
+    rows = list(fast)
+    assert rows == list(hf) and len(rows) == 900
+    assert fast.engine_choice.name == ("fastokens" if which == "qwen3" else "gigatoken")
+    assert hf.engine_choice.name == "hf" and hf.engine_counts() == {}
+    counts = fast.engine_counts()
+    assert counts["documents"] == 900 and 1 <= counts["verified"] < 40 and counts["mismatches"] == 0
+    shard = source.shard_names[0]
+    again = pickle.loads(pickle.dumps(fast))  # another process's copy: chooses again
+    assert again.engine_choice is None and list(again.open_shard_at_row(shard, 500)) == rows[500:]
+
+
+def test_the_python_apis_tokenized_source_keeps_hfs_ids_from_a_wrong_engine(qwen3_tokenizer_dir, tmp_path,
+                                                                           monkeypatch) -> None:
+    """A fast engine that is wrong only after it was chosen: the checked examples carry `tokenizers`' ids,
+    and after 3 mismatches every example does."""
+    from easydata import JsonShardedSource, TokenizedShardedSource
+    from easydata.text import engines
+    from tests.conftest import write_jsonl
+
+    texts = make_texts(3000, seed=4)
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in texts))
+    source = TokenizedShardedSource(JsonShardedSource(str(tmp_path / "a.jsonl")), str(qwen3_tokenizer_dir),
+                                    add_eos=False, batch_size=500, engine="fastokens")
+    want = [r["input_ids"] for r in TokenizedShardedSource(JsonShardedSource(str(tmp_path / "a.jsonl")),
+                                                            str(qwen3_tokenizer_dir), add_eos=False, engine="hf")]
+    first = source._fast_engine(texts[:500])  # chosen while the engine is right
+    assert source.engine_choice.name == "fastokens"
+    monkeypatch.setattr(first, "engine", _Wrong(first.engine.tokenizer_file, first.engine.hf))
+    got = [r["input_ids"] for r in source]
+    counts = source.engine_counts()
+    assert counts["mismatches"] >= 3 and counts["hf_documents"] > 0 and first.switched
+    shard = JsonShardedSource(str(tmp_path / "a.jsonl")).shard_names[0]
+    checked = [i for i in range(len(texts)) if engines.sampled(f"{shard}@{i}")]
+    assert all(got[i] == want[i] for i in checked)  # a checked example never carries the wrong ids
+    switch = next(i for i in range(0, 3000, 500) if all(got[j] == want[j] for j in range(i, 3000)))
+    assert switch < 3000  # from the switch on, every example has hf's ids
+    assert any(got[i] != want[i] for i in range(3000))  # and before it, the engine really was wrong

@@ -5,11 +5,16 @@ A transform is any callable `example -> example` (or `None` to drop the example)
 (`easydata.core.protocols`, so every source's `.map()` / `.filter()` can use them);
 `ChatTemplateTransform` renders messages with this package's sandboxed chat renderer
 (`easydata.compat.chat_transform`); `TokenizedShardedSource` tokenizes with the pipeline's tokenizer
-code, in batches, so its ids equal the Beam job's for the same settings.
+code, in batches, so its ids equal the Beam job's for the same settings, and with the same tokenizer
+engines (`easydata.text.engines`): a fast one only after it gave `tokenizers`' ids, checked again on a
+sample while it runs.
 """
 
 from __future__ import annotations
 
+import collections
+import logging
+import threading
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -36,16 +41,40 @@ class TokenizedShardedSource(DerivedShardedSource):
       add_eos: append EOS (the pipeline's default, which keeps packed documents apart).
       remove_columns: fields left out of the result (the text stays unless listed).
       batch_size: examples per tokenizer call.
+      engine: `tokenize.engine` of the pipeline: `auto` (a fast engine where it gives `tokenizers`' ids),
+        `hf`, `fastokens` or `gigatoken`. The choice is made at the first batch a process encodes, on
+        the built-in adversarial set and that batch (`engine_choice` then says what and why); 1 % of
+        examples (by a hash of shard and row) are encoded again with `tokenizers` and a mismatch keeps
+        its ids (`engine_counts`).
     """
 
     def __init__(self, source: ShardedDataSource, tokenizer: Any, max_length: Optional[int] = None,
                  content_field: str = "text", add_special_tokens: bool = True, add_eos: bool = True,
-                 remove_columns: Sequence[str] = (), batch_size: int = 256):
+                 remove_columns: Sequence[str] = (), batch_size: int = 256, engine: str = "auto"):
+        from easydata.text.engines import ENGINE_NAMES
+
+        if engine not in ENGINE_NAMES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINE_NAMES)}, got {engine!r}")
         self.source, self.tokenizer = source, tokenizer
         self._handle: Any = None
         self.max_length, self.content_field = max_length, content_field
         self.add_bos = None if add_special_tokens else False
         self.add_eos, self.remove_columns, self.batch_size = add_eos, set(remove_columns), batch_size
+        self.engine = engine
+        self._reset_engine()
+
+    def _reset_engine(self) -> None:
+        self.engine_choice: Any = None  # the `EngineChoice`, after the first batch
+        self._verified: Any = None  # its `VerifiedEngine`; False: hf
+        self._counts: collections.Counter = collections.Counter()
+        self._choosing = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:  # a copy in another process chooses (and counts) again
+        return {k: v for k, v in self.__dict__.items() if k not in ("engine_choice", "_verified", "_counts", "_choosing")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_engine()
 
     @property
     def handle(self) -> Any:
@@ -54,20 +83,54 @@ class TokenizedShardedSource(DerivedShardedSource):
             self._handle = as_tokenizer_handle(self.tokenizer)
         return self._handle
 
-    def _apply(self, examples: Iterator[Example]) -> Iterator[Example]:
+    def engine_counts(self) -> dict[str, int]:
+        """What the fast engine did in this process: `documents`, `verified` against `tokenizers`,
+        `mismatches` (their `tokenizers` ids kept) and `hf_documents` (after 3 mismatches it stops)."""
+        if self._verified:
+            self._counts.update(self._verified.take_counts())
+        return dict(self._counts)
+
+    def _fast_engine(self, texts: list[str]) -> Any:
+        """The `VerifiedEngine` to encode with, None for `tokenizers`: chosen once, on `texts`."""
+        with self._choosing:
+            if self._verified is None:
+                from easydata.text.engines import VerifiedEngine, choose_engine, special_token_strings
+
+                handle = self.handle
+                self.engine_choice = choice = choose_engine(
+                    self.engine, handle.tokenizer_file, handle.tokenizer, special_token_strings(handle.tokenizer), texts,
+                    add_special_tokens=self.add_bos is None)
+                if choice.name != "hf" and self.engine != "hf":
+                    self._verified = VerifiedEngine(handle.engine(choice.name), handle.engine("hf"))
+                else:
+                    self._verified = False
+                    if self.engine != "hf":
+                        logging.getLogger(__name__).info("tokenizer encodes with hf: %s", choice.reason)
+        return self._verified or None
+
+    def open_shard(self, shard_name: str) -> Iterator[Example]:
+        return self._apply(self.source.open_shard(shard_name), shard_name)
+
+    def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[Example]:
+        return self._apply(self.source.open_shard_at_row(shard_name, row), shard_name, row)
+
+    def _apply(self, examples: Iterator[Example], shard_name: str = "", row: int = 0) -> Iterator[Example]:
         batch: list[Example] = []
         for example in examples:
             batch.append(example)
             if len(batch) == self.batch_size:
-                yield from self._encode(batch)
+                yield from self._encode(batch, shard_name, row)
+                row += len(batch)
                 batch = []
         if batch:
-            yield from self._encode(batch)
+            yield from self._encode(batch, shard_name, row)
 
-    def _encode(self, batch: list[Example]) -> Iterator[Example]:
+    def _encode(self, batch: list[Example], shard_name: str, row: int) -> Iterator[Example]:
         texts = [str(example.get(self.content_field) or "") for example in batch]
-        flat, offsets = self.handle.encode_batch(texts, add_bos=self.add_bos, add_eos=self.add_eos,
-                                                 max_length=self.max_length)
+        handle = self.handle
+        keys = [f"{shard_name}@{row + i}" for i in range(len(batch))]  # which ones are checked: any process, any resume
+        plain = handle.encode_plain(texts, add_bos=self.add_bos, keys=keys, engine=self._fast_engine(texts))
+        flat, offsets = handle.plain_ids(plain, add_bos=self.add_bos, add_eos=self.add_eos, max_length=self.max_length)
         for i, example in enumerate(batch):
             ids = flat[offsets[i]:offsets[i + 1]]
             out = {k: v for k, v in example.items() if k not in self.remove_columns}

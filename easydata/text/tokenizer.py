@@ -237,6 +237,10 @@ class TokenizerHandle:
                 return self.tokenizer.token_to_id(candidate)
         return None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (another process's) loads its own engines: they hold native state that does not pickle."""
+        return {**self.__dict__, "_engines": {}}
+
     def engine(self, name: str) -> Any:
         """The tokenizer engine `name` for this tokenizer (`easydata.text.engines`), loaded once per process
         (in the worker, after any fork: engines may start threads)."""
