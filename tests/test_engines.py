@@ -51,6 +51,8 @@ def test_auto_picks_a_verified_fast_engine_per_tokenizer(qwen3_tokenizer_dir, mi
     qwen = choose_engine("auto", *_hf(qwen3_tokenizer_dir), _specials(_hf(qwen3_tokenizer_dir)[1]), sample)
     assert (qwen.name, qwen.reason, qwen.planning_documents) == ("fastokens", "verified equal to hf", 300)
     assert qwen.adversarial_documents > 200
+    again = choose_engine("auto", *_hf(qwen3_tokenizer_dir), _specials(_hf(qwen3_tokenizer_dir)[1]), sample)
+    assert again == qwen  # from the cached verdict: the same count of adversarial documents behind it
     # fastokens refuses Mistral's Metaspace pre-tokenizer: the next engine is verified instead
     mistral = choose_engine("auto", *_hf(mistral_tokenizer_dir), _specials(_hf(mistral_tokenizer_dir)[1]), sample)
     assert mistral.name == "gigatoken" and mistral.reason == "verified equal to hf"
