@@ -143,3 +143,60 @@ def test_windows_fire_late_data_is_dropped_and_no_token_is_lost(tokenizer_dir, t
     # every window: 7.9 MB for a 0.9 MB window shard, growing with the stream).
     staged = sorted(p.relative_to(out).as_posix() for p in (out / ".easydata-tmp-test").rglob("*") if p.is_file())
     assert staged == [], staged
+
+
+def test_a_stream_encodes_with_a_verified_fast_engine_and_the_same_ids(qwen3_tokenizer_dir, tmp_path):
+    """`tokenize.engine: auto` in the streaming pipeline: each worker chooses at its first window's plain
+    documents (and the adversarial set), the window shards hold `engine: hf`'s ids, and the manifest's
+    `tokenizer_engines` adds up the windows' checks (validate reads it)."""
+    texts = make_texts(90, seed=8)
+
+    def run(engine: str) -> dict:
+        out = tmp_path / engine
+        config = PipelineConfig.from_dict({
+            "default_tokenizer": str(qwen3_tokenizer_dir),
+            "datasets": [{"name": "live", "pubsub_subscription": "projects/p/subscriptions/s"}],
+            "streaming": {"window_seconds": 60}, "tokenize": {"engine": engine},
+            "pack": {"enabled": True, "seq_length": 256}, "save": {"output_dir": str(out)}})
+        options = PipelineOptions()
+        options.view_as(StandardOptions).streaming = True
+        p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+        build_streaming_pipeline(p, config, staging=str(out / ".easydata-tmp-test"),
+                                 sources={"live": p | _stream_with_late_messages(texts)})
+        p.run().wait_until_finish()
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert validate_output(str(out)).ok
+        manifest["rows"] = {s["path"]: pq.read_table(out / s["path"]).to_pylist()
+                            for s in manifest["datasets"]["live"]["shards"]}
+        return manifest
+
+    fast, hf = run("auto"), run("hf")
+    assert fast["rows"] == hf["rows"] and sum(len(rows) for rows in fast["rows"].values()) > 0
+    engine = fast["tokenizer_engines"]["live"]
+    assert (engine["name"], engine["requested"], engine["reason"]) == ("fastokens", "auto", "verified equal to hf")
+    assert engine["while_running"]["documents"] == fast["documents_written"] == 80
+    assert engine["while_running"]["mismatches"] == 0 and engine["verified_at_planning"]["adversarial"] > 200
+    assert hf["tokenizer_engines"]["live"]["name"] == "hf" and "while_running" not in hf["tokenizer_engines"]["live"]
+
+
+def test_commit_window_adds_up_the_windows_engine_checks(tmp_path):
+    """Two windows encoded by a fast engine and one by a worker that chose hf: the entry names the fast
+    engine, counts its windows, and a mismatch in any window fails validate."""
+    fast = {"name": "fastokens", "version": "0.3.5", "requested": "auto", "reason": "verified equal to hf",
+            "verified_at_planning": {"documents": 40, "adversarial": 299}}
+    windows = [{**fast, "while_running": {"documents": 40, "verified": 1, "mismatches": 0, "switched_to_hf_documents": 0}},
+               {"name": "hf", "version": "0.22.1", "requested": "auto", "reason": "fastokens differs from hf: ..."},
+               {**fast, "while_running": {"documents": 30, "verified": 2, "mismatches": 1, "switched_to_hf_documents": 0}}]
+    out = tmp_path / "out"
+    out.mkdir()
+    for i, engine in enumerate(windows):
+        manifest = commit_window(str(out), window=f"web/w{i}", start=60.0 * i, end=60.0 * (i + 1),
+                                 outputs={"web": {"shards": [], "documents_in": 0, "documents_written": 0,
+                                                  "documents_rejected": 0, "engine": engine}},
+                                 moves=[], rejected_files=[], base=_base())
+        if i == 1:
+            assert manifest["tokenizer_engines"]["web"]["name"] == "fastokens"  # a worker chose hf: still named
+    entry = manifest["tokenizer_engines"]["web"]
+    assert entry["while_running"] == {"documents": 70, "verified": 3, "mismatches": 1, "switched_to_hf_documents": 0}
+    report = validate_output(str(out))
+    assert any("tokenizer engine fastokens gave other ids than hf on 1 of 3" in p for p in report.problems)

@@ -148,6 +148,38 @@ class _ProcessWindowFn(beam.DoFn):
     def setup(self) -> None:
         self._tokenizer = shared_tokenizer(self._tokenizer_config)
         self._renderer = ChatRenderer.for_tokenizer(self._tokenizer, self._template) if self._template else None
+        self._engine: Any = None  # the `VerifiedEngine` (False: hf), chosen at this worker's first plain documents
+        self._choice: Optional[dict[str, Any]] = None
+
+    def _engine_for(self, batch: Any) -> Any:
+        """The fast engine for plain documents, or None: chosen (`easydata.text.engines.choose_engine`) on
+        the adversarial set and the first window's plain documents this worker sees (a stream has no
+        documents to sample before it starts), then checked on 1 % of documents as in a batch job."""
+        if self._engine is None:
+            spans = batch.spans or [None] * len(batch)
+            sample = [t[:1000] for t, s in zip(batch.texts, spans) if s is None and t][:2000]
+            if not sample:
+                return None
+            from easydata.text.engines import VerifiedEngine, choose_engine, special_token_strings
+
+            handle, tokenize = self._tokenizer, self._config.tokenize
+            choice = choose_engine(tokenize.engine, handle.tokenizer_file, handle.tokenizer,
+                                   special_token_strings(handle.tokenizer), sample,
+                                   add_special_tokens=tokenize.add_bos is None)
+            self._choice = choice.to_manifest()
+            self._engine = VerifiedEngine(handle.engine(choice.name), handle.engine("hf")) \
+                if choice.name != "hf" else False
+        return self._engine or None
+
+    def _engine_entry(self) -> Optional[dict[str, Any]]:
+        """This window's part of the manifest's `tokenizer_engines` (`commit_window` adds windows up)."""
+        if self._choice is None or not self._engine:
+            return self._choice
+        counts = self._engine.take_counts()
+        return {**self._choice, "while_running": {"documents": counts.get("documents", 0),
+                                                  "verified": counts.get("verified", 0),
+                                                  "mismatches": counts.get("mismatches", 0),
+                                                  "switched_to_hf_documents": counts.get("hf_documents", 0)}}
 
     def _documents_of(self, wid: str, messages: list[Any]):
         ds = self._dataset
@@ -166,7 +198,8 @@ class _ProcessWindowFn(beam.DoFn):
         """The window's rows in key-hash order (packed when configured) and documents written."""
         if batch is None or not len(batch):
             return None, 0
-        rows, _ = tokenize_documents(batch, self._tokenizer, self._config.tokenize, self._config.seed)
+        rows, _ = tokenize_documents(batch, self._tokenizer, self._config.tokenize, self._config.seed,
+                                     self._engine_for(batch))
         table = sort_group([rows])
         if not self._config.pack.enabled:
             return table, table.num_rows
@@ -208,11 +241,14 @@ class _ProcessWindowFn(beam.DoFn):
             self._rejected.inc(len(rejects))
         rejected = sum(r.records for r in rejects)
         self._documents.inc(written)
+        output = {"shards": shards, "documents_in": written + rejected, "documents_written": written,
+                  "documents_rejected": rejected, "padding_tokens": sum(s["padding_tokens"] for s in shards),
+                  "columns": columns}
+        engine = self._engine_entry()
+        if engine is not None:
+            output["engine"] = engine
         yield {"id": f"{name}/{wid}", "start": win.start.micros / 1e6, "end": win.end.micros / 1e6,
-               "moves": moves, "rejected_files": rejected_files,
-               "outputs": {name: {"shards": shards, "documents_in": written + rejected, "documents_written": written,
-                                  "documents_rejected": rejected, "padding_tokens": sum(s["padding_tokens"] for s in shards),
-                                  "columns": columns}}}
+               "moves": moves, "rejected_files": rejected_files, "outputs": {name: output}}
 
 
 def _data(message: Any) -> bytes:

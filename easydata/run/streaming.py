@@ -63,7 +63,9 @@ def commit_window(output_dir: str, *, window: str, start: float, end: float, out
       window: `window_id` of the window (and pane).
       start, end: the window's bounds (seconds since the epoch).
       outputs: per dataset: `shards` (`{path, rows, tokens, padding_tokens, bytes}`), `documents_in`,
-        `documents_written`, `documents_rejected`, `padding_tokens`, `columns`.
+        `documents_written`, `documents_rejected`, `padding_tokens`, `columns`, and `engine` where a
+        fast tokenizer engine may have encoded it (its choice and `while_running` counts, as the
+        manifest's `tokenizer_engines` entry of a batch job; added up over the windows).
       moves: `(staged path, path relative to output_dir)` of the window's files.
       rejected_files: relative paths of its dead-letter files.
       base: the manifest fields that do not change between windows (`config`, `fingerprint`,
@@ -100,10 +102,29 @@ def commit_window(output_dir: str, *, window: str, start: float, end: float, out
                               tokenizer=dict(base["tokenizer"]), schema=schema, datasets=datasets,
                               output_format=base["output_format"], compression=base["compression"],
                               rejected_files=sorted({*(previous or {}).get("rejected_files", []), *rejected_files}))
+    engines = {**((previous or {}).get("tokenizer_engines") or {})}
+    for name, out in outputs.items():
+        if out.get("engine"):
+            engines[name] = _add_engine(engines.get(name), out["engine"])
+    if engines:
+        manifest["tokenizer_engines"] = engines
     manifest["streaming"] = True
     manifest["windows"] = windows
     write_manifest(output_dir, manifest)
     return manifest
+
+
+def _add_engine(total: Optional[Mapping[str, Any]], window: Mapping[str, Any]) -> dict[str, Any]:
+    """A dataset's `tokenizer_engines` entry with one more window's. The choice named is a fast engine's
+    where any worker used one (`while_running` counts the windows fast engines encoded; a worker that
+    chose `hf` wrote `hf`'s ids)."""
+    keep = window if total is None or (total.get("name") == "hf" and window.get("name") != "hf") else total
+    entry = {key: value for key, value in keep.items() if key != "while_running"}
+    runs = [e["while_running"] for e in (total or {}, window) if e.get("while_running")]
+    if runs:
+        entry["while_running"] = {key: sum(int(r.get(key, 0)) for r in runs)
+                                  for key in ("documents", "verified", "mismatches", "switched_to_hf_documents")}
+    return entry
 
 
 def _iso(seconds: float) -> str:

@@ -93,15 +93,15 @@ def encode_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: T
 
 
 def tokenize_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: TokenizeStageConfig,
-                       seed: int) -> tuple[pa.RecordBatch, TokenizedStats]:
+                       seed: int, engine: Any = None) -> tuple[pa.RecordBatch, TokenizedStats]:
     """Tokenizes a document batch into unpacked rows with shuffle keys (`encode_documents`, then
-    `rows_from_encoded`).
+    `rows_from_encoded`; `engine`: as `encode_documents` takes it).
 
     Returns:
       The record batch (`input_ids`, `attention_mask`, [`loss_mask`,] additional fields, `__key__`,
       `__hash__`, and `__piece__` when documents may be cut) and its counters (`tokens` as written).
     """
-    return rows_from_encoded(batch, encode_documents(batch, tokenizer, config), tokenizer, config, seed)
+    return rows_from_encoded(batch, encode_documents(batch, tokenizer, config, engine), tokenizer, config, seed)
 
 
 def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer: TokenizerHandle,
