@@ -47,6 +47,17 @@ def test_only_the_stages_called_shape_the_job(tmp_path, tokenizer_dir):
     assert Pipeline(config).run(["--direct_num_workers=1"]).manifest["schema"]["packed"] is True
 
 
+def test_the_tokenize_stages_engine_reaches_its_sources(tmp_path, tokenizer_dir):
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(5)))
+    pipeline = Pipeline(PipelineConfig(default_tokenizer=str(tokenizer_dir))).source(
+        {"name": "web", "data_files": str(tmp_path / "a.jsonl")})
+    for engine in ("hf", "auto"):
+        source = Pipeline(PipelineConfig(default_tokenizer=str(tokenizer_dir))).source(
+            {"name": "web", "data_files": str(tmp_path / "a.jsonl")}).tokenize(engine=engine).get_data()["web"]
+        assert source.engine == engine and len(list(source)) == 5 and source.engine_choice.requested == engine
+    assert pipeline.tokenize().get_data()["web"].engine == "auto"  # the default
+
+
 def test_build_reports_every_problem(tokenizer_dir):
     with pytest.raises(ConfigError) as info:
         Pipeline.from_config(PipelineConfig()).source().tokenize(batch_size=0).save()

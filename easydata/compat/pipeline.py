@@ -148,7 +148,7 @@ class Pipeline:
                                       max_length=tok.max_length if tok.truncation_mode != "none" else None,
                                       content_field=ds.content_field, add_special_tokens=tok.add_bos is not False,
                                       add_eos=tok.add_eos, remove_columns=tok.remove_columns,
-                                      batch_size=tok.batch_size)
+                                      batch_size=tok.batch_size, engine=tok.engine)
 
     def mix(self, config: Optional[MixStageConfig] = None, **settings: Any) -> "Pipeline":
         """Mixes the datasets into one output, `mixed` (a single dataset: nothing to mix). Fixed
