@@ -13,12 +13,16 @@ For each tokenizer (nothing is downloaded: `../shared/tokenizers`, else `--token
 4. Printed: tokens/s of each, the ratios to both ceilings (also without the fixed start-up), peak RSS of the
    command's process tree, peak staging bytes per token, the engine the manifest names with its
    verification counts, and whether the two runs' shards are byte-identical.
-5. With `--large-mb N` (e.g. 1000): the default engine (`--large-engines auto,hf`: also `engine: hf`) again
+5. With `--api`: EasyData's object API, `TokenizedShardedSource(JsonShardedSource(corpus), tokenizer,
+   engine=...)` iterated to the end in a fresh process per run (tokenizer load and engine choice
+   included, as a notebook pays them), `engine="hf"` and `"auto"` alternated `--repeat` times: seconds
+   (median), tokens/s, the speed-up, and whether both yielded the same ids (a digest of every row's).
+6. With `--large-mb N` (e.g. 1000): the default engine (`--large-engines auto,hf`: also `engine: hf`) again
    on a corpus of N MB (generated past the machine's material: no document repeated verbatim, see
    bench_pipeline.py), its tokens/s, HF ceiling ratio and peak memory beside the first corpus's.
 
 Usage, from the repository root: python benchmarks/bench_engines.py [--size-mb 48] [--repeat 3]
-[--tokenizers mistral,qwen3] [--large-mb 1000] [--large-engines auto,hf] [--workdir DIR]. Timings on a shared host drift: compare
+[--tokenizers mistral,qwen3] [--api] [--large-mb 1000] [--large-engines auto,hf] [--workdir DIR]. Timings on a shared host drift: compare
 within one run.
 """
 
@@ -86,7 +90,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--large-mb", type=float, default=0, help="also run the default engine on a corpus this big")
     parser.add_argument("--large-engines", default="auto", help="the engines run on the large corpus: auto, hf or both")
     parser.add_argument("--workdir", type=Path, default=bp.DEFAULT_WORKDIR / "engines")
+    parser.add_argument("--api", action="store_true", help="also time the Python API's TokenizedShardedSource")
+    parser.add_argument("--api-child", nargs=3, metavar=("ENGINE", "CORPUS", "TOKENIZER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.api_child:
+        print(json.dumps(api_pass(*args.api_child)))
+        return 0
     args.workdir.mkdir(parents=True, exist_ok=True)
     corpus, meta = bp.ensure_corpus(args.workdir.parent, args.size_mb)
     texts = bp.load_texts(corpus)
@@ -94,7 +103,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"engines benchmark: {cores} cores, corpus {corpus} ({meta['documents']:,} documents,"
           f" {meta['text_bytes'] / 1e6:.1f} MB of text)")
     tiny = bp.write_tiny_corpus(corpus, args.workdir)
-    rows, large_rows = [], []
+    rows, large_rows, api_rows = [], [], []
     for name in args.tokenizers.split(","):
         tokenizer_dir = TOKENIZERS[name]
         engine = fast_engine_for(tokenizer_dir, texts)
@@ -130,6 +139,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                          f"{counts.get('verified', '-')}/{counts.get('mismatches', '-')}"])
         print(f"  outputs byte-identical: {'yes' if identical else 'NO'}")
         hf_run["fixed_seconds"] = fixed["hf"]
+        if args.api:
+            api_rows.extend(api_runs(name, corpus, tokenizer_dir, args.repeat))
         for engine in args.large_engines.split(",") if args.large_mb else ():
             small = auto_run if engine == "auto" else hf_run
             if small["returncode"] == 0:
@@ -141,12 +152,53 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("\n  vs HF ceiling: the whole command's tokens/s over tokenizers' own fastest call on every core"
           "\n  (one single-threaded process per core, texts in memory, only the encode calls timed); fixed s: the"
           "\n  same command on 10 documents; w/o fixed: the run's seconds less those.")
+    if api_rows:
+        print()
+        bp.print_table(api_rows, ["tokenizer", "Python API", "engine", "seconds", "tokens/s", "÷ engine=\"hf\"",
+                                  "same ids"])
     if large_rows:
         print()
         bp.print_table(large_rows, ["tokenizer, run", "corpus", "tokens", "seconds", "tokens/s", "÷ HF ceiling",
                                     "÷ small run's", "w/o fixed ÷ small's", "peak RSS", "÷ small run's", "peak PSS",
                                     "÷ small run's", "staging B/token"])
     return 0
+
+
+def api_pass(engine: str, corpus: str, tokenizer_dir: str) -> dict[str, Any]:
+    """One pass of the Python API over the corpus (in a child process): seconds from before the source
+    is built, tokens, the engine it chose and a digest of every row's ids."""
+    import time
+
+    import numpy as np
+
+    started = time.perf_counter()
+    from easydata import JsonShardedSource, TokenizedShardedSource
+
+    source = TokenizedShardedSource(JsonShardedSource(corpus), tokenizer_dir, engine=engine)
+    digest, tokens = hashlib.sha256(), 0
+    for row in source:
+        ids = np.asarray(row["input_ids"], dtype=np.int32)
+        digest.update(len(ids).to_bytes(4, "little") + ids.tobytes())
+        tokens += len(ids)
+    return {"seconds": time.perf_counter() - started, "tokens": tokens, "digest": digest.hexdigest(),
+            "engine": source.engine_choice.name}
+
+
+def api_runs(name: str, corpus: Path, tokenizer_dir: Path, repeat: int) -> list[list[str]]:
+    import statistics
+    import subprocess
+
+    passes: dict[str, list[dict[str, Any]]] = {"hf": [], "auto": []}
+    for _ in range(repeat):  # alternated: the host's speed drifts
+        for engine in passes:
+            done = subprocess.run([sys.executable, __file__, "--api-child", engine, str(corpus), str(tokenizer_dir)],
+                                  capture_output=True, text=True, check=True)
+            passes[engine].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    seconds = {engine: statistics.median(p["seconds"] for p in runs) for engine, runs in passes.items()}
+    same = len({p["digest"] for runs in passes.values() for p in runs}) == 1
+    return [[name, label, passes[engine][0]["engine"], f"{seconds[engine]:.1f}",
+             f"{passes[engine][0]['tokens'] / seconds[engine]:,.0f}", f"{seconds['hf'] / seconds[engine]:.2f}",
+             "yes" if same else "NO"] for label, engine in (('engine="hf"', "hf"), ('engine="auto"', "auto"))]
 
 
 def large_run(name: str, engine: str, tokenizer_dir: Path, small: dict[str, Any], hf_ceiling: dict[str, Any],
