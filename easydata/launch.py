@@ -33,10 +33,11 @@ def run_batch_job(config: Any, beam_args: Sequence[str], *, show_progress: bool,
     from beam_pipelines.local.worker_pool import prestart, runs_locally
     from easydata.run.machine import map_large_blocks
 
-    if runs_locally(beam_args):
+    local = runs_locally(beam_args)
+    if local:
         map_large_blocks()
     prestart(beam_args, config)  # local worker processes, if any, start while this process imports Beam
-    with without_unused_libraries() if runs_locally(beam_args) else contextlib.nullcontext():
+    with without_unused_libraries() if local else contextlib.nullcontext():
         from beam_pipelines.batch import run_batch
 
         return run_batch(config, beam_args, show_progress=show_progress, resume=resume)

@@ -330,3 +330,17 @@ def test_the_python_apis_tokenized_source_keeps_hfs_ids_from_a_wrong_engine(qwen
     switch = next(i for i in range(0, 3000, 500) if all(got[j] == want[j] for j in range(i, 3000)))
     assert switch < 3000  # from the switch on, every example has hf's ids
     assert any(got[i] != want[i] for i in range(3000))  # and before it, the engine really was wrong
+
+
+def test_choosing_where_it_runs_loads_the_engine_once(qwen3_tokenizer_dir, monkeypatch) -> None:
+    """`TokenizerHandle.choose_engine` (the Python API, a stream's workers) keeps what planning's check
+    loaded: the engine it then encodes with is that one, not a second ~1 s load."""
+    from easydata.text import engines
+    from easydata.text.tokenizer import load_tokenizer
+
+    loads = []
+    real = engines.FastokensEngine.__init__
+    monkeypatch.setattr(engines.FastokensEngine, "__init__", lambda self, *a: (loads.append(1), real(self, *a))[1])
+    handle = load_tokenizer(str(qwen3_tokenizer_dir))
+    choice, verified = handle.choose_engine("auto", make_texts(50, seed=2), True)
+    assert choice.name == "fastokens" and verified.engine is handle.engine("fastokens") and len(loads) == 1

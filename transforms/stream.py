@@ -14,6 +14,7 @@ the manifest (`easydata.run.streaming.commit_window`).
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Any, Iterable, Iterator, Optional
 
@@ -33,6 +34,7 @@ from easydata.io.formats import assemble_shard, shard_file_name, write_piece
 from easydata.ops.pack_stage import pack_group
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
 from easydata.io.sources import collect_records
+from easydata.run.finalize import engine_entry
 from easydata.run.streaming import commit_window, parse_message, window_id
 from easydata.text.tokenization import tokenize_documents
 from easydata.text.tokenizer import shared_tokenizer
@@ -160,26 +162,16 @@ class _ProcessWindowFn(beam.DoFn):
             sample = [t[:1000] for t, s in zip(batch.texts, spans) if s is None and t][:2000]
             if not sample:
                 return None
-            from easydata.text.engines import VerifiedEngine, choose_engine, special_token_strings
-
-            handle, tokenize = self._tokenizer, self._config.tokenize
-            choice = choose_engine(tokenize.engine, handle.tokenizer_file, handle.tokenizer,
-                                   special_token_strings(handle.tokenizer), sample,
-                                   add_special_tokens=tokenize.add_bos is None)
-            self._choice = choice.to_manifest()
-            self._engine = VerifiedEngine(handle.engine(choice.name), handle.engine("hf")) \
-                if choice.name != "hf" else False
+            tokenize = self._config.tokenize
+            choice, verified = self._tokenizer.choose_engine(tokenize.engine, sample, tokenize.add_bos is None)
+            self._choice, self._engine = choice.to_manifest(), verified or False
         return self._engine or None
 
     def _engine_entry(self) -> Optional[dict[str, Any]]:
         """This window's part of the manifest's `tokenizer_engines` (`commit_window` adds windows up)."""
-        if self._choice is None or not self._engine:
-            return self._choice
-        counts = self._engine.take_counts()
-        return {**self._choice, "while_running": {"documents": counts.get("documents", 0),
-                                                  "verified": counts.get("verified", 0),
-                                                  "mismatches": counts.get("mismatches", 0),
-                                                  "switched_to_hf_documents": counts.get("hf_documents", 0)}}
+        if self._choice is None:
+            return None
+        return engine_entry(self._choice, collections.Counter(self._engine.take_counts()) if self._engine else None)
 
     def _documents_of(self, wid: str, messages: list[Any]):
         ds = self._dataset

@@ -60,8 +60,8 @@ class _TokenizeFn(beam.DoFn):
 
     def setup(self) -> None:
         self._tokenizer = shared_tokenizer(self._tokenizer_config)
-        if self._engine_name != "hf":  # loaded here, in the worker (after any fork: engines may start threads)
-            self._engine = VerifiedEngine(self._tokenizer.engine(self._engine_name), self._tokenizer.engine("hf"))
+        # loaded here, in the worker (after any fork: engines may start threads)
+        self._engine = self._tokenizer.verified_engine(self._engine_name)
         self._progress = ProgressSink(self._progress_dir)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-tokenize")
 

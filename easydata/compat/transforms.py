@@ -94,18 +94,10 @@ class TokenizedShardedSource(DerivedShardedSource):
         """The `VerifiedEngine` to encode with, None for `tokenizers`: chosen once, on `texts`."""
         with self._choosing:
             if self._verified is None:
-                from easydata.text.engines import VerifiedEngine, choose_engine, special_token_strings
-
-                handle = self.handle
-                self.engine_choice = choice = choose_engine(
-                    self.engine, handle.tokenizer_file, handle.tokenizer, special_token_strings(handle.tokenizer), texts,
-                    add_special_tokens=self.add_bos is None)
-                if choice.name != "hf" and self.engine != "hf":
-                    self._verified = VerifiedEngine(handle.engine(choice.name), handle.engine("hf"))
-                else:
-                    self._verified = False
-                    if self.engine != "hf":
-                        logging.getLogger(__name__).info("tokenizer encodes with hf: %s", choice.reason)
+                self.engine_choice, verified = self.handle.choose_engine(self.engine, texts, self.add_bos is None)
+                self._verified = verified or False
+                if verified is None and self.engine != "hf":
+                    logging.getLogger(__name__).info("tokenizer encodes with hf: %s", self.engine_choice.reason)
         return self._verified or None
 
     def open_shard(self, shard_name: str) -> Iterator[Example]:

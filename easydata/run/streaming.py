@@ -122,8 +122,7 @@ def _add_engine(total: Optional[Mapping[str, Any]], window: Mapping[str, Any]) -
     entry = {key: value for key, value in keep.items() if key != "while_running"}
     runs = [e["while_running"] for e in (total or {}, window) if e.get("while_running")]
     if runs:
-        entry["while_running"] = {key: sum(int(r.get(key, 0)) for r in runs)
-                                  for key in ("documents", "verified", "mismatches", "switched_to_hf_documents")}
+        entry["while_running"] = {key: sum(int(r.get(key, 0)) for r in runs) for key in runs[0]}
     return entry
 
 

@@ -302,7 +302,8 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
     tokens (verdict cached per tokenizer, engine and version) and on `sample` (the run's own documents)
     with the run's setting `add_special_tokens` (None: both); `hf` with the reason when none does.
     `loaded`: engines this process already loaded for this tokenizer (by name), used as they are, or
-    the exception loading one raised."""
+    the exception loading one raised; what this call loads is added to it (so that a caller that keeps
+    it, `TokenizerHandle.choose_engine`, never loads an engine twice)."""
     import concurrent.futures
 
     reference = Engine(tokenizer_file, hf)
@@ -349,12 +350,16 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
             try:
                 engine = (first if name == candidates[0] else load(name)).result()
             except Exception as e:  # noqa: BLE001 - any load failure means hf
+                if loaded is not None:
+                    loaded[name] = e
                 problem = f"{type(e).__name__}: {str(e)[:120]}"
                 reasons.append(f"{name} {version} cannot load this tokenizer: {problem}")
                 if isinstance(e, ValueError):  # it refuses this tokenizer's content: remembered (not so for
                     _write_verdict(verdict_file, {"engine": name, "version": version,  # e.g. MemoryError)
                                                   "problem": problem, "load_failed": True})
                 continue
+            if loaded is not None:
+                loaded[name] = engine
             problem = None  # a cached verdict with a problem was refused above
             if verdicts[name] is None:
                 if "adversarial" not in expected:

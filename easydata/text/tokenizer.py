@@ -241,6 +241,24 @@ class TokenizerHandle:
         """A copy (another process's) loads its own engines: they hold native state that does not pickle."""
         return {**self.__dict__, "_engines": {}}
 
+    def choose_engine(self, requested: str, sample: Sequence[str], add_special_tokens: Optional[bool]
+                      ) -> tuple[Any, Any]:
+        """`easydata.text.engines.choose_engine` for this tokenizer on `sample` (the engines it loads stay
+        loaded here), and the chosen engine as `verified_engine` gives it: `(EngineChoice, VerifiedEngine
+        or None)`. For steps that choose where they run (the Python API, a stream's workers)."""
+        from easydata.text.engines import choose_engine, special_token_strings
+
+        choice = choose_engine(requested, self.tokenizer_file, self.tokenizer, special_token_strings(self.tokenizer),
+                               sample, add_special_tokens=add_special_tokens, loaded=self._engines)
+        return choice, self.verified_engine(choice.name)
+
+    def verified_engine(self, name: str) -> Any:
+        """Engine `name` checked against `hf` while it runs (`easydata.text.engines.VerifiedEngine`); None
+        for `hf` itself."""
+        from easydata.text.engines import VerifiedEngine
+
+        return None if name == "hf" else VerifiedEngine(self.engine(name), self.engine("hf"))
+
     def engine(self, name: str) -> Any:
         """The tokenizer engine `name` for this tokenizer (`easydata.text.engines`), loaded once per process
         (in the worker, after any fork: engines may start threads)."""
@@ -438,11 +456,7 @@ def choose_engine_here(config: TokenizerConfig, requested: str, sample: Sequence
     """`easydata.text.engines.choose_engine` for `config` with what this process has loaded (its
     tokenizer and fast engines: a local worker server's preloads, `preload_tokenizers`), so that a job's
     planning need not load the same engine again in the launching process. Returns the `EngineChoice`."""
-    from easydata.text.engines import choose_engine, special_token_strings
-
-    handle = shared_tokenizer(config)
-    return choose_engine(requested, handle.tokenizer_file, handle.tokenizer, special_token_strings(handle.tokenizer), sample,
-                         add_special_tokens=add_special_tokens, loaded=dict(handle._engines))
+    return shared_tokenizer(config).choose_engine(requested, sample, add_special_tokens)[0]
 
 
 def shared_tokenizer(config: TokenizerConfig) -> TokenizerHandle:
