@@ -7,6 +7,7 @@ count, bundle sizes, input splitting or shuffle grouping.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -73,6 +74,23 @@ def test_tokens_equal_tokenizer_output_and_counters_add_up(corpus, tokenizer_dir
     assert m["totals"]["tokens"] == sum(len(v) for v in expected.values())
     assert [s["rows"] for s in m["datasets"]["web"]["shards"]] == [233, 233, 234]
     assert validate_output(str(out)).ok
+
+
+def test_the_steps_that_free_the_most_return_free_memory(corpus, tokenizer_dir, tmp_path, monkeypatch):
+    """Each input work unit, tokenize bundle, packed group and assembled shard ends with
+    `easydata.run.machine.return_free_memory` (here glibc's `malloc_trim` is replaced by a counter:
+    this test process is not a local job's, where the real one is set)."""
+    import easydata.run.machine
+
+    trims: list[int] = []
+    monkeypatch.setattr(easydata.run.machine, "_malloc_trim", trims.append)
+    pattern, _ = corpus
+    config = _config(str(pattern), tokenizer_dir, tmp_path / "out")
+    config = dataclasses.replace(config, pack=dataclasses.replace(config.pack, enabled=True, seq_length=256))
+    result = run_batch(config, IN_PROCESS, show_progress=False)
+    shards = len(result.manifest["datasets"]["web"]["shards"])
+    assert shards == 3
+    assert len(trims) >= 2 + 1 + 1 + shards and set(trims) == {0}  # 2 files: at least 2 units
 
 
 def test_output_identical_across_workers_bundles_splits_and_groups(corpus, tokenizer_dir, tmp_path):

@@ -23,6 +23,7 @@ import pyarrow as pa
 from easydata.config import PackStageConfig
 from easydata.ops.pack_stage import pack_group
 from easydata.io.formats import write_staged_batches
+from easydata.run.machine import return_free_memory
 from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema
 from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
 from transforms.write import HIDDEN_COLUMNS, sorted_group_path
@@ -57,6 +58,8 @@ class _PackGroupFn(beam.DoFn):
             yield SortedGroup(dataset=self._name, group=group, path=path, rows=rows, data_bytes=measured["bytes"],
                               schema=serialize_schema(schema))
         self._rows.inc(stats.rows)
+        del table, packed
+        return_free_memory()
         yield beam.pvalue.TaggedOutput(PACK_STATS_TAG, (self._name, stats.as_dict()))
 
 

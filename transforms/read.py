@@ -24,6 +24,7 @@ from easydata.run.checkpoint import write_unit
 from easydata.config import DatasetConfig
 from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.run.manifest import PARTIAL_INPUTS
+from easydata.run.machine import return_free_memory
 from easydata.run.progress import ProgressSink
 from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split
 
@@ -80,6 +81,7 @@ class _ReadSplitsFn(beam.DoFn):
                 yield batch
             if remaining is not None:
                 remaining -= sum(r.records for r in rejects[before:])
+        return_free_memory()
         rel = None
         if rejects:
             rel = write_dead_letters(settings.staging,

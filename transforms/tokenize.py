@@ -27,6 +27,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from easydata.run.checkpoint import batch_path, write_batch
 from easydata.config import TokenizeStageConfig, TokenizerConfig
+from easydata.run.machine import return_free_memory
 from easydata.run.progress import ProgressSink
 from easydata.io.sources import DocumentBatch
 from easydata.text.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
@@ -107,6 +108,7 @@ class _TokenizeFn(beam.DoFn):
             rows, window, timestamp = self._collect()
             if rows is not None:
                 yield WindowedValue(rows, timestamp, [window])
+        return_free_memory()
         if self._engine is not None:  # what this bundle's engine did, for the manifest
             counts = {f"engine.{key}": value for key, value in self._engine.take_counts().items() if value}
             if counts:

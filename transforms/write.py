@@ -26,6 +26,7 @@ from easydata.io.filesystems import file_size, join
 from easydata.io.formats import assemble_shard, shard_file_name, write_piece
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
     plan_shards, serialize_schema, sort_group, unify_schemas
+from easydata.run.machine import return_free_memory
 from easydata.io.token_files import TokenFileSpec
 from easydata.text.windows import PIECE_COLUMN
 from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
@@ -53,8 +54,11 @@ class _SortGroupFn(beam.DoFn):
             return
         path = sorted_group_path(self._staging, self._name, group)
         write_piece(table, path)
-        yield SortedGroup(dataset=self._name, group=group, path=path, rows=table.num_rows,
-                          data_bytes=data_bytes(table, HIDDEN_COLUMNS), schema=serialize_schema(table.schema))
+        done = SortedGroup(dataset=self._name, group=group, path=path, rows=table.num_rows,
+                           data_bytes=data_bytes(table, HIDDEN_COLUMNS), schema=serialize_schema(table.schema))
+        del table
+        return_free_memory()
+        yield done
 
 
 class SortGroups(beam.PTransform):
@@ -119,6 +123,7 @@ class _AssembleShardFn(beam.DoFn):
         done = assemble_shard([(p.path, p.start, p.start + p.rows) for p in pieces], dest, self._save.format, schema,
                               compression=self._save.codec, row_group_size=self._save.row_group_size,
                               drop_columns=HIDDEN_COLUMNS, token_files=self._token_files)
+        return_free_memory()
         expected = sum(p.rows for p in pieces)
         if done.rows != expected:  # a bug guard: never commit a shard that lost rows
             raise RuntimeError(f"shard {relative}: wrote {done.rows} rows, pieces hold {expected}")
