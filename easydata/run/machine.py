@@ -15,6 +15,9 @@ __all__ = ["usable_cores", "physical_memory_bytes", "splits_per_dataset", "map_l
 #: Blocks at least this big are mapped on their own by `map_large_blocks`.
 MMAP_THRESHOLD_BYTES = 1 << 20
 
+#: glibc's `malloc_trim`, once `map_large_blocks` applied in this process (or in the process it forked from).
+_malloc_trim: Optional[Callable[[int], int]] = None
+
 
 def usable_cores() -> int:
     """Cores this process may run on (its CPU affinity, e.g. under `taskset`, else the machine's)."""
@@ -51,10 +54,6 @@ def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     return applied
 
 
-#: glibc's `malloc_trim`, once `map_large_blocks` applied in this process (or in the process it forked from).
-_malloc_trim: Optional[Callable[[int], int]] = None
-
-
 def return_free_memory() -> None:
     """Hands the free pages inside glibc's heap back to the system (`malloc_trim(0)`), in processes
     where `map_large_blocks` applied (a local job's); a no-op elsewhere.
@@ -63,11 +62,11 @@ def return_free_memory() -> None:
     packed group and assembled shard (a few ms each). Blocks below the mmap threshold (Python objects,
     small arrays, the tokenizer's) come from the heap; what a step frees is scattered between what
     stays, so the heap cannot shrink and the next step adds on top. On the 1 GB Qwen3 benchmark each
-    worker then peaked at ~480 MiB PSS during shard assembly against ~300 MiB while tokenizing. Trimming
-    at these points: peak PSS of the job 1,350 -> 1,210 MiB at 1 GB, 1,120 -> 1,055 at 48 MB (Mistral
-    `engine: hf` 1,020 -> 830), time within noise (alternated pairs, docs/performance.md); trimming every
-    second instead lowered it further (1,100 at 1 GB) but cost ~10 % more time, as freed pages were
-    faulted back in.
+    worker peaked at ~480 MiB PSS assembling shards against ~300 MiB while tokenizing, 90-150 MiB of it
+    free heap. Alternated pairs with and without these calls (docs/performance.md): peak PSS of the job
+    1,362-1,382 -> 1,219-1,223 MiB at 1 GB, 1,046-1,058 -> 835-848 MiB on 48 MB with `engine: hf`, the
+    same time. Trimming every second instead went lower (~1,100 MiB at 1 GB) but took ~10 % longer:
+    the freed pages were faulted back in.
     """
     if _malloc_trim is not None:
         _malloc_trim(0)
