@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import apache_beam as beam
 import grpc
@@ -120,6 +121,17 @@ def test_pipeline_runs_on_the_servers_workers_and_leaves_no_process(method, monk
     assert _children() == before
 
 
+def assert_in_the_servers_workers(config: PipelineConfig, fn: Any, expected: tuple, elements: int = 4) -> None:
+    """Runs `fn` on `elements` elements in a fresh local worker server's two workers (for `config`);
+    every call must return `expected`."""
+    args = ["--direct_num_workers=2"]
+    prestart(args, config)
+    runner, options = make_runner_and_options(args)
+    with beam.Pipeline(runner=runner, options=options) as p:
+        seen = p | beam.Create(range(elements)) | beam.Reshuffle() | beam.Map(fn) | beam.Distinct()
+        assert_that(seen, equal_to([expected]))
+
+
 def test_the_servers_workers_start_with_the_jobs_tokenizers_loaded(tokenizer_dir, tmp_path):
     """The server loads each tokenizer the job names once, before forking; a worker's steps get that
     handle from `shared_tokenizer` (one it cannot load is left to the step, which reports it)."""
@@ -147,12 +159,7 @@ def test_the_servers_workers_start_with_the_jobs_tokenizers_loaded(tokenizer_dir
                 handle is tokenizer._PRELOADED.get(expected[0]),
                 tuple(handle.encode_batch(texts, add_bos=False, add_eos=True)[0].tolist()))
 
-    args = ["--direct_num_workers=2"]
-    prestart(args, config)
-    runner, options = make_runner_and_options(args)
-    with beam.Pipeline(runner=runner, options=options) as p:
-        seen = p | beam.Create(range(20)) | beam.Reshuffle() | beam.Map(in_the_worker) | beam.Distinct()
-        assert_that(seen, equal_to([(True, True, True, tuple(want))]))
+    assert_in_the_servers_workers(config, in_the_worker, (True, True, True, tuple(want)), elements=20)
 
 
 def second_large_block_is_mapped() -> bool:
@@ -239,22 +246,12 @@ def test_return_free_memory_hands_the_heaps_free_pages_back_in_a_local_jobs_proc
 def test_the_servers_workers_map_large_blocks_and_return_free_memory(tokenizer_dir, tmp_path):
     config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir), "datasets": [
         {"name": "a", "data_files": str(tmp_path / "a.jsonl")}], "save": {"output_dir": str(tmp_path / "out")}})
-    args = ["--direct_num_workers=2"]
-    prestart(args, config)
-    runner, options = make_runner_and_options(args)
     launcher = os.getpid()
-    with beam.Pipeline(runner=runner, options=options) as p:
-        seen = p | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(
-            lambda _: (os.getpid() != launcher, second_large_block_is_mapped())) | beam.Distinct()
-        assert_that(seen, equal_to([(True, True)]))
+    assert_in_the_servers_workers(config, lambda _: (os.getpid() != launcher, second_large_block_is_mapped()),
+                                  (True, True))
     # In other workers: the freed heap blocks above leave room for a later large block at the heap's top.
-    args = ["--direct_num_workers=2"]
-    prestart(args, config)
-    runner, options = make_runner_and_options(args)
-    with beam.Pipeline(runner=runner, options=options) as p:
-        seen = p | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(
-            lambda _: (os.getpid() != launcher, heap_pages_returned_mib() > 100)) | beam.Distinct()
-        assert_that(seen, equal_to([(True, True)]))
+    assert_in_the_servers_workers(config, lambda _: (os.getpid() != launcher, heap_pages_returned_mib() > 100),
+                                  (True, True))
 
 
 def test_a_killed_worker_is_reported_by_pid_and_signal():
