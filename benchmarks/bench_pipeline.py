@@ -728,6 +728,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="run every measurement N times and report the median run (default 1)")
     parser.add_argument("--modes", default=",".join(name for name, _, _ in MODES),
                         help="pipeline modes to run, comma-separated (default: all)")
+    parser.add_argument("--engines", action="store_true",
+                        help="instead: the tokenizer engines benchmark (bench_engines.py: Mistral and Qwen3,"
+                             " engine: hf against the default, both ceilings, byte identity); the options"
+                             " after --engines are bench_engines.py's")
     parser.add_argument("--raw-json", action="store_true", help=argparse.SUPPRESS)  # child: baseline only
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
@@ -868,6 +872,11 @@ def measure_modes(workdir: Path, corpus: Path, tokenizer_dir: Path, repeat: int,
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--engines" in argv:  # the engines benchmark shares this module's corpus, ceilings and runs
+        import bench_engines
+
+        return bench_engines.main([a for a in argv if a != "--engines"])
     args = parse_args(argv)
     if args.raw_json:
         return raw_json_child(args)
