@@ -19,10 +19,12 @@ For each tokenizer (nothing is downloaded: `../shared/tokenizers`, else `--token
    (median), tokens/s, the speed-up, and whether both yielded the same ids (a digest of every row's).
 6. With `--large-mb N` (e.g. 1000): the default engine (`--large-engines auto,hf`: also `engine: hf`) again
    on a corpus of N MB (generated past the machine's material: no document repeated verbatim, see
-   bench_pipeline.py), its tokens/s, HF ceiling ratio and peak memory beside the first corpus's.
+   bench_pipeline.py), its tokens/s, HF ceiling ratio and peak memory beside the first corpus's; with
+   several sizes (`--large-mb 400,1000`) each size's peak memory is also shown against the previous
+   size's, which shows where it levels off.
 
 Usage, from the repository root: python benchmarks/bench_engines.py [--size-mb 48] [--repeat 3]
-[--tokenizers mistral,qwen3] [--api] [--large-mb 1000] [--large-engines auto,hf] [--workdir DIR]. Timings on a shared host drift: compare
+[--tokenizers mistral,qwen3] [--api] [--large-mb 400,1000] [--large-engines auto,hf] [--workdir DIR]. Timings on a shared host drift: compare
 within one run.
 """
 
@@ -87,7 +89,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--size-mb", type=float, default=bp.DEFAULT_SIZE_MB)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--tokenizers", default="mistral,qwen3")
-    parser.add_argument("--large-mb", type=float, default=0, help="also run the default engine on a corpus this big")
+    parser.add_argument("--large-mb", type=_sizes, default=[],
+                        help="also run the default engine on a corpus this big (MB; several, comma-separated, show"
+                             " where peak memory levels off: 400,1000)")
     parser.add_argument("--large-engines", default="auto", help="the engines run on the large corpus: auto, hf or both")
     parser.add_argument("--workdir", type=Path, default=bp.DEFAULT_WORKDIR / "engines")
     parser.add_argument("--api", action="store_true", help="also time the Python API's TokenizedShardedSource")
@@ -143,8 +147,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             api_rows.extend(api_runs(name, corpus, tokenizer_dir, args.repeat))
         for engine in args.large_engines.split(",") if args.large_mb else ():
             small = auto_run if engine == "auto" else hf_run
-            if small["returncode"] == 0:
-                large_rows.append(large_run(name, engine, tokenizer_dir, small, hf_ceiling, args))
+            previous: Optional[dict[str, Any]] = None
+            for size_mb in args.large_mb if small["returncode"] == 0 else ():
+                row, previous = large_run(name, engine, tokenizer_dir, small, previous, hf_ceiling, size_mb, args)
+                large_rows.append(row)
     print()
     bp.print_table(rows, ["tokenizer", "run", "engine", "seconds", "tokens/s", "vs HF ceiling", "vs engine ceiling",
                           "fixed s", "vs HF ceiling w/o fixed", "peak RSS", "peak PSS", "staging B/token",
@@ -160,7 +166,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print()
         bp.print_table(large_rows, ["tokenizer, run", "corpus", "tokens", "seconds", "tokens/s", "÷ HF ceiling",
                                     "÷ small run's", "w/o fixed ÷ small's", "peak RSS", "÷ small run's", "peak PSS",
-                                    "÷ small run's", "staging B/token"])
+                                    "÷ small run's", "÷ previous size's", "staging B/token"])
     return 0
 
 
@@ -201,27 +207,36 @@ def api_runs(name: str, corpus: Path, tokenizer_dir: Path, repeat: int) -> list[
              "yes" if same else "NO"] for label, engine in (('engine="hf"', "hf"), ('engine="auto"', "auto"))]
 
 
-def large_run(name: str, engine: str, tokenizer_dir: Path, small: dict[str, Any], hf_ceiling: dict[str, Any],
-              args: argparse.Namespace) -> list[str]:
-    """`engine` on the `--large-mb` corpus, beside its run on the first corpus (and HF's ceiling measured
-    on the first corpus: the same material)."""
-    corpus, meta = bp.ensure_corpus(args.workdir.parent, args.large_mb)
-    run = run_engine(f"{name}-{engine}-large", engine, corpus, tokenizer_dir, args.workdir, with_digest=False)
+def _sizes(text: str) -> list[float]:
+    """`--large-mb`: one size or several, comma-separated (0: none)."""
+    return [size for size in (float(part) for part in text.split(",") if part.strip()) if size > 0]
+
+
+def large_run(name: str, engine: str, tokenizer_dir: Path, small: dict[str, Any], previous: Optional[dict[str, Any]],
+              hf_ceiling: dict[str, Any], size_mb: float, args: argparse.Namespace
+              ) -> tuple[list[str], Optional[dict[str, Any]]]:
+    """`engine` on a `size_mb` corpus, beside its run on the first corpus (and HF's ceiling measured on the
+    first corpus: the same material) and its run on the previous `--large-mb` size; returns the table row
+    and the run."""
+    corpus, meta = bp.ensure_corpus(args.workdir.parent, size_mb)
+    label = f"{name}-{engine}-large" if size_mb == args.large_mb[-1] else f"{name}-{engine}-{size_mb:g}"
+    run = run_engine(label, engine, corpus, tokenizer_dir, args.workdir, with_digest=False)
     name = f"{name} {'default' if engine == 'auto' else 'engine: ' + engine}"
     if run["returncode"] != 0:
-        return [name, f"{args.large_mb:g} MB", "FAILED", str(run["log"])] + [""] * 9
+        return [name, f"{size_mb:g} MB", "FAILED", str(run["log"])] + [""] * 10, None
     tokens, seconds = run["tokens"], run["seconds"]
     fixed = small.get("fixed_seconds", 0.0)
     staging = run.get("peak_staging_bytes")
-    def versus(key: str) -> str:
-        return f"{run[key] / small[key]:.2f}" if run.get(key) and small.get(key) else "n/a"
+    def versus(key: str, other: Optional[dict[str, Any]] = small) -> str:
+        return f"{run[key] / other[key]:.2f}" if other and run.get(key) and other.get(key) else "n/a"
 
     return [name, f"{meta['text_bytes'] / 1e6:,.0f} MB ({meta['documents']:,} docs)", f"{tokens:,}", f"{seconds:.1f}",
             f"{tokens / seconds:,.0f}", ratio(tokens, seconds, hf_ceiling),
             f"{(tokens / seconds) / (small['tokens'] / small['seconds']):.2f}",
             f"{(tokens / (seconds - fixed)) / (small['tokens'] / (small['seconds'] - fixed)):.2f}",
             bp.fmt_bytes(run["peak_tree_rss"]), versus("peak_tree_rss"), bp.fmt_bytes(run.get("peak_tree_pss")),
-            versus("peak_tree_pss"), f"{staging / tokens:.1f}" if staging else "n/a"]
+            versus("peak_tree_pss"), versus("peak_tree_pss", previous),
+            f"{staging / tokens:.1f}" if staging else "n/a"], run
 
 
 if __name__ == "__main__":
