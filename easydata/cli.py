@@ -179,7 +179,8 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
     print(f"wrote {result.output_dir}")
     for name, info in m["datasets"].items():
         unused = f"; {info['documents_unused']:,} read but left out by the mix" if info.get("documents_unused") else ""
-        print(f"  {name}: {info['documents_written']:,} documents ({info['documents_rejected']:,} rejected{unused}),"
+        used = info.get("documents_selected", info["documents_written"])  # a mix's: those in the output
+        print(f"  {name}: {used:,} documents ({info['documents_rejected']:,} rejected{unused}),"
               f" {info['tokens']:,} tokens, {len(info['shards'])} shards")
         if "segments_per_row" in info:
             print(f"    packed: {info['rows']:,} rows of {m['schema']['seq_length']}, {info['segments_per_row']:.2f}"
@@ -188,7 +189,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         if asked is not None and len(info["shards"]) < asked:
             print(f"    note: {len(info['shards'])} shards, not the {asked} asked for (save.num_shards): a shard holds"
                   f" at least one row and there are {info['rows']:,} rows")
-    read = m["documents_in"] + sum(info.get("documents_unused", 0) for info in m["datasets"].values())
+    read = m["documents_in"]
     print(f"  total: {read:,} documents read, {totals['tokens']:,} tokens written, {totals['shards']} shards,"
           f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")
     shuffle = m.get("shuffle")
@@ -226,6 +227,13 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
             unread = "an unknown part" if entry["unread_bytes"] is None else f"{entry['unread_bytes']:,} bytes"
             print(f"  warning: {name}: '{entry['path']}' was read only in part ({entry['read_bytes']:,} bytes read,"
                   f" {unread} not): {entry['reason']}")
+    if config.save.push_to_hub:  # after the commit: a failed upload leaves the committed output as it is
+        from easydata.io.hub import push_output
+
+        print(f"  pushing to the Hugging Face Hub dataset repo {config.save.hub_repo_id} ...", flush=True)
+        url = push_output(result.output_dir, str(config.save.hub_repo_id), private=config.save.hub_private,
+                          token=config.save.hub_token, committed=True)
+        print(f"  pushed to {url}")
     print(f"next: easydata validate {result.output_dir}  |  easydata inspect {result.output_dir}")
     return 0
 

@@ -66,6 +66,8 @@ _FORMAT_COMPRESSIONS = {
 }
 # Resource bounds: settings beyond these are refused before any work starts (they would only end in
 # "Unable to allocate ..." once data flows). Each is far above what a real job needs.
+#: What a secret (`save.hub_token`) reads as wherever the config is shown or written.
+REDACTED = "<redacted>"
 MAX_SEQ_LENGTH = 2**21             # tokens per packed row (2 M: the longest-context models' windows)
 MAX_TOTAL_TOKENS = 10**14          # an explicit mix budget (100 T tokens)
 MAX_SHARDS = 100_000               # shards per output
@@ -474,6 +476,8 @@ class SaveStageConfig:
             return {"train": 1.0 - self.validation_fraction, "validation": self.validation_fraction}
         if self.splits:
             total = sum(self.splits.values())
+            if not (math.isfinite(total) and total > 0):  # refused by `split_problems`
+                return None
             return {name: weight / total for name, weight in self.splits.items()}
         return None
 
@@ -619,9 +623,13 @@ class PipelineConfig:
         return cls.from_yaml(path, overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved config as plain JSON-compatible data (written into the manifest); a
-        `format_callback` function appears as its `"module:qualname"`."""
-        return json.loads(json.dumps(dataclasses.asdict(self), default=callable_name))
+        """The resolved config as plain JSON-compatible data (written into the manifest, which is uploaded
+        with the shards by `push_to_hub`); a `format_callback` function appears as its `"module:qualname"`
+        and a secret (`save.hub_token`) as `REDACTED`: secrets never enter a manifest or a log."""
+        data = json.loads(json.dumps(dataclasses.asdict(self), default=callable_name))
+        if data["save"].get("hub_token") is not None:
+            data["save"]["hub_token"] = REDACTED
+        return data
 
     def fingerprint(self) -> str:
         """A hash of every setting that shapes the output: not `save.overwrite` nor the Python API's
@@ -704,11 +712,12 @@ class PipelineConfig:
         for name in sorted({n for n in names if names.count(n) > 1}):
             problems.append(f"dataset name '{name}' is used more than once")
         for i, ds in enumerate(self.datasets):
-            where = f"datasets[{i}] ('{ds.name}')"
+            where = f"datasets[{i}] ('{str(ds.name)[:40]}')"
             if not safe_name(ds.name):
-                problems.append(f"{where}: `name` {ds.name!r} must be letters, digits, '_', '-', '.', start with a"
-                                f" letter or digit, and not be {', '.join(map(repr, RESERVED_NAMES))} (it names a"
-                                " directory of the output)")
+                shown = repr(ds.name) if len(str(ds.name)) <= 40 else f"{str(ds.name)[:30]!r}... ({len(ds.name)} characters)"
+                problems.append(f"{where}: `name` {shown} must be letters, digits, '_', '-', '.', start with a letter or"
+                                f" digit, and not be {', '.join(map(repr, RESERVED_NAMES))} (it names a directory of the"
+                                f" output: at most {MAX_NAME_LENGTH} characters)")
             if not ds.data_file_list and not ds.pubsub_subscription:
                 problems.append(f"{where}: set `data_files` (or `pubsub_subscription` for streaming)")
             spec = self._tokenizer_spec(ds)
@@ -797,6 +806,8 @@ class PipelineConfig:
                             " not split yet")
         if save.push_to_hub and not save.hub_repo_id:
             problems.append("save.push_to_hub needs save.hub_repo_id (e.g. 'username/dataset')")
+        if save.push_to_hub and any(ds.pubsub_subscription for ds in self.datasets):
+            problems.append("save.push_to_hub is for batch runs; the streaming pipeline commits windows as they close")
         if self.static_mix is not None and save.split_fractions() is not None:
             problems.append("save.validation_fraction / save.splits with a `mix` section is not supported yet: split"
                             " each dataset in its own run and mix at read time (MixedReader)")
@@ -825,6 +836,9 @@ class PipelineConfig:
 def _dataset_source_problems(ds: DatasetConfig) -> list[str]:
     """What is wrong with a dataset's EasyData-style source options."""
     found = []
+    if not ds.pubsub_subscription and any(not isinstance(f, str) or not f.strip() for f in ds.data_file_list):
+        found.append(f"`data_files` {ds.data_files!r} names no file (an empty path would read the current directory;"
+                     " an unset ${VARIABLE} in a templated config?)")
     if ds.type == "huggingface" and (not isinstance(ds.data_files, str) or ds.data_files.count("/") != 1):
         found.append(f"type 'huggingface' takes the hub dataset id as `data_files` ('owner/name'), got {ds.data_files!r}")
     if ds.split is not None and ds.type != "huggingface":
@@ -898,10 +912,17 @@ def name_datasets(datasets: list[DatasetConfig]) -> list[DatasetConfig]:
     return named
 
 
+#: The longest dataset name: it names a directory of the output and the files under `rejected/` (file systems
+#: refuse components over 255 bytes, and a dead-letter file adds a suffix to the name).
+MAX_NAME_LENGTH = 100
+
+
 def safe_name(name: str) -> bool:
-    """True when `name` can be a dataset's directory in the output: one plain path component that no
-    file of the output's own (manifest, dead letters, the mix, hidden staging and lock files) uses."""
-    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name)) and name not in RESERVED_NAMES
+    """True when `name` can be a dataset's directory in the output: one plain path component of at most
+    `MAX_NAME_LENGTH` characters that no file of the output's own (manifest, dead letters, the mix, hidden
+    staging and lock files) uses."""
+    return (isinstance(name, str) and len(name) <= MAX_NAME_LENGTH
+            and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name)) and name not in RESERVED_NAMES)
 
 
 # ---- generic dict -> dataclass conversion with complete error reporting ----------------------------
@@ -1094,16 +1115,30 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
     """Reads a YAML or JSON config file into a dict, with one-line errors."""
     import yaml
 
+    import stat
+
     path = Path(path)
+    too_big = f"more than the {MAX_CONFIG_BYTES // 2**20} MiB a config may be"
     try:
+        mode = path.stat().st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):  # would block until a writer comes
+            raise ConfigError(f"config file '{path}' is not a regular file")
         if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config file '{path}' is {path.stat().st_size:,} bytes, more than the"
-                              f" {MAX_CONFIG_BYTES // 2**20} MiB a config may be")
-        text = path.read_text(encoding="utf-8")
+            raise ConfigError(f"config file '{path}' is {path.stat().st_size:,} bytes, {too_big}")
+        with open(path, "rb") as f:  # read bounded: a device (/dev/zero) or /proc file reports size 0
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file '{path}' holds {too_big}")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config file '{path}' does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file '{path}' is a directory") from None
     except OSError as e:
         raise ConfigError(f"cannot read config file '{path}': {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte {e.start:,}: {e.reason})") from None
+    text = text.removeprefix("\ufeff")  # a BOM an editor wrote
     try:
         data = parse_mapping_text(text, json_text=path.suffix == ".json")
     except (json.JSONDecodeError, yaml.YAMLError) as e:

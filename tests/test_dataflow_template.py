@@ -681,5 +681,5 @@ def test_sft_example_runs_through_the_entry(tmp_path: Path, tokenizer_dir: Path)
     manifest = json.loads((out / "manifest.json").read_text())
     mixed = manifest["datasets"]["mixed"]  # the example mixes its two datasets: one may be subsampled
     assert mixed["documents_read"] == 42 and manifest["documents_rejected"] == 0
-    assert mixed["documents_written"] + mixed["documents_unused"] == 42
+    assert mixed["documents_selected"] + mixed["documents_unused"] == mixed["documents_written"] == 42
     assert "loss_mask" in manifest["schema"]["columns"]

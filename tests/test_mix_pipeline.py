@@ -220,7 +220,8 @@ def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tm
 def test_the_numbers_of_a_mix_count_what_the_output_holds(tmp_path, tokenizer_dir, capsys):
     """A subsampled source: the summary said 11,472,412 tokens for 5,074,279 written and `stats` said
     1,675 documents for 802 used. Now written documents are the selected ones, and what was read but
-    left out by the mix is counted apart (`documents_unused`), so every number is true."""
+    left out by the mix is counted apart (`documents_unused`), so every number is true; `documents_in` counts
+    every document read (it left the unused ones out)."""
     from easydata.cli import main
     from tests.conftest import make_texts
 
@@ -240,8 +241,9 @@ def test_the_numbers_of_a_mix_count_what_the_output_holds(tmp_path, tokenizer_di
     selected = sum(s["documents_selected"] for s in sources.values())
     assert sources["big"]["documents_selected"] < 300 and sources["small"]["documents_selected"] == 100
     rows = pq.read_table(tmp_path / "out" / mixed["shards"][0]["path"]).num_rows
-    assert mixed["documents_written"] == selected == rows  # unpacked: one row per written document
-    assert mixed["documents_unused"] == 400 - selected and mixed["documents_read"] == 400
+    assert mixed["documents_selected"] == selected == rows  # unpacked: one row per document used
+    assert mixed["documents_unused"] == 400 - selected and mixed["documents_read"] == mixed["documents_in"] == 400
+    assert mixed["documents_written"] == 400  # reached the mix (none rejected)
     assert mixed["documents_in"] == mixed["documents_written"] + mixed["documents_rejected"]
     assert f"mixed: {selected:,} documents (0 rejected; {400 - selected:,} read but left out by the mix)" in summary
     assert f"total: 400 documents read, {mixed['tokens']:,} tokens written" in summary

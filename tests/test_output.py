@@ -295,14 +295,18 @@ def _commit_failing_after(output_url: str, run_id: str, budget: int, monkeypatch
     with monkeypatch.context() as patch:
         _faulty(patch, budget)
         try:
-            commit_output(output_url, staging, moves, NEW_MANIFEST)
+            commit_output(output_url, staging, moves, new_manifest(run_id))
         except OSError as e:
             assert "injected fault" in str(e)
             return staging, moves
     return None, None
 
 
-NEW_MANIFEST = {"format_version": 1, "datasets": {"web": {"shards": [{"path": "web/part-00000-of-00001.parquet"}]}}}
+def new_manifest(run_id: str) -> dict:
+    """The manifest a commit by `run_id` writes (an easydata manifest of that run: a journal whose manifest is
+    anything else is refused, `easydata.run.output._provably_ours`)."""
+    return {"format_version": 1, "config_fingerprint": "e" * 16, "run": {"run_id": run_id},
+            "datasets": {"web": {"shards": [{"path": "web/part-00000-of-00001.parquet"}]}}}
 
 
 def test_a_commit_failing_after_any_operation_completes_when_run_again(output_url: str, monkeypatch) -> None:
@@ -312,9 +316,9 @@ def test_a_commit_failing_after_any_operation_completes_when_run_again(output_ur
     second attempt and then failed with FileNotFoundError: the output was gone."""
     put(output_url, OLD_OUTPUT)
     staging, moves = stage(output_url, "clean", NEW_FILES)
-    commit_output(output_url, staging, moves, NEW_MANIFEST)
+    commit_output(output_url, staging, moves, new_manifest("clean"))
     expected = tree(output_url)
-    assert expected["manifest.json"] == (json.dumps(NEW_MANIFEST, indent=2) + "\n").encode()
+    assert expected["manifest.json"] == (json.dumps(new_manifest("clean"), indent=2) + "\n").encode()
     assert COMMIT_MARKER not in expected and not any(k.startswith(f"{TEMP_PREFIX}clean") for k in expected)
 
     points = 0
@@ -323,7 +327,7 @@ def test_a_commit_failing_after_any_operation_completes_when_run_again(output_ur
         if staging is None:
             break
         points += 1
-        commit_output(output_url, staging, moves, NEW_MANIFEST)  # the retry, as the engine runs it
+        commit_output(output_url, staging, moves, new_manifest("clean"))  # the retry, as the engine runs it
         assert tree(output_url) == expected, f"after a fault at operation {budget}"
     assert points >= 10  # every operation of the commit was a fault point once
 
@@ -334,8 +338,8 @@ def test_a_commit_killed_part_way_is_finished_by_the_next_run(output_url: str, m
     from easydata.run.output import recover_commit
 
     put(output_url, OLD_OUTPUT)
-    staging, moves = stage(output_url, "clean", NEW_FILES)
-    commit_output(output_url, staging, moves, NEW_MANIFEST)
+    staging, moves = stage(output_url, "killed", NEW_FILES)
+    commit_output(output_url, staging, moves, new_manifest("killed"))
     expected = tree(output_url)
     recovered = 0
     for budget in range(200):

@@ -134,7 +134,7 @@ def test_a_run_dying_inside_its_commit_is_finished_by_resume_to_the_same_bytes(j
     out = tmp_path / "out"
     cfg = PipelineConfig.from_yaml(config, [f"save.output_dir={out}"])
     with monkeypatch.context() as patch:
-        _faulty(patch, operation + 2)  # + the journal's own write and rename
+        _faulty(patch, operation + 4)  # + the journal's own write and rename, and its copy's in staging
         with pytest.raises(Exception, match="injected fault"):
             run_batch(cfg, ["--direct_num_workers=1"], show_progress=False)
     assert (out / ".easydata-committing").exists()  # the commit's journal: the commit is not finished

@@ -64,11 +64,19 @@ class RecordBatchCoder(_TypeCoder):
     TYPE = pa.RecordBatch
 
     def _create_impl(self) -> Any:
-        return CallbackCoderImpl(_encode_record_batch, _decode_record_batch, lambda batch: batch.nbytes)
+        return CallbackCoderImpl(_encode_record_batch, _decode_record_batch, lambda batch: _estimate(batch.nbytes))
+
+
+#: Beam's size estimates are C ints: a larger estimate raised OverflowError (a 2 GiB line read as a dead letter).
+_MAX_ESTIMATE = 2**31 - 1
+
+
+def _estimate(size: int) -> int:
+    return min(int(size), _MAX_ESTIMATE)
 
 
 def _document_batch_size(batch: DocumentBatch) -> int:
-    return batch.input_bytes or sum(map(len, batch.texts))
+    return _estimate(batch.input_bytes or sum(map(len, batch.texts)))
 
 
 class DocumentBatchCoder(_TypeCoder):

@@ -309,10 +309,15 @@ class _Job:
         return self.output_dir.rstrip("/") + ".inputs.json"
 
     def _input_versions(self) -> dict[str, str]:
+        """What the cached output was made from: each input file's version and each tokenizer's content hash
+        (tokenizer files replaced at the same path give other ids)."""
         from easydata.io.filesystems import expand_data_files, file_version
+        from easydata.text.tokenizer import tokenizer_content_hash
 
         versions = {}
         for ds in self.config.datasets:
+            name = self.config.tokenizer_for(ds).name_or_path
+            versions[f"tokenizer:{name}"] = tokenizer_content_hash(name)
             if ds.type == "huggingface" or not ds.data_file_list:
                 continue
             for path in expand_data_files(ds.data_file_list):
@@ -330,7 +335,13 @@ class _Job:
         if manifest.get("config_fingerprint") != self.config.fingerprint():
             return None
         if not self.cached:
-            return manifest
+            from easydata.text.tokenizer import tokenizer_content_hash
+
+            made_with = {info.get("content_hash") for info in [manifest.get("tokenizer") or {},
+                                                                *(manifest.get("tokenizers") or {}).values()]
+                         if isinstance(info, dict)}
+            current = {tokenizer_content_hash(self.config.tokenizer_for(ds).name_or_path) for ds in self.config.datasets}
+            return manifest if current <= made_with else None
         try:
             with open(self._inputs_file(), encoding="utf-8") as f:
                 recorded = json.load(f)

@@ -19,7 +19,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "join", "get_fs",
+__all__ = ["special_file", "refuse_special", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "join", "get_fs",
            "file_size", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -157,12 +157,47 @@ def strip_compression(path: str) -> str:
     return path
 
 
+def special_file(path: str) -> str | None:
+    """What a local path is when it exists but is neither a regular file nor a directory once links are
+    followed ("a FIFO", "a device", "a socket"), else None. Opening one for reading would block forever
+    (a FIFO with no writer) or never end (`/dev/zero`); URLs of other stores have no such files."""
+    local = local_path(path)
+    if local is None:
+        return None
+    try:
+        mode = os.stat(local).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def refuse_special(path: str) -> None:
+    """Raises `InputError` (one line) when `path` is a special file (`special_file`)."""
+    kind = special_file(path)
+    if kind is not None:
+        raise InputError(f"'{path}' is {kind}, not a regular file; refusing to read it")
+
+
+def open_regular(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb") -> IO:
+    """`fs.open(path, mode)` for reading a file the tool itself wrote (a manifest, a lock, a journal), refusing
+    a special file put in its place (`refuse_special`) instead of blocking on it."""
+    if "local" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) or \
+            "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+        refuse_special(path)
+    return fs.open(path, mode)
+
+
 def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compression: str | None = None) -> IO:
     """Opens a local path or URL.
 
     Reading transparently decompresses `.gz/.zst/.bz2/.xz` (unless `decompress=False`); writing
-    compresses with `compression` (an fsspec codec name such as `gzip` or `zstd`) when given.
+    compresses with `compression` (an fsspec codec name such as `gzip` or `zstd`) when given. A special
+    file (a FIFO, a device) is refused for reading (`refuse_special`).
     """
+    if "r" in mode:
+        refuse_special(path)
     if compression is None and decompress and "r" in mode:
         compression = compression_of(path)
     try:
@@ -262,6 +297,7 @@ def open_arrow_file(path: str, mode: str = "rb") -> IO:
         return open_file(path, mode, decompress=False)
     try:
         if "r" in mode:
+            refuse_special(path)
             return pa.memory_map(local, "r")
         os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
         return pa.OSFile(local, "wb")

@@ -242,20 +242,29 @@ def resolve_hub_dataset(repo_id: str, split: str = "train", revision: Optional[s
     return [str(root / f) for f in chosen]
 
 
-def push_output(output_dir: str, repo_id: str, *, private: bool = True, token: Optional[str] = None) -> str:
+def push_output(output_dir: str, repo_id: str, *, private: bool = True, token: Optional[str] = None,
+                committed: bool = False) -> str:
     """Uploads a committed output (manifest, shards, dead letters; not hidden lock or staging files)
-    to the Hub dataset repo `repo_id`; returns the repo URL.
+    to the Hub dataset repo `repo_id`; returns the repo URL. `token`: else the environment's (`HF_TOKEN`,
+    the login), as `huggingface_hub` finds it; it is never printed. `committed`: a failure says that the
+    output itself is committed.
 
     Raises:
       OutputError: one line naming why the upload failed.
     """
     from huggingface_hub import HfApi
 
+    kept = f" (the output is committed in {output_dir}; upload it again once that is fixed)" if committed else ""
+    if hub_offline():
+        raise OutputError(f"push_to_hub: HF_HUB_OFFLINE=1 forbids uploading to dataset repo {repo_id!r}{kept}")
     api = HfApi(token=token)
     try:
         url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         api.upload_folder(folder_path=output_dir, repo_id=repo_id, repo_type="dataset",
                           ignore_patterns=[".*", "**/.*"], commit_message="easydata-beam output")
     except Exception as e:  # noqa: BLE001 - every hub failure becomes one line
-        raise OutputError(f"push_to_hub: {_why(e, f'dataset repo {repo_id!r}')}") from None
+        why = _why(e, f"dataset repo {repo_id!r}")
+        if token:
+            why = why.replace(token, "<redacted>")
+        raise OutputError(f"push_to_hub: {why}{kept}") from None
     return str(url)

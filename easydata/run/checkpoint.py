@@ -31,7 +31,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
-from easydata.io.filesystems import get_fs, join, open_arrow_file, staging_ipc_options, open_file, temp_name, write_atomic
+from easydata.errors import InputError
+from easydata.io.filesystems import get_fs, join, open_arrow_file, staging_ipc_options, open_file, open_regular, temp_name, write_atomic
 from easydata.run.output import TEMP_PREFIX
 
 __all__ = ["run_signature", "write_run_info", "unfinished_runs", "find_resumable_run", "batch_path", "write_batch",
@@ -50,10 +51,12 @@ def run_signature(fingerprint: str, splits: dict[str, list[Any]]) -> str:
 
 
 def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optional[dict[str, int]] = None, *,
-                   fingerprint: Optional[str] = None, inputs: Optional[dict[str, str]] = None) -> None:
+                   fingerprint: Optional[str] = None, inputs: Optional[dict[str, str]] = None,
+                   id_sources: Optional[dict[str, str]] = None) -> None:
     """Records the run's signature, per dataset the split size its splits were planned with, the
     config fingerprint and what each input file was (`easydata.io.filesystems.file_version`), so a
-    resume can refuse inputs edited since."""
+    resume can refuse inputs edited since, and per dataset what its ids come from (`id_sources`: the
+    tokenizer's content hash and the engine), so a resume can refuse a tokenizer replaced since."""
     info: dict[str, Any] = {"signature": signature, "run_id": run_id}
     if split_bytes is not None:
         info["split_bytes"] = split_bytes
@@ -61,6 +64,8 @@ def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optio
         info["fingerprint"] = fingerprint
     if inputs is not None:
         info["inputs"] = inputs
+    if id_sources is not None:
+        info["id_sources"] = id_sources
     write_atomic(join(staging, RUN_INFO), json.dumps(info).encode())
 
 
@@ -75,9 +80,9 @@ def unfinished_runs(output_dir: str) -> list[dict[str, Any]]:
         if not name.startswith(TEMP_PREFIX) or path.get("type") != "directory":
             continue
         try:
-            with fs.open(join(path["name"], RUN_INFO), "rb") as f:
+            with open_regular(fs, join(path["name"], RUN_INFO), "rb") as f:
                 info = json.load(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, InputError):
             continue
         if isinstance(info, dict) and "signature" in info and "run_id" in info:
             found.append((fs.modified(join(path["name"], RUN_INFO)) if hasattr(fs, "modified") else 0, info))

@@ -271,17 +271,21 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
         combined = collections.Counter(counters.get(MIXED_NAME, {}))
         for d in plan.datasets:
             combined.update({k: counters[d.name][k] for k in ("documents_in", "documents_rejected", "input_bytes")})
-        # The output holds the selected documents; those read but left out by the mix (subsampled) are
-        # neither written nor rejected: `documents_in` counts what this output accounts for, and
-        # `documents_read` = `documents_in` + `documents_unused`.
-        written = sum(counters[d.name]["mix_selected"] for d in plan.datasets)
-        unused = sum(counters[d.name]["mix_documents"] - counters[d.name]["mix_selected"] for d in plan.datasets)
-        combined["documents_in"] -= unused
+        # `documents_in` counts every document read, `documents_written` those that reached the mix (so
+        # `documents_in == documents_written + documents_rejected`), of which `documents_selected` are in
+        # the output (once or more: `document_copies` rows) and `documents_unused` were left out by it.
+        written = sum(counters[d.name]["mix_documents"] for d in plan.datasets)
+        selected = sum(counters[d.name]["mix_selected"] for d in plan.datasets)
         datasets[MIXED_NAME] = _dataset_entry(MIXED_NAME, by_dataset.get(MIXED_NAME, []), combined, packed, written,
                                               config.tokenize.truncation_mode)
-        datasets[MIXED_NAME]["documents_read"] = combined["documents_in"] + unused
-        datasets[MIXED_NAME]["documents_unused"] = unused
+        datasets[MIXED_NAME]["documents_read"] = combined["documents_in"]
+        datasets[MIXED_NAME]["documents_selected"] = selected
+        datasets[MIXED_NAME]["documents_unused"] = written - selected
         datasets[MIXED_NAME]["document_copies"] = sum(counters[d.name]["mix_copies"] for d in plan.datasets)
+        if not selected and written and not config.allow_empty_datasets:
+            raise EasyDataError(f"the mix selected none of the {written:,} documents that reached it (budget"
+                                f" {mix['budget_tokens']:,} tokens): nothing would be written; raise mix.total_tokens or"
+                                " set allow_empty_datasets: true to accept an empty output")
     if not config.allow_empty_datasets:
         _refuse_empty_datasets(plan, counters, rejected_files)
     total_in = sum(d["documents_in"] for d in datasets.values())

@@ -31,8 +31,8 @@ import time
 import uuid
 from typing import Any, Optional
 
-from easydata.errors import OutputError
-from easydata.io.filesystems import get_fs, join
+from easydata.errors import InputError, OutputError
+from easydata.io.filesystems import get_fs, join, open_regular
 
 __all__ = ["LOCK_NAME", "LEASE_SECONDS", "HEARTBEAT_SECONDS", "OutputLock", "read_lock", "check_owner"]
 
@@ -44,11 +44,11 @@ LEASE_SECONDS = 300.0
 def _read_raw(output_dir: str) -> Optional[bytes]:
     fs, root = get_fs(output_dir)
     try:
-        with fs.open(join(root, LOCK_NAME), "rb") as f:
+        with open_regular(fs, join(root, LOCK_NAME), "rb") as f:
             return f.read()
     except FileNotFoundError:
         return None
-    except OSError:
+    except (OSError, InputError):  # unreadable, or a special file in its place: held (never taken over)
         return b""
 
 
@@ -227,7 +227,7 @@ def _move_aside_if_unchanged(fs: Any, path: str, stale: bytes) -> bool:
     except FileNotFoundError:
         return False  # someone else moved or released it first
     try:
-        with fs.open(aside, "rb") as f:
+        with open_regular(fs, aside, "rb") as f:
             moved = f.read()
         if moved == stale:
             return True

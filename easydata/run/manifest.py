@@ -16,7 +16,7 @@ import time
 from typing import Any, Iterable, Optional
 
 from easydata.errors import InputError, ValidationFailed
-from easydata.io.filesystems import get_fs, join, local_path, open_file
+from easydata.io.filesystems import get_fs, join, local_path, open_file, open_regular, special_file
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "SHUFFLE_BYTES_PREFIX", "build_manifest", "write_manifest",
            "read_manifest", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files", "packed_seq_length"]
@@ -193,11 +193,11 @@ def _commit_in_progress(output_dir: str) -> Optional[dict[str, Any]]:
     """The commit marker's content (`run_id`, `started_at`) while a run replaces the output, else None."""
     fs, root = get_fs(output_dir)
     try:
-        with fs.open(join(root, COMMIT_MARKER), "r") as f:
+        with open_regular(fs, join(root, COMMIT_MARKER), "r") as f:
             return json.load(f)
     except FileNotFoundError:
         return None
-    except (ValueError, OSError):
+    except (ValueError, OSError, InputError):
         return {}
 
 
@@ -213,6 +213,9 @@ def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, An
         that did not finish within `wait_for_commit`) or it is corrupt.
     """
     path = join(output_dir, MANIFEST_NAME)
+    kind = special_file(path)
+    if kind is not None:
+        raise ValidationFailed(f"'{path}' is {kind}, not a manifest file; refusing to read it")
     deadline = time.monotonic() + wait_for_commit
     while True:
         try:

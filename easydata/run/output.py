@@ -24,7 +24,7 @@ import uuid
 from typing import Any, Iterable, Optional
 
 from easydata.errors import OutputError, ValidationFailed
-from easydata.io.filesystems import get_fs, join
+from easydata.io.filesystems import get_fs, join, open_regular
 from easydata.run.lock import LOCK_NAME
 from easydata.run.manifest import (COMMIT_MARKER, MANIFEST_NAME, is_easydata_manifest, member_path, owned_files,
                                    resolves_inside, write_manifest)
@@ -33,6 +33,9 @@ __all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "foreign_file", "previ
            "finish_commit", "move_into_place"]
 
 TEMP_PREFIX = ".easydata-tmp-"
+#: The copy of a commit's journal inside its staging directory: the proof that the journal at the top of the
+#: output was written by the run whose staging this is (`_provably_ours`).
+JOURNAL_COPY = "commit.json"
 
 
 def new_run_id() -> str:
@@ -83,7 +86,7 @@ def _previous_manifest(output_dir: str) -> Optional[dict[str, Any]]:
     """The output's manifest when an easydata run wrote it, else None (absent, unreadable or foreign)."""
     fs, root = get_fs(output_dir)
     try:
-        with fs.open(join(root, MANIFEST_NAME), "rb") as f:
+        with open_regular(fs, join(root, MANIFEST_NAME), "rb") as f:
             manifest = json.loads(f.read())
     except Exception:
         return None
@@ -99,7 +102,7 @@ def previous_run_files(output_dir: str) -> list[str]:
     try:  # a commit that died before its manifest: the files it moved in are a run's too
         journal = _read_journal(fs, root)
         if journal:
-            _trusted(output_dir, journal)
+            _provably_ours(output_dir, fs, root, journal)
             owned.update(str(rel) for _, rel in journal.get("moves") or [])
             owned.update(str(rel) for rel in journal.get("remove") or [])
     except Exception:
@@ -177,6 +180,9 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
     moves = [(src, rel) for src, rel in moves]
     previous = _read_journal(fs, root)
     retry = bool(previous) and previous.get("run_id") == run_id
+    if retry and not fs.exists(staging_root) and manifest is not None and _current_manifest(fs, root) == manifest:
+        finish_commit(output_dir)  # an earlier attempt got as far as the manifest and the staging's removal
+        return
     # Before the journal: a broken commit must not touch the old output. On a first attempt every file
     # is still staged; a retry may find some already in place.
     _check_staged(fs, root, moves, in_place_counts=retry)
@@ -186,7 +192,9 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
     journal = {"run_id": run_id, "started_at": started, "staging": staging_name,
                "moves": [[src, rel] for src, rel in moves], "remove": remove, "manifest": manifest}
     _trusted(output_dir, journal)
-    _write_atomic(fs, join(root, COMMIT_MARKER), json.dumps(journal).encode())
+    data = json.dumps(journal).encode()
+    _write_atomic(fs, join(staging_root, JOURNAL_COPY), data)  # first: the proof that the journal is this run's
+    _write_atomic(fs, join(root, COMMIT_MARKER), data)
     _complete(fs, root, output_dir, journal)
 
 
@@ -203,11 +211,69 @@ def recover_commit(output_dir: str) -> Optional[str]:
         journal = _read_journal(fs, root)
     except Exception:  # an unreadable or foreign directory: left to the caller's own checks
         return None
-    if not journal or not isinstance(journal.get("moves"), list) or not isinstance(journal.get("manifest"), dict):
+    if not journal:
         return None
-    _trusted(output_dir, journal)
-    _complete(fs, root, output_dir, journal)
+    if _provably_ours(output_dir, fs, root, journal) == "committed":
+        finish_commit(output_dir)  # killed after its manifest and staging were in place: only the marker is left
+    else:
+        _complete(fs, root, output_dir, journal)
     return str(journal.get("run_id"))
+
+
+def _current_manifest(fs: Any, root: str) -> Any:
+    try:
+        with open_regular(fs, join(root, MANIFEST_NAME), "rb") as f:
+            return json.loads(f.read())
+    except Exception:
+        return None
+
+
+def _provably_ours(output_dir: str, fs: Any, root: str, journal: dict[str, Any]) -> str:
+    """Checks that a commit journal found on disk is a half-done commit of an easydata run into this output
+    before anything acts on it; returns "staged" (its staging holds the rest of the commit) or "committed"
+    (its manifest is in place and its staging gone: only the marker is left).
+
+    A journal is provably ours when its paths stay inside the output (`_trusted`), its staging directory
+    exists and holds the copy of the same journal that `commit_output` writes before the marker, every
+    file it removes is one the previous manifest lists (while that manifest is still there), and the
+    manifest it writes is an easydata manifest of the same run id. A journal whose staging is gone is
+    acted on only when its manifest is already in place and its moves are done.
+
+    Raises:
+      OutputError: one line; nothing was changed.
+    """
+    _trusted(output_dir, journal)
+    run_id = journal["run_id"]
+    marker = join(output_dir, COMMIT_MARKER)
+
+    def refuse(why: str) -> None:
+        raise OutputError(f"refusing to replay the commit journal '{marker}': {why}; it was not written by an"
+                          " easydata run for this output (nothing was changed; remove it yourself)")
+
+    manifest = journal.get("manifest")
+    if not isinstance(journal.get("moves"), list) or not is_easydata_manifest(manifest) \
+            or not isinstance(manifest.get("run"), dict) or manifest["run"].get("run_id") != run_id:
+        refuse(f"the manifest it would write is not an easydata manifest of run {run_id!r}")
+    staging = join(root, journal["staging"])
+    if not fs.exists(staging):
+        done = all(fs.exists(join(root, rel)) for _, rel in journal["moves"])
+        if done and _current_manifest(fs, root) == manifest:
+            return "committed"
+        refuse(f"its staging directory {journal['staging']!r} does not exist")
+    try:
+        with open_regular(fs, join(staging, JOURNAL_COPY), "rb") as f:
+            copy = json.loads(f.read())
+    except Exception:
+        copy = None
+    if copy != journal:
+        refuse(f"its staging directory {journal['staging']!r} holds no record of this commit")
+    previous = _current_manifest(fs, root)
+    if is_easydata_manifest(previous) and previous != manifest:  # the old output's manifest is still there
+        listed = {posixpath.normpath(rel) for rel in owned_files(previous)}
+        stray = next((rel for rel in journal.get("remove") or [] if posixpath.normpath(rel) not in listed), None)
+        if stray is not None:
+            refuse(f"it would remove {stray!r}, which the output's manifest does not list")
+    return "staged"
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -261,7 +327,7 @@ def _trusted(output_dir: str, journal: dict[str, Any]) -> None:
 
 def _read_journal(fs: Any, root: str) -> Optional[dict[str, Any]]:
     try:
-        with fs.open(join(root, COMMIT_MARKER), "rb") as f:
+        with open_regular(fs, join(root, COMMIT_MARKER), "rb") as f:
             data = json.loads(f.read() or b"{}")
     except FileNotFoundError:
         return None
@@ -316,11 +382,12 @@ def _complete(fs: Any, root: str, output_dir: str, journal: dict[str, Any]) -> N
         if posixpath.basename(path.rstrip("/")).startswith(f"{COMMIT_MARKER}.tmp-") and not fs.isdir(path):
             fs.rm(path)
     move_into_place(output_dir, [(src, rel) for src, rel in moves if staged[rel]])
+    if journal.get("manifest") is not None:  # before the staging goes: its journal copy proves the marker ours
+        write_manifest(output_dir, journal["manifest"])
     staging = join(root, str(journal.get("staging") or ""))
     if journal.get("staging") and fs.exists(staging):
         fs.rm(staging, recursive=True)
     if journal.get("manifest") is not None:
-        write_manifest(output_dir, journal["manifest"])
         finish_commit(output_dir)
 
 

@@ -8,6 +8,8 @@ the workers and the final commit need in a small, picklable `RunPlan`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from typing import Any, Callable, Optional
 
 from easydata.run.checkpoint import UnitCheckpoint, completed_units, run_signature, unfinished_runs, write_run_info
@@ -178,9 +180,13 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
             except ValueError as e:
                 raise ConfigError(f"tokenizer '{tok.name_or_path}': {e}; set chat.template to one that works"
                                   ) from None
+        pad_id = resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id)
+        if config.pack.enabled and not 0 <= pad_id < info.vocab_size:  # JAX's gathers would clamp it silently
+            raise ConfigError(f"pack.pad_token_id {pad_id} is not an id of tokenizer '{tok.name_or_path}' (vocabulary"
+                              f" of {info.vocab_size:,}): choose an id in [0, {info.vocab_size})")
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes,
-                                    pad_id=resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id),
+                                    pad_id=pad_id,
                                     chat_template=template, split_bytes=planned_split_bytes,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                            group_bytes)))
@@ -202,7 +208,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
             staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
     else:
         write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets},
-                       fingerprint=config.fingerprint(), inputs=_input_versions(datasets))
+                       fingerprint=config.fingerprint(), inputs=_input_versions(datasets),
+                       id_sources=_id_sources(datasets))
     dictionary = _shuffle_dictionary(config, datasets, handles, by_name, mix_num_groups)
     datasets = _ship_hub_tokenizers(datasets, config.save.output_dir, staging)
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
@@ -288,7 +295,16 @@ def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: 
 
 
 def _signature(config: PipelineConfig, datasets: list[DatasetPlan]) -> str:
-    return run_signature(config.fingerprint(), {d.name: d.splits for d in datasets})
+    """What a resumed run must share with the interrupted one: the config, the input splits and what each
+    dataset's ids come from (its tokenizer's content hash and the engine with its version)."""
+    return run_signature(config.fingerprint(), {d.name: d.splits for d in datasets}) + "-" + hashlib.sha256(
+        json.dumps(_id_sources(datasets), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def _id_sources(datasets: list[DatasetPlan]) -> dict[str, str]:
+    """Per dataset, what its token ids come from: `<tokenizer content hash> <engine> <engine version>`."""
+    return {d.name: " ".join((d.tokenizer_info.content_hash, str(d.engine),
+                              str((d.engine_choice or {}).get("version") or ""))) for d in datasets}
 
 
 def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signature: str
@@ -312,6 +328,12 @@ def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signatur
                     raise InputError(f"cannot resume run {info['run_id']}: input '{path}' changed since it started"
                                      f" ({version} -> {now}); its tokens would not match the file: run without"
                                      " --resume to start afresh")
+            recorded_ids = info.get("id_sources")
+            for name, now in sorted(_id_sources(datasets).items()):
+                if isinstance(recorded_ids, dict) and recorded_ids.get(name, now) != now:
+                    raise InputError(f"cannot resume run {info['run_id']}: the tokenizer or engine of dataset"
+                                     f" '{name}' changed since it started ({recorded_ids[name]} -> {now}); its"
+                                     " checkpoints hold the old ids: run without --resume to start afresh")
         if info["signature"] == signature:
             return info["run_id"], datasets
         recorded = info.get("split_bytes")

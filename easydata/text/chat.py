@@ -32,6 +32,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from typing import Any, Iterable, Optional, Sequence
 
 __all__ = ["ChatError", "Conversation", "ChatRenderer", "conversation_from_record", "template_hash",
@@ -119,6 +120,11 @@ _PADDING_FILTERS = frozenset({"center", "indent", "format"})
 #: whether a record renders never depends on the machine: the same records are dead letters everywhere.
 MAX_TEMPLATE_STEPS = 1_000_000
 MAX_TEMPLATE_BUILT = 4 * MAX_TEMPLATE_ITEMS
+#: The largest integer (in bits) template arithmetic may make or use: each of the at most
+#: `MAX_TEMPLATE_STEPS` operations then costs microseconds (`x * x` on an 800 KB integer took 1.2 s).
+MAX_TEMPLATE_INT_BITS = 2**16
+#: The last resort: wall-clock seconds one record's renderings may take, whatever the counts above allow.
+MAX_TEMPLATE_SECONDS = 30.0
 #: The widest `tojson` indent accepted (`tojson(indent=1e8)` took 3 GB).
 MAX_TOJSON_INDENT = 64
 
@@ -128,9 +134,35 @@ class _RenderBudget(threading.local):
 
     steps = 0
     built = 0
+    deadline = float("inf")
 
 
 _BUDGET = _RenderBudget()
+
+
+def _tick() -> None:
+    """Counts one step of template work (a loop iteration, an operator, a call) against `MAX_TEMPLATE_STEPS`
+    and the record's wall-clock budget (`MAX_TEMPLATE_SECONDS`)."""
+    _BUDGET.steps += 1
+    if _BUDGET.steps > MAX_TEMPLATE_STEPS:
+        raise _security_error(f"the template runs more than {MAX_TEMPLATE_STEPS:,} loop iterations and operations"
+                              " for one record")
+    if _BUDGET.steps % 64 == 0 and time.monotonic() > _BUDGET.deadline:
+        raise _security_error(f"the template ran for more than {MAX_TEMPLATE_SECONDS:g} s for one record")
+
+
+def _check_int(value: Any) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_TEMPLATE_INT_BITS:
+        raise _security_error(f"the template computes with an integer of {value.bit_length():,} bits, more than the"
+                              f" {MAX_TEMPLATE_INT_BITS:,} a chat template may")
+
+
+def _bounded_str_join(*pieces: Any) -> str:
+    """Jinja's `~` operator (`a ~ b ~ c`), sized before joining (it is not an intercepted binary operator)."""
+    _tick()
+    strings = [str(p) for p in pieces]
+    _check_size(sum(len(p) for p in strings))
+    return "".join(strings)
 
 
 def _security_error(message: str) -> Exception:
@@ -163,9 +195,7 @@ class _CountedLoop:
 
     def __next__(self) -> Any:
         item = next(self._iterator)  # type: ignore[arg-type]
-        _BUDGET.steps += 1
-        if _BUDGET.steps > MAX_TEMPLATE_STEPS:
-            raise _security_error(f"the template runs more than {MAX_TEMPLATE_STEPS:,} loop iterations for one record")
+        _tick()
         return item
 
     def __len__(self) -> int:
@@ -206,6 +236,7 @@ def _bounded_filter(name: str, function: Any) -> Any:
 
 def _environment() -> Any:
     from jinja2 import nodes
+    from jinja2.visitor import NodeTransformer
     from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -241,17 +272,36 @@ def _environment() -> Any:
         template cannot build a string or list beyond `MAX_TEMPLATE_ITEMS` (`{{ 'A' * 10**10 }}` took
         6 GB in 4 s) by repetition, concatenation, powers or padding methods and filters."""
 
-        intercepted_binops = frozenset({"*", "+", "**", "%"})
+        intercepted_binops = frozenset({"*", "+", "-", "/", "//", "**", "%"})
+        intercepted_unops = frozenset({"-", "+"})
 
         def _parse(self, source: str, name: Optional[str], filename: Optional[str]) -> Any:
-            """The template's syntax tree, with every `{% for %}` loop's iterable counted (`_CountedLoop`)."""
+            """The template's syntax tree, with every `{% for %}` loop's iterable counted (`_CountedLoop`) and
+            every `~` concatenation sized (`_bounded_str_join`)."""
             tree = super()._parse(source, name, filename)
             for loop in tree.find_all(nodes.For):
                 loop.iter = nodes.Call(nodes.Name("_easydata_counted", "load", lineno=loop.lineno), [loop.iter], [],
                                        None, None, lineno=loop.lineno)
-            return tree
+
+            class BoundConcat(NodeTransformer):
+                def visit_Concat(self, node: Any) -> Any:  # noqa: N802 - jinja's visitor naming
+                    node = self.generic_visit(node)
+                    return nodes.Call(nodes.Name("_easydata_str_join", "load", lineno=node.lineno), list(node.nodes),
+                                      [], None, None, lineno=node.lineno)
+
+            return BoundConcat().visit(tree)
+
+        def call_unop(self, context: Any, operator: str, arg: Any) -> Any:
+            _tick()
+            return super().call_unop(context, operator, arg)
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _tick()
+            _check_int(left)
+            _check_int(right)
+            ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (left, right))
+            if ints and operator == "*" and left.bit_length() + right.bit_length() > MAX_TEMPLATE_INT_BITS:
+                _check_int(1 << (left.bit_length() + right.bit_length()))  # refused before it is computed
             if operator == "%" and isinstance(left, str):
                 _check_format(left)
             elif operator == "*":
@@ -262,9 +312,15 @@ def _environment() -> Any:
                 _check_size(len(left) + len(right))
             elif operator == "**" and isinstance(left, int) and isinstance(right, int):
                 _check_size(abs(left).bit_length() * max(right, 0) // 8)
-            return super().call_binop(context, operator, left, right)
+                if abs(left) > 1 and abs(left).bit_length() * max(right, 0) > MAX_TEMPLATE_INT_BITS:
+                    raise _security_error(f"the template raises an integer to the power {right:,}: more than the"
+                                          f" {MAX_TEMPLATE_INT_BITS:,} bits a chat template may compute with")
+            result = super().call_binop(context, operator, left, right)
+            _check_int(result)
+            return result
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+            _tick()
             name = getattr(__obj, "__name__", "")
             owner = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)  # jinja wraps str.format
             if name in ("format", "format_map") and isinstance(owner, str):
@@ -272,13 +328,23 @@ def _environment() -> Any:
             if name in _PADDING_METHODS and isinstance(owner, str):
                 widths = [a for a in (*args, *kwargs.values()) if isinstance(a, int)]
                 _check_size(max(widths, default=0) * (8 if name == "expandtabs" else 1))
-            return super().call(__context, __obj, *args, **kwargs)
+            if name == "replace" and isinstance(owner, str) and len(args) >= 2 and all(isinstance(a, str) for a in args[:2]):
+                old, new = args[0], args[1]
+                _check_size(len(owner) + (owner.count(old) if old else len(owner) + 1) * len(new))
+            if name == "join" and isinstance(owner, str) and args and isinstance(args[0], (list, tuple)):
+                _check_size(sum(len(str(p)) for p in args[0]) + len(owner) * max(len(args[0]) - 1, 0))
+            result = super().call(__context, __obj, *args, **kwargs)
+            if isinstance(result, (str, list, tuple)):
+                _check_size(len(result))
+            _check_int(result)
+            return result
 
     env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationExtension, loopcontrols])
     for name in _PADDING_FILTERS:  # compiled templates call filters directly: bound them here
         env.filters[name] = _bounded_filter(name, env.filters[name])
     env.filters["tojson"] = tojson
     env.globals["_easydata_counted"] = _CountedLoop
+    env.globals["_easydata_str_join"] = _bounded_str_join
     env.concat = _bounded_concat  # type: ignore[method-assign]  # compiled templates join through it
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
@@ -323,6 +389,7 @@ class ChatRenderer:
         Raises:
           ChatError: when the template fails or an assistant message cannot be located.
         """
+        _BUDGET.deadline = time.monotonic() + MAX_TEMPLATE_SECONDS  # for all of this record's renderings
         for m in conversation.messages:
             if _GEN_OPEN in m["content"] or _GEN_CLOSE in m["content"]:
                 raise ChatError("message content holds reserved private-use characters U+E000/U+E001")
@@ -338,6 +405,7 @@ class ChatRenderer:
         Raises:
           ChatError: when the template fails.
         """
+        _BUDGET.deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
         text = self._render(conversation.messages, conversation.tools, generation_prompt)
         return _strip_generation_marks(text)[0] if self._uses_generation else text
 

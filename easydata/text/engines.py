@@ -43,6 +43,8 @@ FAST_ENGINES = ("fastokens", "gigatoken")
 VERIFY_FRACTION = 0.01
 #: Mismatches after which a worker stops using the fast engine.
 MAX_MISMATCHES = 3
+#: Changes whenever `adversarial_texts` grows: cached verdicts of an older set are not trusted.
+ADVERSARIAL_SET_VERSION = 2
 
 
 def fast_candidates(requested: str) -> tuple[str, ...]:
@@ -212,13 +214,23 @@ def adversarial_texts(special_tokens: Sequence[str]) -> list[str]:
            "\x01\x02\x1b[31mred\x1b[0m", "\u200b\u200c\u200d\ufeff", "👩‍👩‍👧‍👦 family, 🏳️‍🌈 flag, 👍🏽 thumbs",
            "é (e + ◌́: e\u0301) vs é", "ﬁ ligature, Ｆｕｌｌｗｉｄｔｈ", "a" * 3000, " " * 500 + "x",
            "\r\n" * 50, "🙂" * 200, "\ud7ff\ue000\uffff"]
-    specials = [f"before {t} after" for t in special_tokens] + ["".join(special_tokens)]
+    specials = [text for t in special_tokens for text in added_token_contexts(t)] + ["".join(special_tokens)]
     alphabet = [chr(c) for c in (*range(32, 127), *range(0xA0, 0x250), *range(0x370, 0x3FF), *range(0x400, 0x4FF),
                                  *range(0x4E00, 0x4E80), *range(0x1F300, 0x1F350), 0x200D, 0xFE0F, 10, 9, 32, 32, 32)]
     fuzz = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 400))) for _ in range(200)]
     mixed = [" ".join(rng.choice(languages + code) for _ in range(20)) for _ in range(20)]
     long = " ".join(languages * 40) + "\n".join(code * 40)
     return [*languages, *code, *odd, *specials, *fuzz, *mixed, long]
+
+
+def added_token_contexts(token: str) -> list[str]:
+    """Texts that exercise an added token's flags: `single_word` (glued to a word on either side, doubled,
+    inside punctuation), `lstrip` / `rstrip` (spaces, tabs and newlines around it), `normalized` (case and
+    width variants the normalizer may fold into it) and its plain use between words."""
+    return [f"before {token} after", f"a{token}b", f"word{token}", f"{token}word", f"{token}{token}",
+            f"({token})", f"x {token}y", f"x{token} y", f"  {token}  z", f"\t{token}\n", f"\n\n{token}\n\n",
+            f"{token.upper()} {token.lower()} {token.swapcase()}", f"{token} {token}. {token},{token}",
+            f"１{token}２ {token}"]
 
 
 def verify_engine(engine: Engine, reference: Engine, texts: Sequence[str],
@@ -268,7 +280,7 @@ class EngineChoice:
 def _verdict_file(digest: str, name: str, version: str) -> Path:
     from easydata.tools.sample import cache_root
 
-    return cache_root() / "engine-verdicts" / f"{digest[:32]}-{name}-{version}.json"
+    return cache_root() / "engine-verdicts" / f"{digest[:32]}-{name}-{version}-a{ADVERSARIAL_SET_VERSION}.json"
 
 
 def _cached_verdict(digest: str, name: str, version: str) -> Optional[dict[str, Any]]:

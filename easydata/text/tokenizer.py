@@ -171,6 +171,26 @@ def _token_content(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
+#: The files beside `tokenizer.json` whose content shapes the ids (special tokens, chat template): hashed with it.
+CONFIG_FILES = ("special_tokens_map.json", "tokenizer_config.json")
+
+
+def tokenizer_content_hash(name_or_path: str) -> str:
+    """`sha256:<hex>` of a tokenizer's files (`tokenizer.json`, then `CONFIG_FILES`): the identity of the ids
+    it gives, as the manifest records it (`TokenizerInfo.content_hash`), without loading the tokenizer.
+
+    Raises:
+      TokenizerError: the tokenizer cannot be found (`resolve_tokenizer_files`).
+    """
+    tokenizer_file, config_dir = resolve_tokenizer_files(name_or_path)
+    hasher = hashlib.sha256(tokenizer_file.read_bytes())
+    for name in CONFIG_FILES:
+        file = config_dir / name if config_dir else None
+        if file is not None and file.is_file():
+            hasher.update(file.read_bytes())
+    return "sha256:" + hasher.hexdigest()
+
+
 class TokenizerHandle:
     """A loaded tokenizer plus the special-token conventions the pipeline applies.
 
@@ -192,7 +212,7 @@ class TokenizerHandle:
             raise TokenizerError(f"cannot load tokenizer '{tokenizer_file}': {e}") from None
         hasher = hashlib.sha256(raw)
         meta: dict[str, Any] = {}
-        for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        for name in CONFIG_FILES:
             file = config_dir / name if config_dir else None
             if file is not None and file.is_file():
                 content = file.read_bytes()

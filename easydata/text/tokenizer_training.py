@@ -72,11 +72,20 @@ def train_tokenizer(texts: Iterable[str], output_dir: str | Path, *, vocab_size:
     return out
 
 
+#: The files training writes into its output directory (an existing one is replaced only with `overwrite`).
+TRAINED_FILES = ("tokenizer.json", "tokenizer_config.json")
+#: The largest vocabulary `train-tokenizer` trains (its memory grows with the size asked for, not the data).
+MAX_VOCAB_SIZE = 2**21
+
+
 def _check_arguments(vocab_size: int, model: str, special_tokens: list[str]) -> None:
     if model not in TOKENIZER_MODELS:
         raise ConfigError(f"tokenizer model must be one of {', '.join(TOKENIZER_MODELS)}, got {model!r}")
     if len(set(special_tokens)) != len(special_tokens):
         raise ConfigError(f"special tokens must be distinct, got {special_tokens}")
+    if vocab_size > MAX_VOCAB_SIZE:  # the trainer would try to allocate tens of GB and abort
+        raise ConfigError(f"`vocab_size` must be at most {MAX_VOCAB_SIZE:,} (the largest vocabularies in use are"
+                          f" ~260k), got {vocab_size:,}")
     if vocab_size < 256 + len(special_tokens):
         raise ConfigError(f"`vocab_size` must be at least {256 + len(special_tokens)} for a byte-level"
                           f" tokenizer (256 bytes + {len(special_tokens)} special tokens), got {vocab_size}")
@@ -141,8 +150,10 @@ def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str 
     """
     _check_arguments(vocab_size, model, list(special_tokens))
     out = Path(output_dir)
-    if (out / "tokenizer.json").exists() and not overwrite:
-        raise OutputError(f"'{out}' already holds a tokenizer.json; pass --overwrite to replace it")
+    existing = [name for name in TRAINED_FILES if (out / name).exists()]
+    if existing and not overwrite:
+        raise OutputError(f"'{out}' already holds a tokenizer's files ({', '.join(existing)}); pass --overwrite to"
+                          " replace them, or choose another --output")
     if out.exists() and not out.is_dir():
         raise OutputError(f"output '{out}' exists and is a file")
     counts: dict[str, int] = {}

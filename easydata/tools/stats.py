@@ -118,7 +118,7 @@ def _measure_output(output_dir: str, fmt: str, info: dict[str, Any], seq_length:
                 acc.counts["tokens"] += len(values)
                 acc.add_tokens(values)
                 acc.add_lengths(np.diff(ids.offsets.to_numpy()))
-    acc.counts["documents"] = int(info.get("documents_written", 0))
+    acc.counts["documents"] = int(info.get("documents_selected", info.get("documents_written", 0)))  # a mix: used
     acc.cut = {key: int(info[key]) for key in _CUT_KEYS if key in info}
     return acc
 
@@ -186,7 +186,7 @@ def format_stats(stats: dict[str, Any]) -> str:
     length_unit = stats["total"]["length"]["unit"]
     shape = f"packed to {stats['seq_length']}" if stats["packed"] else "unpacked"
     unused = stats.get("documents_unused") or 0
-    read = (stats["documents_in"] or 0) + unused
+    read = stats["documents_in"] or 0
     lines = [f"output: {stats['output_dir']}  ({stats['format']}, {shape}; documents read {read:,},"
              f" rejected {stats['documents_rejected'] or 0:,}"
              + (f", left out by the mix {unused:,}" if unused else "") + ")",

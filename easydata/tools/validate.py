@@ -284,6 +284,9 @@ def _mix_problems(mix: dict[str, Any], mixed: dict[str, Any] | None) -> list[str
     read = mixed.get("documents_read", mixed.get("documents_in"))
     if sum(s.get("documents_in", 0) for s in sources.values()) != read:
         found.append(f"mix: sources' documents_in do not add up to the documents '{MIXED_NAME}' read")
-    if "documents_read" in mixed and read != mixed.get("documents_in", 0) + mixed.get("documents_unused", 0):
-        found.append(f"mix: '{MIXED_NAME}' documents_read {read} != documents_in + documents_unused")
+    if "documents_read" in mixed and read != mixed.get("documents_in"):
+        found.append(f"mix: '{MIXED_NAME}' documents_read {read} != documents_in {mixed.get('documents_in')}")
+    if mixed.get("documents_written") != mixed.get("documents_selected", 0) + mixed.get("documents_unused", 0):
+        found.append(f"mix: '{MIXED_NAME}' documents_written {mixed.get('documents_written')} != documents_selected"
+                     f" {mixed.get('documents_selected')} + documents_unused {mixed.get('documents_unused')}")
     return found

@@ -3,6 +3,7 @@ never swallows the good ones after it), parsed by pyarrow in chunks. One split p
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterator
 
 from easydata.config import DatasetConfig
@@ -26,6 +27,11 @@ def read_csv(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) 
     from easydata.io.csv_records import csv_records
 
     delimiter = "\t" if strip_compression(split.path).lower().endswith(".tsv") else ","
+    # Python's csv refuses fields over 128 KiB by default: a field may be as large as a document may
+    # (larger ones become dead letters for their size, as in every other format). Raised, never lowered:
+    # the limit is process-wide.
+    limit = out.max_bytes if out.max_bytes is not None else sys.maxsize
+    csv.field_size_limit(max(csv.field_size_limit(), min(limit, 2**31 - 1)))
     with open_file(split.path) as f:
         try:
             header, records = csv_records(f, delimiter)
@@ -41,11 +47,13 @@ def read_csv(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) 
         def parse() -> int:
             data = b"".join(chunk)
             parse_options = pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+            # One block: a record larger than pyarrow's default block (1 MiB) must not straddle two.
+            read_options = pcsv.ReadOptions(block_size=max(1 << 20, len(header) + len(data) + 1))
             try:
-                table = pcsv.read_csv(pa.py_buffer(header + data), parse_options=parse_options,
+                table = pcsv.read_csv(pa.py_buffer(header + data), parse_options=parse_options, read_options=read_options,
                                       convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False))
             except pa.ArrowInvalid:  # a value that does not fit the first chunk's types: this chunk as text
-                table = pcsv.read_csv(pa.py_buffer(header + data), parse_options=parse_options,
+                table = pcsv.read_csv(pa.py_buffer(header + data), parse_options=parse_options, read_options=read_options,
                                       convert_options=pcsv.ConvertOptions(column_types={n: pa.string() for n in types},
                                                                           strings_can_be_null=False))
             types.update({field.name: field.type for field in table.schema if field.name not in types})
