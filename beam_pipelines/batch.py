@@ -33,7 +33,7 @@ from easydata.run.progress import ProgressMonitor
 from easydata.run.run_plan import RunPlan, prepare_run
 from easydata.ops.splits import split_output_name
 from easydata.io.token_files import token_file_spec
-from beam_pipelines.runners import OfflineDirectRunner, make_runner_and_options, runs_on_this_machine, \
+from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags
 from beam_pipelines.local.worker_pool import discard_prestarted, prestart, prestarted_engine_chooser
 from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, SHUFFLE_STATS_TAG, \
@@ -139,6 +139,7 @@ def _check_beam_flags(beam_args: list[str]) -> None:
         if suggestion:
             raise EasyDataError(f"unknown option {flag} (did you mean {suggestion}?)")
         print(f"easydata: warning: {flag} is not an option Beam knows here; passing it on", file=sys.stderr)
+    check_runner_options(beam_args)
 
 
 def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = None, *, resume: bool = False,

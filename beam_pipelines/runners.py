@@ -28,7 +28,7 @@ from beam_pipelines.local.worker_pool import LOCAL_RUNNERS, default_worker_count
     tokenizer_threads_per_worker
 
 __all__ = ["OfflineDirectRunner", "LocalRunOptions", "make_runner_and_options", "is_local_runner", "is_dask_runner",
-           "unknown_beam_flags", "runs_on_this_machine", "short_state_sampling"]
+           "unknown_beam_flags", "check_runner_options", "runs_on_this_machine", "short_state_sampling"]
 
 _DASK_RUNNERS = {"DaskRunner", "ManagedDaskRunner"}
 
@@ -134,6 +134,28 @@ def unknown_beam_flags(beam_args: list[str]) -> list[tuple[str, Optional[str]]]:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
             found.append((arg.split("=", 1)[0], f"--{close[0]}" if close else None))
     return found
+
+
+def check_runner_options(beam_args: list[str]) -> None:
+    """Refuses, in one line and before anything is planned or written, a runner's missing required options
+    that Beam would otherwise report as a traceback when the job is built (`DataflowRunner`: `--project`,
+    `--region`, `--temp_location`).
+
+    Raises:
+      EasyDataError: naming every missing option.
+    """
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    options = PipelineOptions(beam_args)
+    if options.view_as(StandardOptions).runner not in ("DataflowRunner", "dataflow"):
+        return
+    cloud = options.view_as(GoogleCloudOptions)
+    missing = [flag for flag, value in (("--project", cloud.project), ("--region", cloud.region),
+                                        ("--temp_location", cloud.temp_location or cloud.staging_location))
+               if not value]
+    if missing:
+        raise EasyDataError(f"--runner=DataflowRunner needs {', '.join(missing)} (e.g. --project=my-project"
+                            " --region=us-central1 --temp_location=gs://my-bucket/tmp); see docs/dataflow.md")
 
 
 class LocalRunOptions(PipelineOptions):

@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -599,6 +600,11 @@ class PipelineConfig:
             object.__setattr__(self, "datasets", name_datasets(datasets))
         if isinstance(self.streaming, bool):
             object.__setattr__(self, "streaming", StreamingConfig())
+        # `~` in the output, expanded here once: fsspec expands it and os/pyarrow paths do not, so leaving
+        # it to each step staged a run in two places.
+        save = self.save
+        if isinstance(save, SaveStageConfig) and isinstance(save.output_dir, str) and save.output_dir.startswith("~"):
+            object.__setattr__(self, "save", dataclasses.replace(save, output_dir=os.path.expanduser(save.output_dir)))
 
     # ---- loading -------------------------------------------------------------------------------
 

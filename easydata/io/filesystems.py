@@ -32,6 +32,8 @@ def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     except (ImportError, ValueError) as e:
         protocol = url.split("://", 1)[0] if "://" in url else "file"
         raise InputError(f"cannot access '{url}': {e} (is the extra for '{protocol}://' installed?)") from None
+    except OSError as e:  # a file system that connects when it is made (ftp://, sftp://): no network, no host
+        raise InputError(f"cannot access '{url}': {type(e).__name__}: {e} (no network, or a wrong host?)") from None
 
 
 def _unstrip(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:

@@ -80,7 +80,7 @@ class RecordFormatter:
             self._function = resolve_callable(self._callback) if isinstance(self._callback, str) else self._callback
         try:
             result = self._function(dict(record))
-        except Exception as e:  # the user's code: its error is this record's rejection reason
+        except (Exception, SystemExit) as e:  # the user's code (even `sys.exit()`): this record's rejection reason
             raise FormatError(f"format_callback raised {type(e).__name__}: {e}"[:500]) from None
         if isinstance(result, str):
             return {**record, self.content_field: result}

@@ -19,8 +19,9 @@ shared with `easydata.reader.mixed_reader.MixedReader`.
 
 from __future__ import annotations
 
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -184,11 +185,18 @@ class EpochRows:
         self._pending: dict[tuple[int, int], Future] = {}
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="easydata-read-ahead") if read_ahead > 0 else None
 
-    def close(self) -> None:
-        """Cancels pending loads and joins the read-ahead thread (after a load already running)."""
-        if self._loader is not None:
-            self._loader.shutdown(wait=True, cancel_futures=True)
-            self._pending.clear()
+    def close(self, _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+        """Cancels pending loads and joins the read-ahead thread (after a load already running).
+
+        An iterator left unfinished (a training loop that breaks out) is closed by the garbage collector,
+        possibly at interpreter exit, when `concurrent.futures` is already torn down: the interpreter then
+        joins the thread itself, and closing prints nothing."""
+        loader, self._loader = self._loader, None
+        if loader is None:
+            return
+        self._pending.clear()
+        if not _finalizing():
+            loader.shutdown(wait=True, cancel_futures=True)
 
     def _order(self, epoch: int) -> EpochOrder:
         order = self._orders.get(epoch)

@@ -57,9 +57,17 @@ def _parse(raw: Optional[bytes]) -> Optional[dict[str, Any]]:
         return None
     try:
         data = json.loads(raw or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # being written, or corrupt (deeply nested): unreadable, so held
         return {}
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    # A field of the wrong type reads as unknown: a corrupt lock is still held, never a traceback.
+    return {k: v for k, v in data.items() if k in _FIELDS and isinstance(v, _FIELDS[k]) and not isinstance(v, bool)}
+
+
+#: The lock's fields and their JSON types.
+_FIELDS: dict[str, Any] = {"run_id": str, "host": str, "pid": int, "started_at": (int, float),
+                           "heartbeat_at": (int, float), "lease_seconds": (int, float)}
 
 
 def read_lock(output_dir: str) -> Optional[dict[str, Any]]:

@@ -19,7 +19,7 @@ from easydata.errors import InputError, ValidationFailed
 from easydata.io.filesystems import get_fs, join, local_path, open_file, open_regular, special_file
 
 __all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "SHUFFLE_BYTES_PREFIX", "build_manifest", "write_manifest",
-           "read_manifest", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files", "packed_seq_length"]
+           "read_manifest", "structure_problems", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files", "packed_seq_length"]
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -201,6 +201,94 @@ def _commit_in_progress(output_dir: str) -> Optional[dict[str, Any]]:
         return {}
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def structure_problems(manifest: Any) -> list[str]:
+    """What in a manifest's shape the tools and readers cannot rely on: the JSON type of every field they
+    read (datasets and their shards, counters, schema, tokenizer, format, mix and engine entries), a known
+    output format, and `segment_ids` among a packed schema's columns. A manifest is data anyone may edit:
+    this is checked once, when it is read (`read_manifest`), so no reader meets a string where a count
+    belongs."""
+    from easydata.config import OUTPUT_FORMATS
+
+    if not isinstance(manifest, dict):
+        return [f"the manifest is a JSON {type(manifest).__name__}, not an object"]
+    found: list[str] = []
+
+    def expect(where: str, value: Any, kind: Any, what: str, optional: bool = True) -> bool:
+        if value is None and optional:
+            return False
+        if not (kind(value) if callable(kind) and not isinstance(kind, type) else isinstance(value, kind)):
+            found.append(f"manifest {where} is {json.dumps(value)[:40] if _jsonable(value) else type(value).__name__},"
+                         f" not {what}")
+            return False
+        return True
+
+    counts = lambda v: _is_int(v) and v >= 0  # noqa: E731 - a predicate named once
+    for key in ("documents_in", "documents_written", "documents_rejected"):
+        expect(key, manifest.get(key), counts, "a count")
+    if manifest.get("format") is not None and manifest.get("format") not in OUTPUT_FORMATS:
+        found.append(f"manifest format {str(manifest.get('format'))[:30]!r} is not one of {', '.join(OUTPUT_FORMATS)}")
+    expect("compression", manifest.get("compression"), str, "a codec name")
+    if expect("totals", manifest.get("totals"), dict, "an object"):
+        for key, value in manifest["totals"].items():
+            expect(f"totals.{key}", value, counts, "a count")
+    if expect("tokenizer", manifest.get("tokenizer"), dict, "an object"):
+        for key in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id"):
+            expect(f"tokenizer.{key}", manifest["tokenizer"].get(key), counts, "a token id or size")
+    schema = manifest.get("schema")
+    if expect("schema", schema, dict, "an object"):
+        columns = schema.get("columns")
+        if expect("schema.columns", columns, dict, "an object of column types"):
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in columns.items()):
+                found.append("manifest schema.columns must map column names to type names")
+        expect("schema.packed", schema.get("packed"), bool, "true or false")
+        if schema.get("packed") is True and isinstance(columns, dict) and "segment_ids" not in columns:
+            found.append("manifest schema is packed but its columns hold no segment_ids")
+    if expect("datasets", manifest.get("datasets"), dict, "an object of datasets"):
+        for name, entry in manifest["datasets"].items():
+            where = f"datasets.{str(name)[:40]}"
+            if not expect(where, entry, dict, "an object"):
+                continue
+            for key in ("rows", "tokens", "padding_tokens", "documents_in", "documents_written", "documents_rejected"):
+                expect(f"{where}.{key}", entry.get(key), counts, "a count")
+            if not expect(f"{where}.shards", entry.get("shards"), list, "a list of shards"):
+                continue
+            for i, shard in enumerate(entry["shards"]):
+                if not expect(f"{where}.shards[{i}]", shard, dict, "an object"):
+                    continue
+                expect(f"{where}.shards[{i}].path", shard.get("path"), str, "a path", optional=False)
+                for key in ("rows", "tokens", "padding_tokens"):
+                    expect(f"{where}.shards[{i}].{key}", shard.get(key), counts, "a count")
+    for key in ("mix", "tokenizer_engines", PARTIAL_INPUTS, "run", "shuffle", "splits", "chat", "tokenizers"):
+        expect(key, manifest.get(key), dict, "an object")
+    for key in ("tokenizer_engines", PARTIAL_INPUTS, "tokenizers"):
+        for name, entry in (manifest.get(key) or {}).items() if isinstance(manifest.get(key), dict) else ():
+            expect(f"{key}.{str(name)[:40]}", entry, list if key == PARTIAL_INPUTS else dict,
+                   "a list" if key == PARTIAL_INPUTS else "an object")
+            if key == PARTIAL_INPUTS and isinstance(entry, list):
+                for item in entry:
+                    expect(f"{key}.{str(name)[:40]}[]", item, dict, "an object")
+    if expect("rejected_files", manifest.get("rejected_files"), list, "a list of paths"):
+        if not all(isinstance(p, str) for p in manifest["rejected_files"]):
+            found.append("manifest rejected_files must list paths")
+    mix = manifest.get("mix")
+    if isinstance(mix, dict) and expect("mix.sources", mix.get("sources"), dict, "an object"):
+        for name, source in mix["sources"].items():
+            expect(f"mix.sources.{str(name)[:40]}", source, dict, "an object")
+    return found
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
 def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, Any]:
     """Loads the manifest of an output directory.
 
@@ -238,6 +326,8 @@ def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, An
             time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
         except (ValueError, OSError) as e:
             raise ValidationFailed(f"'{path}' is not a readable JSON manifest: {e}") from None
+        except RecursionError:
+            raise ValidationFailed(f"'{path}' is not a manifest: its JSON is nested too deeply") from None
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise ValidationFailed(f"'{path}' is not an easydata manifest (no format_version)")
     version = manifest["format_version"]
@@ -246,4 +336,8 @@ def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, An
     if version > FORMAT_VERSION:
         raise ValidationFailed(f"'{path}' has format_version {manifest['format_version']}; this easydata"
                                f" reads up to {FORMAT_VERSION}: upgrade easydata-beam")
+    problems = structure_problems(manifest)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValidationFailed(f"'{path}' is malformed: {problems[0]}{more}")
     return manifest

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, join
 from easydata.io.formats import TOKEN_COLUMNS, ShardUnreadable, iter_shard_batches
-from easydata.run.manifest import PARTIAL_INPUTS, member_path, read_manifest
+from easydata.run.manifest import MANIFEST_NAME, PARTIAL_INPUTS, member_path, read_manifest
 from easydata.ops.mixing import MIXED_NAME
 
 __all__ = ["ValidationReport", "validate_output"]
@@ -189,9 +189,16 @@ def validate_output(output_dir: str) -> ValidationReport:
     its shard entries, and the totals against the sum of the dataset entries.
 
     Raises:
-      ValidationFailed: only when there is no readable manifest at all.
+      ValidationFailed: only when there is no manifest at all (a manifest that is there but unreadable,
+        or malformed, is a problem of the report).
     """
-    manifest = read_manifest(output_dir)
+    try:
+        manifest = read_manifest(output_dir)
+    except ValidationFailed as e:
+        fs, root = get_fs(output_dir)
+        if not fs.exists(join(root, MANIFEST_NAME)):
+            raise
+        return ValidationReport(output_dir=output_dir, problems=[str(e)])
     report = ValidationReport(output_dir=output_dir)
     problems = report.problems
     fmt = manifest.get("format", "parquet")
