@@ -123,16 +123,18 @@ def _config_for_run(args: argparse.Namespace) -> Any:
     from easydata.tools.sample import DEFAULT_OUTPUT_DIR, default_config
 
     extra = list(args.overrides)
-    if args.output:
-        extra.append(f"save.output_dir={args.output}")
     if args.overwrite:
         extra.append("save.overwrite=true")
     if args.tokenizer_engine:
         extra.append(f"tokenize.engine={args.tokenizer_engine}")
     if args.config is None:
-        base = default_config(args.output or DEFAULT_OUTPUT_DIR).to_dict()
-        return PipelineConfig.from_dict(apply_overrides(base, extra))
-    return PipelineConfig.from_dict(apply_overrides(load_mapping(args.config), extra))
+        data = apply_overrides(default_config(args.output or DEFAULT_OUTPUT_DIR).to_dict(), extra)
+    else:
+        data = apply_overrides(load_mapping(args.config), extra)
+    if args.output:  # a path, taken as written (not parsed as a YAML value: `--output 2024`, `--output yes`)
+        save = data.get("save")
+        data["save"] = {**(save if isinstance(save, dict) else {}), "output_dir": args.output}
+    return PipelineConfig.from_dict(data)
 
 
 def _config_for_tokenize(args: argparse.Namespace) -> Any:

@@ -638,23 +638,12 @@ class PipelineConfig:
         return data
 
     def fingerprint(self) -> str:
-        """A hash of every setting that shapes the output: not `save.overwrite` nor the Python API's
-        `save.enabled` / hub upload, nor what only readers (`load`, `schedule`, a mix's schedule) or the
-        run's checks (`max_rejected_fraction`, `allow_empty_datasets`) use, so editing those does not
-        block `--resume`. A `format_callback` counts with its code."""
-        data = json.loads(json.dumps(dataclasses.asdict(self), default=_callable_identity))
-        for key in ("overwrite", "enabled", "push_to_hub", "hub_repo_id", "hub_private", "hub_token"):
-            data["save"].pop(key, None)
-        if data.get("mix"):
-            data["mix"].pop("weight_schedule_type", None)
-        for reader_or_check in ("load", "schedule", "max_rejected_fraction", "allow_empty_datasets", "ray"):
-            data.pop(reader_or_check, None)
-        for ds in data["datasets"]:
-            for key in ("cache_path", "cache_enabled", "save_path", "save_format"):
-                ds.pop(key, None)
-        for key in ("num_workers", "cache_tokenized"):
-            data["tokenize"].pop(key, None)
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+        """A hash of the settings that shape the output (`SHAPING_FIELDS`, an allow-list), so that editing
+        anything else (`save.overwrite`, the hub upload, the streaming windows, what only readers or the
+        run's checks use, EasyData knobs accepted and ignored) does not block `--resume`. A
+        `format_callback` counts with its code."""
+        return hashlib.sha256(json.dumps(_shaping(self), sort_keys=True, default=_callable_identity
+                                         ).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> "PipelineConfig":
         return dataclasses.replace(self, **changes)
@@ -860,6 +849,54 @@ def _dataset_source_problems(ds: DatasetConfig) -> list[str]:
     elif callback is not None and not callable(callback):
         found.append(f"format_callback must be a function or 'module:function', got {type(callback).__name__}")
     return found
+
+
+#: Per config class, the fields that shape a batch run's output (its rows, shards and manifest counts): what
+#: `PipelineConfig.fingerprint` hashes. Every field of every config class is either here or in `NOT_SHAPING`
+#: (a test checks), so a new field must be classified.
+SHAPING_FIELDS: dict[str, tuple[str, ...]] = {
+    "PipelineConfig": ("seed", "default_tokenizer", "datasets", "tokenize", "chat", "mix", "pack", "save"),
+    "DatasetConfig": ("name", "data_files", "type", "split", "content_field", "additional_fields", "tokenizer",
+                      "num_rows", "sample_by", "pubsub_subscription", "format_fields", "format_callback"),
+    "TokenizerConfig": ("name_or_path", "bos_token", "eos_token", "pad_token", "eos_token_id", "max_length",
+                        "truncation", "add_special_tokens"),
+    "TokenizeStageConfig": ("max_length", "truncation", "stride", "add_bos", "add_eos", "batch_size",
+                            "max_document_bytes", "default_tokenizer", "remove_columns", "engine"),
+    "ChatStageConfig": ("template", "messages_field", "assistant_only_loss"),
+    "MixStageConfig": ("weights", "stop_strategy", "total_tokens", "weight_schedule", "seed"),
+    "PackStageConfig": ("enabled", "seq_length", "strategy", "pad_token_id", "max_segments_per_row", "pool_size",
+                        "num_packers", "eos_token_id"),
+    "SaveStageConfig": ("format", "compression", "num_shards", "max_shard_size", "row_group_size",
+                        "validation_fraction", "splits", "split_seed"),
+    "WeightSchedulePoint": ("step", "weights"),
+}
+#: The fields that do not: where the output goes and whether it may be replaced or uploaded, what only
+#: readers (`load`, `schedule`, `include_segment_ids`, `padding`), the run's checks, the streaming windows or
+#: the Python API's cache use, and EasyData knobs accepted and ignored.
+NOT_SHAPING: dict[str, tuple[str, ...]] = {
+    "PipelineConfig": ("max_rejected_fraction", "allow_empty_datasets", "load", "streaming", "schedule", "ray"),
+    "DatasetConfig": ("tokenizer_kwargs", "cache_path", "cache_enabled", "save_path", "save_format"),
+    "TokenizerConfig": ("padding", "return_attention_mask", "trust_remote_code"),
+    "TokenizeStageConfig": ("num_workers", "cache_tokenized"),
+    "ChatStageConfig": (),
+    "MixStageConfig": ("weight_schedule_type", "block_size"),
+    "PackStageConfig": ("include_segment_ids", "shuffle_packed", "shuffle_buffer_factor"),
+    "SaveStageConfig": ("output_dir", "overwrite", "enabled", "push_to_hub", "hub_repo_id", "hub_private", "hub_token"),
+    "WeightSchedulePoint": (),
+}
+
+
+def _shaping(value: Any) -> Any:
+    """`value` (a config, or anything inside one) as plain data with only its `SHAPING_FIELDS`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        kept = SHAPING_FIELDS.get(type(value).__name__)
+        names = kept if kept is not None else tuple(f.name for f in dataclasses.fields(value))
+        return {name: _shaping(getattr(value, name)) for name in names}
+    if isinstance(value, (list, tuple)):
+        return [_shaping(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _shaping(v) for k, v in value.items()}
+    return value
 
 
 def callable_name(value: Any) -> str:

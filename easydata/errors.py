@@ -13,6 +13,7 @@ message, where it reads `ConfigError: ...` or `easydata.errors.ConfigError: ...`
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 from typing import Optional
@@ -21,6 +22,8 @@ __all__ = [
     "EasyDataError",
     "ConfigError",
     "InputError",
+    "TransientInputError",
+    "is_transient",
     "TokenizerError",
     "OutputError",
     "ValidationFailed",
@@ -69,6 +72,39 @@ class ConfigError(EasyDataError, ValueError):
 
 class InputError(EasyDataError):
     """An input file, glob or URL cannot be found or read."""
+
+
+class TransientInputError(InputError):
+    """Reading an input failed for a reason that may pass (a reset connection, a timeout, a store's I/O
+    error): never a dead letter, since the data may be fine. The step fails, so a runner retries its
+    bundle (Dataflow, Dask); a local run stops in one line, nothing committed."""
+
+
+#: errno values of failures that may pass when the read is tried again.
+_TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED,
+                               errno.EAGAIN, errno.ENETDOWN, errno.ENETUNREACH, errno.ENETRESET, errno.EHOSTUNREACH,
+                               errno.EHOSTDOWN, errno.EPIPE, errno.ESTALE, errno.EREMOTEIO})
+#: Network error classes of the storage clients fsspec uses (aiohttp for http/gcs, botocore for s3, google-auth,
+#: urllib3), by class name so none of them has to be importable.
+_TRANSIENT_CLASS_NAMES = frozenset({"ClientConnectionError", "ClientPayloadError", "ServerDisconnectedError",
+                                    "ServerTimeoutError", "EndpointConnectionError", "ConnectionClosedError",
+                                    "ReadTimeoutError", "ConnectTimeoutError", "ResponseStreamingError",
+                                    "IncompleteReadError", "ProtocolError", "TransportError", "IncompleteRead"})
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a failure reading an input may pass when tried again (a network or storage error), as
+    opposed to corrupt data (a bad gzip stream, invalid JSON or UTF-8, a damaged Parquet page), which
+    reading again would meet again. Decided by the exception's class and errno, never its text."""
+    import socket
+
+    if isinstance(error, (ConnectionError, TimeoutError)):
+        return True
+    if isinstance(error, socket.gaierror):
+        return error.errno == socket.EAI_AGAIN  # a temporary failure in name resolution
+    if isinstance(error, OSError) and error.errno in _TRANSIENT_ERRNOS:
+        return True
+    return any(cls.__name__ in _TRANSIENT_CLASS_NAMES for cls in type(error).__mro__)
 
 
 class TokenizerError(EasyDataError):

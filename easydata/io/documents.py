@@ -18,7 +18,7 @@ from easydata.io.record_format import FormatError
 from easydata.text.chat import ChatError, conversation_from_record
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
-           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "PROGRAMMING_ERRORS"]
+           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "PROGRAMMING_ERRORS", "raise_unless_corrupt"]
 
 EXCERPT_CHARS = 200
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
@@ -27,6 +27,26 @@ MAX_BATCH_CHARS = 4 * 2**20
 # Bugs, not bad input: these are never turned into dead letters.
 PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, RecursionError,
                       MemoryError, NotImplementedError)
+
+
+def raise_unless_corrupt(error: Exception, path: str, where: str) -> None:
+    """The one rule for a failure while an input is read: a bug (`PROGRAMMING_ERRORS`) is raised as it is, a
+    failure that may pass (`easydata.errors.is_transient`: a reset connection, a timeout, a store's I/O
+    error) is raised as `TransientInputError` naming the file, so the step fails and its bundle is retried;
+    only what remains (corrupt or truncated data) returns, for the caller to dead-letter.
+
+    Raises:
+      TransientInputError: one line naming the file and `where` it failed.
+    """
+    from easydata.errors import TransientInputError, is_transient
+
+    if isinstance(error, PROGRAMMING_ERRORS):
+        raise error
+    if is_transient(error):
+        detail = str(error).splitlines()[0][:200] if str(error) else ""
+        raise TransientInputError(
+            f"reading '{path}' failed {where}: {type(error).__name__}: {detail} (a network or storage error, not"
+            " bad data: nothing was committed; run again, with --resume to keep the work done)") from error
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Iterator, NamedTuple, Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.io.documents import (MAX_BATCH_CHARS, PROGRAMMING_ERRORS, DocumentBatch, DocumentCollector, InputSplit,
+from easydata.io.documents import (MAX_BATCH_CHARS, PROGRAMMING_ERRORS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
                                    Reject, collect_records, parse_json_record, unusable_value)
 from easydata.io.filesystems import compression_of, expand_data_files, file_size, file_version, strip_compression
 from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
@@ -172,9 +172,8 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
                         break
                 else:
                     collector.pending_bytes += consumed
-        except PROGRAMMING_ERRORS:
-            raise
         except Exception as e:  # a corrupt or truncated file: dead-letter the rest of the split, go on
+            raise_unless_corrupt(e, split.path, f"after {consumed_total} bytes of a split starting at {split.start}")
             message = str(e).splitlines()[0] if str(e) else type(e).__name__
             byte_positions = split.type in ("jsonl", "txt", "json")  # else positions are rows
             position = split.start + consumed_total if byte_positions else -1

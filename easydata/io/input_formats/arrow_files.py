@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.io.documents import PROGRAMMING_ERRORS, DocumentCollector, InputSplit
+from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
 from easydata.io.input_formats.tables import columns_needed, emit_table_batch, open_table_file, reject_block
 
 __all__ = ["read_arrow", "record_batch_ranges"]
@@ -58,9 +58,8 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 batch = reader.get_batch(i)
                 rows = batch.num_rows
                 batch = _checked_arrow_batch(batch, dataset)
-            except PROGRAMMING_ERRORS:
-                raise
             except Exception as e:  # a corrupt batch of a file: its rows are dead letters, the others are read
+                raise_unless_corrupt(e, split.path, f"in Arrow record batch {i}")
                 if rows is None:
                     raise  # its row count is unknown, so the positions of the rows after it are too
                 row = reject_block(out, f"Arrow record batch {i}", row, rows, e)

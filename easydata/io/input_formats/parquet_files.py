@@ -7,7 +7,7 @@ from typing import Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.io.documents import PROGRAMMING_ERRORS, DocumentCollector, InputSplit
+from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
 from easydata.io.input_formats.tables import columns_needed, emit_table_batch, open_table_file, reject_block
 
 __all__ = ["read_parquet", "row_group_ranges"]
@@ -44,9 +44,8 @@ def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollect
         for g in groups:
             try:
                 table = pf.read_row_group(g, columns=columns)
-            except PROGRAMMING_ERRORS:
-                raise
             except Exception as e:  # a corrupt row group: its rows are dead letters, the others are read
+                raise_unless_corrupt(e, split.path, f"in Parquet row group {g}")
                 row = reject_block(out, f"Parquet row group {g}", row, meta.row_group(g).num_rows, e)
                 yield 0
                 if out.done:
