@@ -174,3 +174,85 @@ def test_a_run_meeting_a_reset_connection_commits_nothing(tmp_path, tokenizer_di
     with pytest.raises(TransientInputError, match="ConnectionResetError"):
         run_batch(config, ["--direct_num_workers=1"], show_progress=False)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+# ---- streaming counts documents, not windows of them ------------------------------------------------------
+
+
+def test_a_stream_with_sliding_windows_counts_documents_not_windows(tokenizer_dir, tmp_path):
+    """3 long documents cut into windows were reported as 69 documents written (one per row)."""
+    import apache_beam as beam
+    from apache_beam.io.gcp.pubsub import PubsubMessage
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms.window import TimestampedValue
+
+    from beam_pipelines.streaming import build_streaming_pipeline
+
+    texts = make_texts(3, seed=4, min_words=300, max_words=400)
+    out = tmp_path / "out"
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": str(tokenizer_dir),
+        "datasets": [{"name": "live", "pubsub_subscription": "projects/p/subscriptions/s"}],
+        "tokenize": {"max_length": 32, "truncation": "window", "stride": 4},
+        "streaming": {"window_seconds": 60}, "save": {"output_dir": str(out)}})
+    stream = (TestStream().add_elements([TimestampedValue(PubsubMessage(json.dumps({"text": t}).encode(), {},
+                                                                        message_id=f"m{i}"), i)
+                                         for i, t in enumerate(texts)]).advance_watermark_to_infinity())
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+    build_streaming_pipeline(p, config, staging=str(out / ".easydata-tmp-test"), sources={"live": p | stream})
+    p.run().wait_until_finish()
+    manifest = json.loads((out / "manifest.json").read_text())
+    rows = sum(s["rows"] for s in manifest["datasets"]["live"]["shards"])
+    assert rows > 20  # every document is many windows
+    assert (manifest["documents_in"], manifest["documents_written"], manifest["documents_rejected"]) == (3, 3, 0)
+
+
+# ---- --dry-run refuses what the run refuses ---------------------------------------------------------------
+
+
+def _dry_run_and_run(tmp_path: Path, body: dict) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(body))
+    return tuple(subprocess.run([sys.executable, "-m", "easydata", "run", str(job), "--quiet", "--direct_num_workers=1",
+                                 *extra], capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+                 for extra in (["--dry-run"], []))
+
+
+def test_dry_run_refuses_what_the_run_refuses(tmp_path, tokenizer_dir) -> None:
+    data = write_jsonl(tmp_path / "web.jsonl", ({"text": t} for t in make_texts(20, seed=1)))
+    chat = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"},
+                                                               {"role": "assistant", "content": "yo"}]}] * 5)
+    no_eos = train_bpe_tokenizer_once(tmp_path / "no-eos", special_tokens=["<s>"])
+    other = train_bpe_tokenizer_once(tmp_path / "other", vocab_size=300)
+    out = {"save": {"output_dir": str(tmp_path / "out")}}
+    cases = {
+        "chat without a template": ({"default_tokenizer": str(tokenizer_dir),
+                                     "datasets": [{"name": "chat", "data_files": str(chat), "content_field": "messages"}],
+                                     **out}, "has no chat template and chat.template is not set"),
+        "EOS the tokenizer lacks": ({"default_tokenizer": str(no_eos),
+                                     "datasets": [{"name": "web", "data_files": str(data)}], **out},
+                                    "declares no EOS token but tokenize.add_eos is true"),
+        "a mix of vocabularies": ({"default_tokenizer": str(tokenizer_dir),
+                                   "datasets": [{"name": "a", "data_files": str(data)},
+                                                {"name": "b", "data_files": str(data), "tokenizer": str(other)}],
+                                   "mix": {"weights": {"a": 1, "b": 1}}, **out}, "use different vocabularies"),
+        "pubsub in a batch run": ({"default_tokenizer": str(tokenizer_dir),
+                                   "datasets": [{"name": "live", "pubsub_subscription": "projects/p/subscriptions/s"}],
+                                   **out}, "that needs the streaming pipeline"),
+    }
+    for name, (body, expected) in cases.items():
+        dry, run = _dry_run_and_run(tmp_path, body)
+        for done in (dry, run):
+            assert done.returncode != 0 and expected in done.stderr, (name, done.stdout, done.stderr)
+            assert len(done.stderr.strip().splitlines()) == 1, (name, done.stderr)
+        assert dry.stderr == run.stderr, name
+
+
+def train_bpe_tokenizer_once(out: Path, **options) -> Path:
+    from easydata.text.tokenizer_training import train_bpe_tokenizer
+
+    return train_bpe_tokenizer(make_texts(400, seed=6), out, vocab_size=options.pop("vocab_size", 512), **options)

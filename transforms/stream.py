@@ -190,11 +190,11 @@ class _ProcessWindowFn(beam.DoFn):
         """The window's rows in key-hash order (packed when configured) and documents written."""
         if batch is None or not len(batch):
             return None, 0
-        rows, _ = tokenize_documents(batch, self._tokenizer, self._config.tokenize, self._config.seed,
-                                     self._engine_for(batch))
+        rows, counts = tokenize_documents(batch, self._tokenizer, self._config.tokenize, self._config.seed,
+                                          self._engine_for(batch))
         table = sort_group([rows])
         if not self._config.pack.enabled:
-            return table, table.num_rows
+            return table, counts.documents  # documents, not rows: a windowed document is several rows
         packed, stats = pack_group(table, config=self._config.pack, pad_id=self._pad_id, seed=self._config.seed,
                                    dataset=f"{name}/{wid}", group=0)
         return pa.Table.from_batches(list(packed)), stats.documents

@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 from easydata.run.machine import splits_per_dataset, usable_cores
 from easydata.config import PipelineConfig
-from easydata.errors import ConfigError
 
 __all__ = ["DatasetReport", "DryRunReport", "plan_report", "PIPELINE_SHARE_OF_TOKENIZER", "STARTUP_SECONDS"]
 
@@ -248,12 +247,11 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     from easydata.io.filesystems import get_fs, join
     from easydata.run.manifest import MANIFEST_NAME
     from easydata.io.sources import plan_input
-    from easydata.run.run_plan import load_chat_template
+    from easydata.run.run_plan import (check_batch_job, check_shared_vocabulary, check_tokenizer, dataset_settings,
+                                       load_chat_template)
     from easydata.text.tokenizer import load_tokenizer
 
-    problems = config.validate()
-    if problems:
-        raise ConfigError(problems)
+    check_batch_job(config)  # the run's own checks, from the one place that owns them (easydata.run.run_plan)
     reports, handles = [], {}
     configured_template = load_chat_template(config.chat.template)
     for ds in config.datasets:
@@ -261,14 +259,17 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         key = config.tokenizer_for(ds)
         if key not in handles:
             handles[key] = load_tokenizer(key)
+            check_tokenizer(config, handles[key])
         handle = handles[key]
         files = sorted({s.path for s in plan.splits})
         input_bytes = sum(s.size for s in plan.splits)
-        template = configured_template if configured_template is not None else handle.info.chat_template
+        template, _ = dataset_settings(config, ds, key, handle.info, configured_template)
         tokens, sampled, speed = _estimate(config, ds, plan.splits, handle, template)
         reports.append(DatasetReport(ds.name, files, input_bytes, len(plan.splits), handle.info.to_manifest(), tokens,
                                      sampled, speed))
     mix = config.static_mix
+    if mix is not None:
+        check_shared_vocabulary(config, handles)
     packed = config.pack.enabled
     names = ["mixed"] if mix is not None else [d.name for d in config.datasets]
     fractions = config.save.split_fractions()

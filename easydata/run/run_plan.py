@@ -118,6 +118,60 @@ def work_units(dataset: DatasetConfig, splits: list[InputSplit]) -> list[int]:
     return [s.index for s in splits]
 
 
+def check_batch_job(config: PipelineConfig) -> None:
+    """The config checks of a batch run: `validate()`, and no Pub/Sub source (that is the streaming pipeline's).
+
+    Raises:
+      ConfigError: every problem.
+    """
+    problems = config.validate()
+    if problems:
+        raise ConfigError(problems)
+    if any(ds.pubsub_subscription for ds in config.datasets):
+        raise ConfigError("a dataset reads from `pubsub_subscription`: that needs the streaming pipeline"
+                          " (`easydata run CONFIG --streaming`)")
+
+
+def check_tokenizer(config: PipelineConfig, handle: TokenizerHandle) -> None:
+    """A loaded tokenizer declares the special tokens the job adds (`tokenize.add_eos`, `add_bos`).
+
+    Raises:
+      ConfigError: naming the tokenizer and the setting.
+    """
+    name = handle.config.name_or_path
+    if config.tokenize.add_eos and handle.eos_token_id is None:
+        raise ConfigError(f"tokenizer '{name}' declares no EOS token but tokenize.add_eos is"
+                          " true: set the tokenizer's `eos_token` or tokenize.add_eos: false")
+    if config.tokenize.add_bos and handle.bos_token_id is None:
+        raise ConfigError(f"tokenizer '{name}' declares no BOS token but tokenize.add_bos is"
+                          " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
+
+
+def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerConfig, info: TokenizerInfo,
+                     configured_template: Optional[str]) -> tuple[Optional[str], int]:
+    """A dataset's chat template (the configured one, else its tokenizer's) and padding id, checked: chat
+    records need a template that parses, and the padding id must be one of the vocabulary's.
+
+    Raises:
+      ConfigError: one line naming the dataset or tokenizer.
+    """
+    template = configured_template if configured_template is not None else info.chat_template
+    if template is None and ds.content_field in (config.chat.messages_field, "messages", "conversations"):
+        raise ConfigError(f"dataset '{ds.name}' reads chat records (content_field '{ds.content_field}') but"
+                          f" tokenizer '{tok.name_or_path}' has no chat template and chat.template is not set:"
+                          " set chat.template (jinja text or a file)")
+    if configured_template is None and template is not None:
+        try:
+            ChatRenderer(template, {}, ())
+        except ValueError as e:
+            raise ConfigError(f"tokenizer '{tok.name_or_path}': {e}; set chat.template to one that works") from None
+    pad_id = resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id)
+    if config.pack.enabled and not 0 <= pad_id < info.vocab_size:  # JAX's gathers would clamp it silently
+        raise ConfigError(f"pack.pad_token_id {pad_id} is not an id of tokenizer '{tok.name_or_path}' (vocabulary"
+                          f" of {info.vocab_size:,}): choose an id in [0, {info.vocab_size})")
+    return template, pad_id
+
+
 def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                 group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False,
                 engine_chooser: Optional[EngineChooser] = None) -> RunPlan:
@@ -137,12 +191,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     Raises:
       ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
     """
-    problems = config.validate()
-    if problems:
-        raise ConfigError(problems)
-    if any(ds.pubsub_subscription for ds in config.datasets):
-        raise ConfigError("a dataset reads from `pubsub_subscription`: that needs the streaming pipeline"
-                          " (`easydata run CONFIG --streaming`)")
+    check_batch_job(config)
     configured_template = load_chat_template(config.chat.template)
     by_name = {ds.name: ds for ds in config.datasets}
     loaded: dict[TokenizerConfig, TokenizerInfo] = {}
@@ -152,12 +201,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         tok = config.tokenizer_for(ds)
         if tok not in loaded:
             handle = load_tokenizer(tok)
-            if config.tokenize.add_eos and handle.eos_token_id is None:
-                raise ConfigError(f"tokenizer '{tok.name_or_path}' declares no EOS token but tokenize.add_eos is"
-                                  " true: set the tokenizer's `eos_token` or tokenize.add_eos: false")
-            if config.tokenize.add_bos and handle.bos_token_id is None:
-                raise ConfigError(f"tokenizer '{tok.name_or_path}' declares no BOS token but tokenize.add_bos is"
-                                  " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
+            check_tokenizer(config, handle)
             loaded[tok] = handle.info
             handles[tok] = handle
             requested = config.tokenize_for(ds).engine
@@ -169,21 +213,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                                  splits_wanted=splits_per_dataset())
         input_bytes = total_input_bytes(splits)
         info = loaded[tok]
-        template = configured_template if configured_template is not None else info.chat_template
-        if template is None and ds.content_field in (config.chat.messages_field, "messages", "conversations"):
-            raise ConfigError(f"dataset '{ds.name}' reads chat records (content_field '{ds.content_field}') but"
-                              f" tokenizer '{tok.name_or_path}' has no chat template and chat.template is not set:"
-                              " set chat.template (jinja text or a file)")
-        if configured_template is None and template is not None:
-            try:
-                ChatRenderer(template, {}, ())
-            except ValueError as e:
-                raise ConfigError(f"tokenizer '{tok.name_or_path}': {e}; set chat.template to one that works"
-                                  ) from None
-        pad_id = resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id)
-        if config.pack.enabled and not 0 <= pad_id < info.vocab_size:  # JAX's gathers would clamp it silently
-            raise ConfigError(f"pack.pad_token_id {pad_id} is not an id of tokenizer '{tok.name_or_path}' (vocabulary"
-                              f" of {info.vocab_size:,}): choose an id in [0, {info.vocab_size})")
+        template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes,
                                     pad_id=pad_id,
@@ -193,7 +223,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     datasets = _choose_engines(config, datasets, handles, by_name, engine_chooser)
     mix_num_groups = None
     if config.static_mix is not None:
-        _check_shared_vocabulary(config, handles)
+        check_shared_vocabulary(config, handles)
         mix_num_groups = _mix_num_groups(config, datasets, group_bytes)
     prepare_output(config.save.output_dir, config.save.overwrite)
     signature = _signature(config, datasets)
@@ -356,7 +386,7 @@ def _input_versions(datasets: list[DatasetPlan]) -> dict[str, str]:
     return {path: file_version(path) for path in paths}
 
 
-def _check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:
+def check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:
     """Mixed rows share one embedding table: every mixed dataset's tokenizer must have the same vocabulary.
 
     Raises:
