@@ -181,14 +181,11 @@ def test_a_run_meeting_a_reset_connection_commits_nothing(tmp_path, tokenizer_di
 
 def test_a_stream_with_sliding_windows_counts_documents_not_windows(tokenizer_dir, tmp_path):
     """3 long documents cut into windows were reported as 69 documents written (one per row)."""
-    import apache_beam as beam
     from apache_beam.io.gcp.pubsub import PubsubMessage
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-    from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms.window import TimestampedValue
 
-    from beam_pipelines.streaming import build_streaming_pipeline
+    from tests.test_streaming import run_test_stream
 
     texts = make_texts(3, seed=4, min_words=300, max_words=400)
     out = tmp_path / "out"
@@ -200,12 +197,7 @@ def test_a_stream_with_sliding_windows_counts_documents_not_windows(tokenizer_di
     stream = (TestStream().add_elements([TimestampedValue(PubsubMessage(json.dumps({"text": t}).encode(), {},
                                                                         message_id=f"m{i}"), i)
                                          for i, t in enumerate(texts)]).advance_watermark_to_infinity())
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
-    build_streaming_pipeline(p, config, staging=str(out / ".easydata-tmp-test"), sources={"live": p | stream})
-    p.run().wait_until_finish()
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = run_test_stream(config, stream)
     rows = sum(s["rows"] for s in manifest["datasets"]["live"]["shards"])
     assert rows > 20  # every document is many windows
     assert (manifest["documents_in"], manifest["documents_written"], manifest["documents_rejected"]) == (3, 3, 0)

@@ -66,6 +66,19 @@ def test_commit_window_lists_exactly_the_committed_windows(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["streaming"] is True
 
 
+def run_test_stream(config: PipelineConfig, stream: TestStream, source: str = "live") -> dict:
+    """Runs the streaming pipeline of `config` on `stream` (Beam's streaming DirectRunner) to the end; the
+    manifest it committed."""
+    out = config.save.output_dir
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
+    build_streaming_pipeline(p, config, staging=f"{out}/.easydata-tmp-test", sources={source: p | stream})
+    p.run().wait_until_finish()
+    with open(f"{out}/manifest.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
 def _message(i: int, text: str) -> PubsubMessage:
     return PubsubMessage(json.dumps({"text": text, "n": i}).encode(), {"origin": "test"}, message_id=f"m{i:04d}")
 
@@ -111,13 +124,7 @@ def test_windows_fire_late_data_is_dropped_and_no_token_is_lost(tokenizer_dir, t
         "pack": {"enabled": pack, "seq_length": 256},  # longer than any document: one segment each
         "save": {"output_dir": str(out)},
     })
-    stream = _stream_with_late_messages(texts)
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    p = beam.Pipeline(runner=BundleBasedDirectRunner(), options=options)
-    build_streaming_pipeline(p, config, staging=str(out / ".easydata-tmp-test"), sources={"live": p | stream})
-    p.run().wait_until_finish()
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = run_test_stream(config, _stream_with_late_messages(texts))
     assert [w["id"] for w in manifest["windows"]] == ["live/w19700101T000000Z-p000", "live/w19700101T000100Z-p000"]
     assert manifest["documents_in"] == 81 and manifest["documents_rejected"] == 1
     assert manifest["documents_written"] == 80
