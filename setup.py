@@ -13,7 +13,7 @@ setup(
     # Read at run time, so shipped in the wheel: the named chat templates (chat.template: chatml, ...).
     package_data={"easydata.text.chat_templates": ["*.jinja", "LICENSE"]},
     install_requires=[
-        "apache-beam>=2.77,<2.78",  # the Beam whose internals beam_pipelines/beam_internals.py was checked against
+        "apache-beam>=2.77,<2.78",  # the Beam whose internals transforms/beam_internals.py was checked against
         "pyarrow>=14",
         "numpy>=1.24",
         "tokenizers>=0.19",

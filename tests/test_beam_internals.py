@@ -1,4 +1,4 @@
-"""Each guard of `beam_pipelines.beam_internals`: it recognises the Beam installed here, and when Beam
+"""Each guard of `transforms.beam_internals`: it recognises the Beam installed here, and when Beam
 looks different it leaves Beam alone (the job then runs as Beam would run it)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from apache_beam.runners.worker import statesampler
 from apache_beam.utils.counters import CounterFactory
 
-from beam_pipelines.beam_internals import STATE_SAMPLING_PERIOD_MS, short_state_sampling, state_sampler_is_known
+from transforms.beam_internals import STATE_SAMPLING_PERIOD_MS, short_state_sampling, state_sampler_is_known
 
 
 def _period() -> int:
@@ -39,7 +39,7 @@ def test_state_sampler_guard_leaves_an_unknown_beam_alone() -> None:
 def test_control_connection_guard(monkeypatch) -> None:
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
-    from beam_pipelines.beam_internals import control_connection_is_known, fail_bundles_of_lost_workers
+    from transforms.beam_internals import control_connection_is_known, fail_bundles_of_lost_workers
 
     connection = worker_handlers.ControlConnection
     original = connection.__dict__["_read"]
@@ -56,7 +56,7 @@ def test_control_connection_guard(monkeypatch) -> None:
 def test_flag_names_guard(monkeypatch) -> None:
     from apache_beam.options import pipeline_options
 
-    from beam_pipelines.beam_internals import beam_flag_names
+    from transforms.beam_internals import beam_flag_names
     from beam_pipelines.runners import unknown_beam_flags
 
     names = beam_flag_names()
@@ -83,7 +83,7 @@ def test_dask_primitives_guard(monkeypatch, tmp_path) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.dask import overrides
 
-    from beam_pipelines.beam_internals import dask_primitives, side_input_view
+    from transforms.beam_internals import dask_primitives, side_input_view
     from beam_pipelines.dask.dask_runner import ManagedDaskRunner
     from easydata.errors import EasyDataError
 
@@ -133,9 +133,70 @@ def _private_beam_names(path: Path) -> list[str]:
 
 def test_private_beam_names_only_in_beam_internals() -> None:
     root = Path(__file__).resolve().parents[1]
-    internals = root / "beam_pipelines" / "beam_internals.py"
+    internals = root / "transforms" / "beam_internals.py"
     assert _private_beam_names(internals), "the check finds the private names beam_internals does touch"
     touched = [hit for package in ("easydata", "transforms", "beam_pipelines")
                for path in sorted((root / package).rglob("*.py")) if path != internals
                for hit in _private_beam_names(path)]
     assert touched == []
+
+
+#: Beam's runner and worker internals: modules that are no API (Beam changes them between releases). Used only by
+#: the guard module and the two packages whose contract is to drive them (`beam_pipelines.local`: the local
+#: worker machinery, `beam_pipelines.dask`: the Dask runner's translation).
+INTERNAL_BEAM_MODULES = ("apache_beam.runners.portability", "apache_beam.runners.worker", "apache_beam.runners.dask",
+                         "apache_beam.runners.common", "apache_beam.internal", "apache_beam.coders.coder_impl",
+                         "apache_beam.utils.thread_pool_executor", "apache_beam.portability.api")
+ALLOWED_INTERNAL_USERS = ("transforms/beam_internals.py", "beam_pipelines/local/", "beam_pipelines/dask/")
+
+
+def _internal_beam_uses(path: Path) -> list[str]:
+    """Imports of `INTERNAL_BEAM_MODULES` (at any depth of the module), and private methods (`_x`) defined in a
+    class derived from a name imported from Beam (an override of Beam's internals, as `_create_impl` is)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    beam_names: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        for module in modules:
+            if module.startswith(INTERNAL_BEAM_MODULES) or any(
+                    f"{module}.{a.name}".startswith(INTERNAL_BEAM_MODULES) for a in getattr(node, "names", [])
+                    if isinstance(node, ast.ImportFrom)):
+                found.append(f"{path}:{node.lineno}: import from {module}")
+            if module.startswith("apache_beam") and isinstance(node, ast.ImportFrom):
+                beam_names.update(a.asname or a.name for a in node.names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id in beam_names or
+                                                  isinstance(b, ast.Attribute) and b.attr in beam_names
+                                                  for b in node.bases):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name.startswith("_") and not item.name.startswith("__"):
+                    found.append(f"{path}:{item.lineno}: {node.name}.{item.name} overrides a private Beam method")
+    return found
+
+
+def test_beam_internal_modules_only_in_the_guard_and_the_runner_packages(tmp_path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    assert _internal_beam_uses(root / "beam_pipelines" / "local" / "offline_runner.py")  # the check finds them
+    (tmp_path / "override.py").write_text("from apache_beam.coders.coders import FastCoder\n\n\n"
+                                          "class C(FastCoder):\n    def _create_impl(self):\n        pass\n")
+    assert _internal_beam_uses(tmp_path / "override.py") == [
+        f"{tmp_path / 'override.py'}:5: C._create_impl overrides a private Beam method"]
+    found = [hit for package in ("easydata", "transforms", "beam_pipelines")
+             for path in sorted((root / package).rglob("*.py"))
+             if not path.relative_to(root).as_posix().startswith(ALLOWED_INTERNAL_USERS)
+             for hit in _internal_beam_uses(path)]
+    assert found == []
+
+
+def test_type_coders_guard(monkeypatch) -> None:
+    """This Beam's coder internals are recognised; a Beam without `FastCoder._create_impl` is left alone (its own
+    coders are used)."""
+    from apache_beam.coders.coders import FastCoder
+
+    from transforms.beam_internals import type_coders_are_known
+
+    assert type_coders_are_known()
+    monkeypatch.delattr(FastCoder, "_create_impl")
+    assert not type_coders_are_known()

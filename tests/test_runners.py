@@ -134,7 +134,7 @@ def test_short_state_sampling_applies_inside_the_block_only():
     from apache_beam.runners.worker import statesampler
     from apache_beam.utils.counters import CounterFactory
 
-    from beam_pipelines.beam_internals import STATE_SAMPLING_PERIOD_MS, short_state_sampling
+    from transforms.beam_internals import STATE_SAMPLING_PERIOD_MS, short_state_sampling
 
     with short_state_sampling():
         assert statesampler.StateSampler("s", CounterFactory()).sampling_period_ms == STATE_SAMPLING_PERIOD_MS

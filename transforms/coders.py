@@ -14,37 +14,18 @@ Importing this module registers both coders; the transforms declare their output
 from __future__ import annotations
 
 import pickle
-from typing import Any, Tuple
+from typing import Tuple
 
 import pyarrow as pa
 from apache_beam import coders
-from apache_beam.coders.coder_impl import CallbackCoderImpl
-from apache_beam.coders.coders import FastCoder
 
+from transforms.beam_internals import TypeCoder, type_coders_are_known
 from easydata.io.sources import DocumentBatch
 
 __all__ = ["RecordBatchCoder", "DocumentBatchCoder", "KeyedBatch"]
 
 #: `(hash group, rows)`: what the routing steps emit.
 KeyedBatch = Tuple[int, pa.RecordBatch]
-
-
-class _TypeCoder(FastCoder):
-    """A coder for one Python type (`TYPE`): equal to any other instance, not deterministic (values only)."""
-
-    TYPE: type
-
-    def is_deterministic(self) -> bool:
-        return False
-
-    def to_type_hint(self) -> type:
-        return self.TYPE
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
 
 
 def _encode_record_batch(batch: pa.RecordBatch) -> bytes:
@@ -58,13 +39,13 @@ def _decode_record_batch(data: bytes) -> pa.RecordBatch:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
 
 
-class RecordBatchCoder(_TypeCoder):
+class RecordBatchCoder(TypeCoder):
     """A `pa.RecordBatch` as one Arrow IPC stream; size estimated from its buffers, without encoding."""
 
     TYPE = pa.RecordBatch
-
-    def _create_impl(self) -> Any:
-        return CallbackCoderImpl(_encode_record_batch, _decode_record_batch, lambda batch: _estimate(batch.nbytes))
+    encode = staticmethod(_encode_record_batch)
+    decode = staticmethod(_decode_record_batch)
+    estimate = staticmethod(lambda batch: _estimate(batch.nbytes))
 
 
 #: Beam's size estimates are C ints: a larger estimate raised OverflowError (a 2 GiB line read as a dead letter).
@@ -79,15 +60,15 @@ def _document_batch_size(batch: DocumentBatch) -> int:
     return _estimate(batch.input_bytes or sum(map(len, batch.texts)))
 
 
-class DocumentBatchCoder(_TypeCoder):
+class DocumentBatchCoder(TypeCoder):
     """A `DocumentBatch`, pickled; size estimated from the input bytes it was read from."""
 
     TYPE = DocumentBatch
+    encode = staticmethod(lambda batch: pickle.dumps(batch, pickle.HIGHEST_PROTOCOL))
+    decode = staticmethod(pickle.loads)
+    estimate = staticmethod(_document_batch_size)
 
-    def _create_impl(self) -> Any:
-        return CallbackCoderImpl(
-            lambda batch: pickle.dumps(batch, pickle.HIGHEST_PROTOCOL), pickle.loads, _document_batch_size)
 
-
-coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)
-coders.registry.register_coder(DocumentBatch, DocumentBatchCoder)
+if type_coders_are_known():  # else Beam's own coders (pickling, slower to size; never wrong)
+    coders.registry.register_coder(pa.RecordBatch, RecordBatchCoder)
+    coders.registry.register_coder(DocumentBatch, DocumentBatchCoder)

@@ -68,7 +68,7 @@ import distributed
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from beam_pipelines.beam_internals import DaskPrimitives, dask_primitives, side_input_view
+from transforms.beam_internals import DaskPrimitives, dask_primitives, side_input_view
 from easydata.errors import EasyDataError
 
 __all__ = ["ManagedDaskRunner", "LocalDaskClusterOptions"]

@@ -32,7 +32,7 @@ Beam logs warnings about optional GCP libraries at import; only errors reach std
 records still travel to the launching process, whose logging configuration decides what is shown).
 Logging is set up before Beam is imported; this process and its workers run without the optional
 libraries a local batch job never uses (`beam_pipelines.local.lean_import`). Bundles end without waiting
-for Beam's state sampler (`beam_pipelines.beam_internals.short_state_sampling`).
+for Beam's state sampler (`transforms.beam_internals.short_state_sampling`).
 
 Once the harness has shut down (every DoFn torn down), a child flushes its log stream and ends
 without interpreter teardown: freeing every object of a process holding Beam, pyarrow and a
@@ -133,7 +133,7 @@ class _StderrWithoutUserErrorTracebacks:
 def _run_harness(env: dict[str, str]) -> None:
     """Beam's SDK harness with `env` until the runner closes it, then a bounded log flush."""
     from apache_beam.runners.worker import sdk_worker_main
-    from beam_pipelines.beam_internals import short_state_sampling
+    from transforms.beam_internals import short_state_sampling
 
     os.environ.update(env)
     log_handler, harness, _ = sdk_worker_main.create_harness(os.environ)
@@ -290,7 +290,7 @@ def _serve_or_work() -> None:
         import pyarrow.compute  # noqa: F401
         import pyarrow.parquet  # noqa: F401
         import transforms  # noqa: F401
-        import beam_pipelines.beam_internals  # noqa: F401
+        import transforms.beam_internals  # noqa: F401
 
         loading.join()
     serve(sys.stdin, status_fd, handler, method)

@@ -10,8 +10,14 @@ Here: the state sampler's sleep (`short_state_sampling`), failing a lost worker'
 `threading.excepthook`), the names of every Beam flag (`beam_flag_names`: Beam's argument parser
 class and its `_actions`), the primitives Beam's DaskRunner rewrites a pipeline into (`dask_primitives`:
 the private classes of `apache_beam.runners.dask.overrides`) and a side input's view options
-(`side_input_view`: `AsSideInput._view_options`). No other module of this project names a private Beam
+(`side_input_view`: `AsSideInput._view_options`) and coders that size an element without encoding it
+(`TypeCoder`: `FastCoder._create_impl` returning a `CallbackCoderImpl`). No other module of this project names a private Beam
 attribute (`tests/test_beam_internals.py` checks the source).
+
+Beam's internal modules (its runner and worker internals: `fn_runner`, the SDK harness, the job and worker-pool
+services, the Dask runner's internals, `coder_impl`) are imported only here and in the two packages whose
+contract is to drive them: `beam_pipelines.local` (the local worker machinery: `offline_runner`, `worker_pool`,
+`local_worker`) and `beam_pipelines.dask` (the Dask translation); the same test checks every other module.
 
 Not here because they touch no private name: `local/lean_import` hides optional libraries Beam imports
 when installed (a plain import hook), `local/worker_pool` serves Beam's public worker-pool gRPC service.
@@ -26,7 +32,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 __all__ = ["STATE_SAMPLING_PERIOD_MS", "short_state_sampling", "state_sampler_is_known",
            "fail_bundles_of_lost_workers", "control_connection_is_known", "beam_flag_names", "DropMessage",
-           "DaskPrimitives", "dask_primitives", "side_input_view"]
+           "DaskPrimitives", "dask_primitives", "side_input_view", "TypeCoder", "type_coders_are_known"]
 
 
 #: Longest sleep of Beam's per-bundle state sampler thread in local runs (Beam's default: 200 ms).
@@ -215,3 +221,50 @@ def side_input_view(side_input: Any) -> Any:
         raise RuntimeError(f"this Apache Beam's side inputs have no _view_options(): the DaskRunner translation"
                            f" was written against apache-beam 2.77 ({type(side_input).__name__})")
     return view_options()
+
+
+def type_coders_are_known() -> bool:
+    """Whether this Beam's `FastCoder` builds its implementation in `_create_impl` and its `CallbackCoderImpl`
+    takes an encoder, a decoder and a size estimator (what `TypeCoder` relies on): tried on a probe value."""
+    try:
+        from apache_beam.coders.coder_impl import CallbackCoderImpl
+        from apache_beam.coders.coders import FastCoder
+
+        impl = CallbackCoderImpl(lambda value: b"probe", lambda data: data.decode(), lambda value: 7)
+        return callable(FastCoder.__dict__.get("_create_impl")) and impl.estimate_size(object()) == 7 \
+            and impl.decode(impl.encode(object())) == "probe"
+    except Exception:  # noqa: BLE001 - any other Beam: its own coders are used
+        return False
+
+
+def _fast_coder_base() -> type:
+    from apache_beam.coders.coders import FastCoder
+
+    return FastCoder
+
+
+class TypeCoder(_fast_coder_base()):  # type: ignore[misc]
+    """A Beam coder for one Python type (`TYPE`) from three functions: `encode(value) -> bytes`,
+    `decode(bytes) -> value` and `estimate(value) -> int`, the size Beam's element counters record without
+    encoding the value (they encode sampled elements to measure them otherwise). Equal to any other instance
+    of its class; not deterministic (values only, never keys). Register it only when `type_coders_are_known()`."""
+
+    TYPE: type
+
+    def _create_impl(self) -> Any:
+        from apache_beam.coders.coder_impl import CallbackCoderImpl
+
+        cls = type(self)
+        return CallbackCoderImpl(cls.encode, cls.decode, cls.estimate)
+
+    def is_deterministic(self) -> bool:
+        return False
+
+    def to_type_hint(self) -> type:
+        return self.TYPE
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
