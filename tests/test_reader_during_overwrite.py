@@ -113,12 +113,25 @@ def test_a_reader_opened_before_the_overwrite_keeps_reading_the_old_output(tmp_p
     assert json.loads((out / MANIFEST_NAME).read_text())["totals"]["rows"] == 15
 
 
-def test_debris_of_a_commit_counts_as_an_easydata_output(tmp_path: Path) -> None:
-    """A run that died after its staging was moved in (marker and shards, no manifest) may be replaced."""
+def test_debris_of_a_commit_counts_as_an_easydata_output(tmp_path: Path, monkeypatch) -> None:
+    """A run that died after its staging was moved in (marker and shards, no manifest yet): the next run into
+    the output finishes that commit from its journal (proved by the copy in its staging), then may replace it."""
+    import easydata.run.output
+
     out = tmp_path / "out"
     write_output(out, first=0)
-    staging, moves, _ = stage_replacement(out, first=1000, run_id="died2")
-    commit_output(str(out), staging, moves)
-    assert sorted(p.name for p in out.iterdir()) == [COMMIT_MARKER, "web"]
-    prepare_output(str(out), overwrite=True)  # no "not an easydata output" refusal
+    staging, moves, manifest = stage_replacement(out, first=1000, run_id="died2")
+    manifest["run"] = {"run_id": "died2"}
+
+    def killed(*args: Any) -> None:
+        raise OSError("killed before the manifest")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(easydata.run.output, "write_manifest", killed)
+        with pytest.raises(OSError, match="killed before the manifest"):
+            commit_output(str(out), staging, moves, manifest)
+    assert sorted(p.name for p in out.iterdir()) == [COMMIT_MARKER, ".easydata-tmp-died2", "web"]
+    prepare_output(str(out), overwrite=True)  # no "not an easydata output" refusal: the commit is finished first
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST_NAME, "web"]
+    assert json.loads((out / MANIFEST_NAME).read_text())["run"]["run_id"] == "died2"
     assert sorted(p.name for p in (out / "web").iterdir()) == sorted(Path(rel).name for _, rel in moves)
