@@ -1,7 +1,8 @@
 """The architecture, checked statically: every `import` statement of every module (at any depth,
 in functions too) is parsed, and the layers of docs/architecture.md are enforced.
 
-- No import cycles anywhere (a cycle hidden behind a function-level import is still a cycle).
+- No import cycles anywhere (a cycle hidden behind a function-level import is still a cycle), between modules
+  or between the core's packages.
 - The core (`easydata/`) never imports `transforms`, `beam_pipelines` or `apache_beam`, except
   `easydata/launch.py`, which launches jobs for the command and the Python API and may import
   `beam_pipelines` inside functions only.
@@ -101,6 +102,32 @@ def test_no_import_cycles() -> None:
         if module not in index:
             visit(module)
     assert cycles == []
+
+
+def _package(module: str) -> str | None:
+    """`easydata.io.sources` -> `easydata.io`; None for a module at the top of `easydata` (config, cli, rows...)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "easydata" and len(parts) > 2 or \
+        parts[0] == "easydata" and len(parts) == 2 and (ROOT / "easydata" / parts[1] / "__init__.py").is_file() else None
+
+
+def test_no_cycles_between_the_cores_packages() -> None:
+    """The core's packages form layers (io <- ops <- text <- run / core <- reader <- compat / tools): a package
+    that imports another is never imported by it, directly or through others, at any depth of any module."""
+    packages: dict[str, set[str]] = {}
+    for module in MODULES:
+        source = _package(module)
+        if source is None:
+            continue
+        packages.setdefault(source, set()).update(
+            target for target in map(_package, _edges(module)) if target is not None and target != source)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(p == goal or (p not in seen and not seen.add(p) and reaches(p, goal, seen))
+                   for p in packages.get(start, ()))
+
+    cycles = sorted((a, b) for a in packages for b in packages[a] if reaches(b, a, set()))
+    assert len(packages) >= 8 and cycles == [], cycles
 
 
 def test_the_core_never_reaches_up() -> None:

@@ -42,7 +42,7 @@ __all__ = ["Pipeline", "JobOutputSource", "BatchLoader", "create_pipeline", "tok
 def default_cache_dir() -> str:
     """Where prepared outputs are cached: `pipelines/` in easydata-beam's cache (`$EASYDATA_CACHE`,
     default `~/.cache/easydata-beam`, which also holds the default job's sample corpus)."""
-    from easydata.tools.sample import cache_root
+    from easydata.cache import cache_root
 
     return os.path.join(str(cache_root()), "pipelines")
 

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-from easydata.compat.chat_transform import ChatTemplateTransform, as_tokenizer_handle
+from easydata.core.chat_transform import ChatTemplateTransform, as_tokenizer_handle
 from easydata.core.protocols import (DropFields, FilterTransform, MapTransform, RenameFields, SelectFields,
                                      DerivedShardedSource, ShardedDataSource, TransformedShardedSource)
 

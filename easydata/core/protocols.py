@@ -101,7 +101,7 @@ class ShardedDataSource(ABC):
 
     def apply_chat_template(self, tokenizer: Any, messages_field: str = "messages", output_field: str = "text",
                             **kwargs: Any) -> "ShardedDataSource":
-        from easydata.compat.chat_transform import ChatTemplateTransform
+        from easydata.core.chat_transform import ChatTemplateTransform
 
         return TransformedShardedSource(self, ChatTemplateTransform(tokenizer, messages_field=messages_field,
                                                                     output_field=output_field, **kwargs))

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from easydata.config import DatasetConfig
 from easydata.io.record_format import FormatError
-from easydata.text.chat import ChatError, conversation_from_record
+from easydata.io.conversations import ChatError, conversation_from_record
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
            "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "PROGRAMMING_ERRORS", "raise_unless_corrupt"]

@@ -23,6 +23,7 @@ import pyarrow as pa
 from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
 from easydata.io.token_arrays import list_column_values, token_list_array  # re-exported: the formats' token columns
+from easydata.rows import TOKEN_COLUMNS
 
 __all__ = [
     "SHARD_EXTENSIONS",
@@ -52,7 +53,6 @@ __all__ = [
 
 _JSONL_COMPRESSION_SUFFIX = {"none": "", "gzip": ".gz", "zstd": ".zst"}
 # Token-aligned columns: int32 lists whose lengths equal the row's length.
-TOKEN_COLUMNS = ("input_ids", "attention_mask", "loss_mask", "segment_ids", "positions")
 
 
 def shard_file_name(index: int, count: int, fmt: str, compression: str = "none") -> str:
@@ -534,7 +534,7 @@ def assemble_shard(pieces: Sequence[str | tuple[str, int, int]], dest: str, fmt:
       `loss_mask == 1` (all real tokens when there is no loss mask); documents from the hidden
       `__piece__` column of cut documents (`easydata.text.windows`).
     """
-    from easydata.text.windows import PIECE_COLUMN, piece_counts
+    from easydata.rows import PIECE_COLUMN, piece_counts
 
     drop = {*drop_columns, PIECE_COLUMN}  # hidden bookkeeping of cut documents is never written
     out_schema = pa.schema([f for f in schema if f.name not in drop])

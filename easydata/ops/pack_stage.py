@@ -28,7 +28,7 @@ from easydata.config import PackStageConfig
 from easydata.io.token_arrays import list_column_values, token_list_array
 from easydata.ops.packing import PackedRows, document_lengths, fill_rows, plan_packing
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, hashes_in_group, row_hashes
-from easydata.text.windows import PIECE_COLUMN, piece_counts
+from easydata.rows import PIECE_COLUMN, piece_counts
 
 __all__ = ["PackStats", "pack_group", "resolve_pad_id", "PACKED_COLUMNS", "SOURCES_COLUMN"]
 

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.formats import common_schema, conform, take_rows
+from easydata.rows import HASH_COLUMN, KEY_COLUMN
 
 __all__ = [
     "DEFAULT_GROUP_BYTES",
@@ -54,8 +55,6 @@ __all__ = [
     "unify_schemas",
 ]
 
-HASH_COLUMN = "__hash__"
-KEY_COLUMN = "__key__"
 # Estimated bytes of token rows per hash group. A group is packed or sorted in one worker's memory
 # (about 2x its size while packing); 64 MB keeps that small next to a worker's baseline, and gives a
 # 40 MB corpus two groups, packed in parallel by two workers (docs/performance.md).

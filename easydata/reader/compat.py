@@ -1,7 +1,8 @@
-"""EasyData-compatible names the reader re-exports (`from easydata.reader import ParquetShardedSource`);
-they live in `easydata.compat` (no Apache Beam import there either)."""
+"""EasyData-compatible names the reader exports (`from easydata.reader import ParquetShardedSource`): the
+`ShardedDataSource` family (`easydata.reader.sharded_sources`) and `AsyncDataLoader`
+(`easydata.reader.async_loader`); `easydata.compat` re-exports them under EasyData's module paths."""
 
-from easydata.compat.loader import AsyncDataLoader
-from easydata.compat.sources import ArrowShardedSource, ParquetShardedSource
+from easydata.reader.async_loader import AsyncDataLoader
+from easydata.reader.sharded_sources import ArrowShardedSource, ParquetShardedSource
 
 __all__ = ["ParquetShardedSource", "ArrowShardedSource", "AsyncDataLoader"]

@@ -278,7 +278,7 @@ class EngineChoice:
 
 
 def _verdict_file(digest: str, name: str, version: str) -> Path:
-    from easydata.tools.sample import cache_root
+    from easydata.cache import cache_root
 
     return cache_root() / "engine-verdicts" / f"{digest[:32]}-{name}-{version}-a{ADVERSARIAL_SET_VERSION}.json"
 

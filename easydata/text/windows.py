@@ -28,11 +28,10 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
-import pyarrow as pa
 
 __all__ = ["PIECE_COLUMN", "Pieces", "plan_windows", "cut_documents", "piece_counts", "PieceCounts"]
 
-PIECE_COLUMN = "__piece__"
+from easydata.rows import PIECE_COLUMN, PieceCounts, piece_counts  # the row schema's owner
 
 
 def plan_windows(lengths: np.ndarray, max_length: int, stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -136,23 +135,3 @@ def cut_documents(ids: np.ndarray, offsets: np.ndarray, *, mode: str, max_length
     return Pieces(ids=out_ids, offsets=out_offsets, doc=doc, piece=piece, mask=out_mask)
 
 
-@dataclasses.dataclass(frozen=True)
-class PieceCounts:
-    """What rows stand for: `documents` (rows that start a document), `cut_documents` (documents that
-    were truncated or windowed) and `continuation_rows` (windows after a document's first)."""
-
-    documents: int
-    cut_documents: int
-    continuation_rows: int
-
-
-def piece_counts(batch: pa.RecordBatch | pa.Table) -> PieceCounts:
-    """Counts a batch's documents from its `PIECE_COLUMN` (every row is a document without it)."""
-    if PIECE_COLUMN not in batch.schema.names:
-        return PieceCounts(documents=batch.num_rows, cut_documents=0, continuation_rows=0)
-    column = batch.column(PIECE_COLUMN)
-    piece = (column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column).to_numpy(
-        zero_copy_only=False)
-    continuation = int(np.count_nonzero(piece >= 2))
-    return PieceCounts(documents=len(piece) - continuation, cut_documents=int(np.count_nonzero(piece == 1)),
-                       continuation_rows=continuation)

@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
+from easydata.cache import cache_root
 from easydata.config import PipelineConfig
 
 __all__ = ["default_config", "ensure_sample", "DEFAULT_OUTPUT_DIR"]
@@ -28,10 +29,6 @@ DEFAULT_OUTPUT_DIR = "easydata_output"
 _SAMPLE_VERSION = 1
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__", "lib2to3"}
 _VOCAB_SIZE = 8192
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("EASYDATA_CACHE", Path.home() / ".cache" / "easydata-beam"))
 
 
 def _stdlib_files() -> list[Path]:

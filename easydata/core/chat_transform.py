@@ -1,0 +1,80 @@
+"""`ChatTemplateTransform`: an example's messages rendered into text with a chat template.
+
+Uses this package's sandboxed renderer (`easydata.text.chat`, the one the pipeline uses), with the
+template and special-token strings of a transformers tokenizer object, or of a tokenizer loaded by
+path / hub id. It does not depend on the source protocol, so `ShardedDataSource.apply_chat_template`
+can use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from easydata.text.chat import ChatRenderer, conversation_from_record
+
+__all__ = ["ChatTemplateTransform", "as_tokenizer_handle"]
+
+Example = dict[str, Any]
+
+
+def as_tokenizer_handle(tokenizer: Any) -> Any:
+    """A `TokenizerHandle` from a path, hub id, `TokenizerConfig` or handle."""
+    from easydata.config import TokenizerConfig
+    from easydata.text.tokenizer import TokenizerHandle, load_tokenizer
+
+    if isinstance(tokenizer, TokenizerHandle):
+        return tokenizer
+    if isinstance(tokenizer, (str, TokenizerConfig)):
+        return load_tokenizer(tokenizer)
+    path = getattr(tokenizer, "name_or_path", None)
+    if isinstance(path, str):  # a transformers tokenizer: load the same files with `tokenizers`
+        return load_tokenizer(path)
+    raise TypeError(f"expected a tokenizer path, hub id, TokenizerConfig or transformers tokenizer, got"
+                    f" {type(tokenizer).__name__}")
+
+
+def _renderer(tokenizer: Any, template: Optional[str]) -> ChatRenderer:
+    """A renderer for a transformers tokenizer object (its template and special-token strings) or
+    for anything `as_tokenizer_handle` takes; `template` may name a shipped one (`chatml`, `llama3`, ...)."""
+    from easydata.text.chat_templates import named_template
+
+    template = named_template(template) or template if template else template
+    if hasattr(tokenizer, "apply_chat_template"):  # transformers: read what it holds, load nothing
+        text = template or tokenizer.chat_template
+        if not text:
+            raise ValueError(f"tokenizer '{tokenizer.name_or_path}' has no chat_template; pass chat_template=")
+        variables = {"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token,
+                     "pad_token": tokenizer.pad_token, "unk_token": tokenizer.unk_token}
+        return ChatRenderer(text, variables, tokenizer.all_special_tokens)
+    handle = as_tokenizer_handle(tokenizer)
+    text = template or handle.info.chat_template
+    if not text:
+        raise ValueError(f"tokenizer '{handle.info.name_or_path}' has no chat_template; pass chat_template=")
+    return ChatRenderer.for_tokenizer(handle, text)
+
+
+class ChatTemplateTransform:
+    """Renders an example's messages (OpenAI `role`/`content` or ShareGPT `from`/`value`) into text.
+
+    Args:
+      tokenizer: a transformers tokenizer, a tokenizer directory / hub id, or a `TokenizerConfig`;
+        its `chat_template` is used unless `chat_template` is given.
+      messages_field: the field holding the messages.
+      output_field: where the rendered text goes (the other fields are kept).
+      add_generation_prompt: end with the assistant prompt (for generation, not training).
+      drop_messages: remove `messages_field` from the result.
+    """
+
+    def __init__(self, tokenizer: Any, messages_field: str = "messages", output_field: str = "text",
+                 add_generation_prompt: bool = False, chat_template: Optional[str] = None,
+                 drop_messages: bool = False):
+        self.renderer = _renderer(tokenizer, chat_template)
+        self.messages_field, self.output_field = messages_field, output_field
+        self.add_generation_prompt, self.drop_messages = add_generation_prompt, drop_messages
+
+    def __call__(self, example: Example) -> Example:
+        conversation = conversation_from_record(example.get(self.messages_field), example)
+        text = self.renderer.render_text(conversation, generation_prompt=self.add_generation_prompt)
+        out = {k: v for k, v in example.items() if not (self.drop_messages and k == self.messages_field)}
+        out[self.output_field] = text
+        return out
