@@ -22,7 +22,7 @@ TOKEN_COLUMNS = ("input_ids", "attention_mask", "loss_mask", "segment_ids", "pos
 KEY_COLUMN = "__key__"
 HASH_COLUMN = "__hash__"
 PIECE_COLUMN = "__piece__"
-HIDDEN_COLUMNS = (KEY_COLUMN, HASH_COLUMN, PIECE_COLUMN)
+HIDDEN_COLUMNS = (HASH_COLUMN, KEY_COLUMN, PIECE_COLUMN)  # never written to an output
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,8 @@ from easydata.io.formats import write_staged_batches
 from easydata.run.machine import return_free_memory
 from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema
 from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
-from transforms.write import HIDDEN_COLUMNS, sorted_group_path
+from easydata.rows import HIDDEN_COLUMNS
+from transforms.write import sorted_group_path
 
 __all__ = ["Pack", "PACK_STATS_TAG"]
 

@@ -29,10 +29,12 @@ from easydata.text.chat import ChatRenderer
 from easydata.text.chat_stage import render_batch
 from easydata.config import DatasetConfig, PipelineConfig, StreamingConfig, TokenizerConfig
 from easydata.io.dead_letters import dead_letter_path, write_dead_letters
-from easydata.io.filesystems import file_size, join, remove_file
+from easydata.io.filesystems import file_size, remove_file
 from easydata.io.formats import assemble_shard, shard_file_name, write_piece
+from easydata.io.staging import Staging
+from easydata.rows import HIDDEN_COLUMNS
 from easydata.ops.pack_stage import pack_group
-from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, sort_group
+from easydata.ops.sharding import sort_group
 from easydata.io.sources import collect_records
 from easydata.run.finalize import engine_entry
 from easydata.run.streaming import commit_window, parse_message, window_id
@@ -41,7 +43,6 @@ from easydata.text.tokenizer import shared_tokenizer
 
 __all__ = ["WindowMessages", "ProcessWindow", "CommitWindows"]
 
-_HIDDEN = (HASH_COLUMN, KEY_COLUMN)
 
 
 def windowing(settings: StreamingConfig) -> beam.WindowInto:
@@ -210,14 +211,14 @@ class _ProcessWindowFn(beam.DoFn):
         table, written = self._rows_of(batch, name, wid)
         save, moves, shards, columns = self._config.save, [], [], {}
         if table is not None and table.num_rows:
-            piece = join(self._staging, "pieces", name, f"{wid}.arrow")
+            piece = Staging(self._staging).window_piece(name, wid)
             write_piece(table, piece)
             relative = f"{name}/{wid}-{shard_file_name(0, 1, save.format, save.codec)}"
-            staged = join(self._staging, relative)
-            schema = pa.schema([f for f in table.schema if f.name not in _HIDDEN])
+            staged = Staging(self._staging).file(relative)
+            schema = pa.schema([f for f in table.schema if f.name not in HIDDEN_COLUMNS])
             rows, tokens, padding = assemble_shard([piece], staged, save.format, table.schema,
                                                    compression=save.codec, row_group_size=save.row_group_size,
-                                                   drop_columns=_HIDDEN)[:3]
+                                                   drop_columns=HIDDEN_COLUMNS)[:3]
             remove_file(piece)  # assembled: the staging area keeps no uncompressed copy of the window
             shards.append({"path": relative, "rows": rows, "tokens": tokens, "padding_tokens": padding,
                            "bytes": file_size(staged)})
@@ -228,7 +229,7 @@ class _ProcessWindowFn(beam.DoFn):
         rejected_files = []
         if rejects:
             relative = write_dead_letters(self._staging, dead_letter_path(name, wid), rejects)
-            moves.append((join(self._staging, relative), relative))
+            moves.append((Staging(self._staging).file(relative), relative))
             rejected_files.append(relative)
             self._rejected.inc(len(rejects))
         rejected = sum(r.records for r in rejects)

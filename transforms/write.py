@@ -24,21 +24,21 @@ import pyarrow as pa
 from easydata.config import SaveStageConfig
 from easydata.io.filesystems import file_size, join
 from easydata.io.formats import assemble_shard, shard_file_name, write_piece
-from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
+from easydata.io.staging import Staging
+from easydata.rows import HIDDEN_COLUMNS
+from easydata.ops.sharding import PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
     plan_shards, serialize_schema, sort_group, unify_schemas
 from easydata.run.machine import return_free_memory
 from easydata.io.token_files import TokenFileSpec
-from easydata.text.windows import PIECE_COLUMN
 from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
 
 __all__ = ["SortGroups", "WriteShards", "sorted_group_path", "HIDDEN_COLUMNS"]
 
-HIDDEN_COLUMNS = (HASH_COLUMN, KEY_COLUMN, PIECE_COLUMN)
 
 
 def sorted_group_path(staging: str, name: str, group: int) -> str:
     """Where a group's sorted rows are staged (one deterministic name: a retried bundle rewrites it)."""
-    return join(staging, "sorted", name, f"g{group:06d}.arrow")
+    return Staging(staging).sorted_group(name, group)
 
 
 class _SortGroupFn(beam.DoFn):
@@ -119,7 +119,7 @@ class _AssembleShardFn(beam.DoFn):
         pieces = sorted(pieces, key=lambda p: p.group)
         num_shards = pieces[0].num_shards
         relative = f"{self._name}/{shard_file_name(shard, num_shards, self._save.format, self._save.codec)}"
-        dest = join(self._staging, relative)
+        dest = Staging(self._staging).file(relative)
         done = assemble_shard([(p.path, p.start, p.start + p.rows) for p in pieces], dest, self._save.format, schema,
                               compression=self._save.codec, row_group_size=self._save.row_group_size,
                               drop_columns=HIDDEN_COLUMNS, token_files=self._token_files)

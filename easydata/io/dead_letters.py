@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from easydata.io.filesystems import join, write_atomic
+from easydata.io.filesystems import write_atomic
+from easydata.io.staging import Staging
 from easydata.io.sources import Reject
 
 __all__ = ["write_dead_letters", "dead_letter_path"]
@@ -26,5 +27,5 @@ def dead_letter_path(dataset: str, name: str) -> str:
 def write_dead_letters(staging: str, relative: str, rejects: Iterable[Reject]) -> str:
     """Writes `rejects` to `staging/relative`; returns `relative` (the path the commit moves)."""
     data = "".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in rejects).encode()
-    write_atomic(join(staging, relative), data)
+    write_atomic(Staging(staging).file(relative), data)
     return relative

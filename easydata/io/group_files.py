@@ -19,6 +19,7 @@ import uuid
 from typing import Any, Iterable, Iterator
 
 from easydata.io.filesystems import join, open_arrow_file
+from easydata.io.staging import Staging
 
 __all__ = ["GroupFileWriter", "read_group_files", "group_files_dir", "discard_group_files"]
 
@@ -28,7 +29,7 @@ _LENGTH = struct.Struct("<Q")
 
 def group_files_dir(staging: str, stage: str, name: str) -> str:
     """Where a run's group files of one grouping stage (`pack`, `sort`) of one output go."""
-    return join(staging, "groups", stage, name)
+    return Staging(staging).groups(stage, name)
 
 
 def discard_group_files(staging: str) -> int:
@@ -36,7 +37,7 @@ def discard_group_files(staging: str) -> int:
     own: the old ones would only fill the disk until the commit); returns the bytes freed."""
     from easydata.io.filesystems import get_fs
 
-    fs, root = get_fs(join(staging, "groups"))
+    fs, root = get_fs(Staging(staging).groups())
     if not fs.exists(root):
         return 0
     freed = sum(int(size or 0) for size in fs.du(root, total=False).values())

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from easydata.errors import InputError
 from easydata.io.filesystems import get_fs, join, open_arrow_file, staging_ipc_options, open_file, open_regular, temp_name, write_atomic
-from easydata.run.output import TEMP_PREFIX
+from easydata.io.staging import TEMP_PREFIX, Staging
 
 __all__ = ["run_signature", "write_run_info", "unfinished_runs", "find_resumable_run", "batch_path", "write_batch",
            "read_batch", "write_unit", "UnitCheckpoint", "completed_units"]
@@ -66,7 +66,7 @@ def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optio
         info["inputs"] = inputs
     if id_sources is not None:
         info["id_sources"] = id_sources
-    write_atomic(join(staging, RUN_INFO), json.dumps(info).encode())
+    write_atomic(Staging(staging).run_info, json.dumps(info).encode())
 
 
 def unfinished_runs(output_dir: str) -> list[dict[str, Any]]:
@@ -95,7 +95,7 @@ def find_resumable_run(output_dir: str, signature: str) -> Optional[str]:
 
 
 def _unit_dir(staging: str, dataset: str, unit: int) -> str:
-    return join(staging, "checkpoints", dataset, f"u{unit:05d}")
+    return Staging(staging).checkpoint_unit(dataset, unit)
 
 
 def batch_path(staging: str, dataset: str, unit: int, index: int) -> str:

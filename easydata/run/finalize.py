@@ -16,11 +16,12 @@ from typing import Any, Iterable, Optional
 from easydata.text.chat import template_hash
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError
-from easydata.io.filesystems import join, open_file
+from easydata.io.filesystems import open_file
 from easydata.io.formats import TOKEN_COLUMNS
 from easydata.run.manifest import PARTIAL_INPUTS, SHUFFLE_BYTES_PREFIX, build_manifest
 from easydata.ops.mixing import MIXED_NAME, MixPlan
 from easydata.io.sources import check_unchanged
+from easydata.io.staging import Staging
 from easydata.run.lock import check_owner
 from easydata.run.output import commit_output
 from easydata.run.run_plan import RunPlan
@@ -189,7 +190,7 @@ def _refuse_empty_datasets(plan: RunPlan, counters: dict[str, collections.Counte
         reasons: collections.Counter = collections.Counter()
         for rel in rejected_files:
             if rel.startswith(f"rejected/{d.name}/"):
-                with open_file(join(plan.staging, rel), "rb", decompress=False) as f:
+                with open_file(Staging(plan.staging).file(rel), "rb", decompress=False) as f:
                     for line in f:
                         reject = json.loads(line)
                         reasons[reject["reason"]] += int(reject.get("records", 1))
@@ -199,7 +200,7 @@ def _refuse_empty_datasets(plan: RunPlan, counters: dict[str, collections.Counte
         reason, count = reasons.most_common(1)[0]
         raise EasyDataError(f"dataset '{d.name}' wrote no documents: all {c['documents_rejected']:,} records were"
                             f" rejected, {count:,} of them for: {reason[:200]} (dead letters in"
-                            f" {join(plan.staging, 'rejected', d.name)}; set allow_empty_datasets: true to accept)")
+                            f" {Staging(plan.staging).rejected(d.name)}; set allow_empty_datasets: true to accept)")
 
 
 def engine_entry(choice: Optional[dict[str, Any]], counts: Optional[collections.Counter]) -> dict[str, Any]:
@@ -294,11 +295,11 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     if limit is not None and total_in and total_rejected / total_in > limit:
         raise EasyDataError(f"{total_rejected} of {total_in} documents rejected"
                             f" ({100 * total_rejected / total_in:.2f}% > max_rejected_fraction {limit}); see"
-                            f" {join(plan.staging, 'rejected')}")
+                            f" {Staging(plan.staging).rejected()}")
     rejected_files = sorted(rejected_files)
     moves = [(s.temp_path, s.relative_path) for infos in by_dataset.values() for s in infos]
     moves += [(temp, rel) for infos in by_dataset.values() for s in infos for _, temp, rel in s.companions]
-    moves += [(join(plan.staging, rel), rel) for rel in rejected_files]
+    moves += [(Staging(plan.staging).file(rel), rel) for rel in rejected_files]
     tokenizer, per_dataset = plan.tokenizer_manifest()
     has_loss_mask = any("trained_tokens" in entry for entry in datasets.values())
     chat = {d.name: {"template_hash": template_hash(d.chat_template) if d.chat_template else None,

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Optional
 
 from easydata.errors import OutputError, ValidationFailed
 from easydata.io.filesystems import get_fs, join, open_regular
+from easydata.io.staging import TEMP_PREFIX, Staging
 from easydata.run.lock import LOCK_NAME
 from easydata.run.manifest import (COMMIT_MARKER, MANIFEST_NAME, is_easydata_manifest, member_path, owned_files,
                                    resolves_inside, write_manifest)
@@ -32,10 +33,9 @@ from easydata.run.manifest import (COMMIT_MARKER, MANIFEST_NAME, is_easydata_man
 __all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "foreign_file", "previous_run_files", "staging_dir", "commit_output", "recover_commit",
            "finish_commit", "move_into_place"]
 
-TEMP_PREFIX = ".easydata-tmp-"
-#: The copy of a commit's journal inside its staging directory: the proof that the journal at the top of the
-#: output was written by the run whose staging this is (`_provably_ours`).
-JOURNAL_COPY = "commit.json"
+#: The copy of a commit's journal inside its staging directory (`Staging.journal_copy`): the proof that the journal
+#: at the top of the output was written by the run whose staging this is (`_provably_ours`).
+JOURNAL_COPY = posixpath.basename(Staging("").journal_copy)
 
 
 def new_run_id() -> str:
@@ -43,7 +43,7 @@ def new_run_id() -> str:
 
 
 def staging_dir(output_dir: str, run_id: str) -> str:
-    return join(output_dir, TEMP_PREFIX + run_id)
+    return Staging.of_run(output_dir, run_id).root
 
 
 def prepare_output(output_dir: str, overwrite: bool) -> None:
@@ -175,8 +175,8 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
     """
     fs, root = get_fs(output_dir)
     _, staging_root = get_fs(staging)
-    staging_name = posixpath.basename(staging_root.rstrip("/"))
-    run_id = staging_name[len(TEMP_PREFIX):]
+    staging_name = Staging(staging_root).name
+    run_id = Staging(staging_root).run_id
     moves = [(src, rel) for src, rel in moves]
     previous = _read_journal(fs, root)
     retry = bool(previous) and previous.get("run_id") == run_id
@@ -193,7 +193,7 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
                "moves": [[src, rel] for src, rel in moves], "remove": remove, "manifest": manifest}
     _trusted(output_dir, journal)
     data = json.dumps(journal).encode()
-    _write_atomic(fs, join(staging_root, JOURNAL_COPY), data)  # first: the proof that the journal is this run's
+    _write_atomic(fs, Staging(staging_root).journal_copy, data)  # first: the proof that the journal is this run's
     _write_atomic(fs, join(root, COMMIT_MARKER), data)
     _complete(fs, root, output_dir, journal)
 
@@ -261,7 +261,7 @@ def _provably_ours(output_dir: str, fs: Any, root: str, journal: dict[str, Any])
             return "committed"
         refuse(f"its staging directory {journal['staging']!r} does not exist")
     try:
-        with open_regular(fs, join(staging, JOURNAL_COPY), "rb") as f:
+        with open_regular(fs, Staging(staging).journal_copy, "rb") as f:
             copy = json.loads(f.read())
     except Exception:
         copy = None

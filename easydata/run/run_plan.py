@@ -17,8 +17,9 @@ from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.text.chat import ChatRenderer
 from easydata.text.chat_templates import NAMED_TEMPLATES, named_template
 from easydata.errors import ConfigError, InputError
-from easydata.io.filesystems import file_version, join, read_text
+from easydata.io.filesystems import file_version, read_text
 from easydata.io.group_files import discard_group_files
+from easydata.io.staging import Staging
 from easydata.ops.mixing import mix_budget, normalise_weights
 from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.output import new_run_id, prepare_output, staging_dir
@@ -318,7 +319,7 @@ def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: 
         if is_hub_id(name):
             if name not in shipped:
                 tokenizer_file, _ = resolve_tokenizer_files(name)
-                shipped[name] = stage_tokenizer_files(tokenizer_file.parent, join(staging, "tokenizers", name))
+                shipped[name] = stage_tokenizer_files(tokenizer_file.parent, Staging(staging).tokenizer(name))
             d = dataclasses.replace(d, tokenizer=dataclasses.replace(d.tokenizer, name_or_path=shipped[name]))
         out.append(d)
     return out
