@@ -22,7 +22,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from easydata.config import SaveStageConfig
-from easydata.io.filesystems import file_size, join
+from easydata.io.filesystems import file_size
 from easydata.io.formats import assemble_shard, shard_file_name, write_piece
 from easydata.io.staging import Staging
 from easydata.rows import HIDDEN_COLUMNS
