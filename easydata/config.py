@@ -47,11 +47,17 @@ __all__ = [
     "DEFAULT_COMPRESSION",
 ]
 
-INPUT_TYPES = ("jsonl", "json", "parquet", "arrow", "csv", "txt")
-OUTPUT_FORMATS = ("parquet", "arrow", "jsonl", "bin", "npz", "megatron", "tfrecord", "arrayrecord")
+# The enumerations, each written once: the config fields' types are these, and the tuples derive from them.
+InputType = Literal["jsonl", "json", "parquet", "arrow", "csv", "txt"]
+OutputFormat = Literal["parquet", "arrow", "jsonl", "bin", "npz", "megatron", "tfrecord", "arrayrecord"]
+Compression = Literal["none", "zstd", "snappy", "gzip", "lz4"]
+EngineName = Literal["auto", "hf", "fastokens", "gigatoken"]
+INPUT_TYPES = typing.get_args(InputType)
+OUTPUT_FORMATS = typing.get_args(OutputFormat)
 # Formats of plain numpy token files (`easydata.io.token_files`): default compression `none`.
 TOKEN_FILE_FORMATS = ("bin", "npz", "megatron")
-COMPRESSIONS = ("none", "zstd", "snappy", "gzip", "lz4")
+COMPRESSIONS = typing.get_args(Compression)
+ENGINE_NAMES = typing.get_args(EngineName)
 #: The compression of each output format when `save.compression` is not set.
 DEFAULT_COMPRESSION = {"parquet": "zstd", "arrow": "zstd", "jsonl": "none", "bin": "none", "npz": "none",
                        "megatron": "none", "tfrecord": "none", "arrayrecord": "zstd"}
@@ -65,10 +71,10 @@ _FORMAT_COMPRESSIONS = {
     "tfrecord": ("none", "gzip"),
     "arrayrecord": ("none", "zstd"),
 }
-# Resource bounds: settings beyond these are refused before any work starts (they would only end in
-# "Unable to allocate ..." once data flows). Each is far above what a real job needs.
 #: What a secret (`save.hub_token`) reads as wherever the config is shown or written.
 REDACTED = "<redacted>"
+# Resource bounds: settings beyond these are refused before any work starts (they would only end in
+# "Unable to allocate ..." once data flows). Each is far above what a real job needs.
 MAX_SEQ_LENGTH = 2**21             # tokens per packed row (2 M: the longest-context models' windows)
 MAX_TOTAL_TOKENS = 10**14          # an explicit mix budget (100 T tokens)
 MAX_SHARDS = 100_000               # shards per output
@@ -182,7 +188,7 @@ class DatasetConfig:
 
     name: Optional[str] = None
     data_files: Union[str, list[str], None] = None
-    type: Optional[Literal["jsonl", "json", "parquet", "arrow", "csv", "txt", "huggingface"]] = None
+    type: Optional[Literal[InputType, "huggingface"]] = None
     split: Optional[str] = None
     content_field: str = "text"
     additional_fields: list[str] = dataclasses.field(default_factory=list)
@@ -255,7 +261,7 @@ class TokenizeStageConfig:
     num_workers: Optional[int] = None
     cache_tokenized: bool = True
     remove_columns: list[str] = dataclasses.field(default_factory=list)
-    engine: Literal["auto", "hf", "fastokens", "gigatoken"] = "auto"
+    engine: EngineName = "auto"
 
     @property
     def truncation_mode(self) -> str:
@@ -447,8 +453,8 @@ class SaveStageConfig:
     """
 
     output_dir: str = "easydata_output"
-    format: Literal["parquet", "arrow", "jsonl", "bin", "npz", "megatron", "tfrecord", "arrayrecord"] = "parquet"
-    compression: Optional[Literal["none", "zstd", "snappy", "gzip", "lz4"]] = None
+    format: OutputFormat = "parquet"
+    compression: Optional[Compression] = None
     num_shards: Optional[int] = None
     max_shard_size: Union[int, str] = "500MB"
     overwrite: bool = False

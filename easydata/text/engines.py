@@ -32,11 +32,12 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from easydata.config import ENGINE_NAMES  # `tokenize.engine`'s values, written once in the config
+
 __all__ = ["ENGINE_NAMES", "FAST_ENGINES", "Engine", "EngineChoice", "VerifiedEngine", "load_engine",
            "choose_engine", "prefetch_engine", "verify_engine", "known_refusal", "fast_candidates",
            "special_token_strings", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
 
-ENGINE_NAMES = ("auto", "hf", "fastokens", "gigatoken")
 #: The fast engines `auto` tries, fastest first (benchmarks/bench_pipeline.py).
 FAST_ENGINES = ("fastokens", "gigatoken")
 #: Share of documents re-encoded with `hf` while a fast engine runs (chosen by a hash of the key).
