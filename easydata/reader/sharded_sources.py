@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator, Optional, Sequence
 
+from easydata.errors import InputError
 from easydata.core.protocols import ShardedDataSource, ShardInfo
 from easydata.io.filesystems import expand_data_files, file_size, get_fs, join, open_file, strip_compression
 from easydata.io.formats import iter_shard_batches
+from easydata.io.sources import infer_type
 from easydata.run.manifest import MANIFEST_NAME, member_path, read_manifest
 
 __all__ = ["FileShardedSource", "ParquetShardedSource", "ArrowShardedSource", "JsonShardedSource",
@@ -192,22 +194,13 @@ _BY_TYPE = {"parquet": ParquetShardedSource, "arrow": ArrowShardedSource, "jsonl
             "json": JsonShardedSource, "csv": CsvShardedSource, "txt": TextShardedSource}
 
 
-def _type_of(path: str) -> str:
-    name = strip_compression(path).lower()
-    for suffix, kind in ((".parquet", "parquet"), (".arrow", "arrow"), (".jsonl", "jsonl"), (".json", "json"),
-                         (".csv", "csv"), (".tsv", "csv"), (".txt", "txt")):
-        if name.endswith(suffix):
-            return kind
-    raise ValueError(f"cannot tell the format of '{path}' from its extension; give the dataset a `type`")
-
-
 def source_for_files(data_files: str | Sequence[str], kind: Optional[str] = None) -> FileShardedSource:
     """The source class for these files: `kind` (a `DatasetConfig.type`), else the first file's extension."""
     if kind is None:
         first = data_files if isinstance(data_files, str) else data_files[0]
         try:
-            kind = _type_of(first)  # from the pattern itself: nothing is listed yet
-        except ValueError:
+            kind = infer_type(first)  # from the pattern itself: nothing is listed yet (the one rule: io.sources)
+        except InputError:
             return _AnyFormatSource(data_files)  # each file's own extension decides, when it is read
     return _BY_TYPE[kind](data_files)
 
@@ -216,7 +209,7 @@ class _AnyFormatSource(FileShardedSource):
     """Files whose format shows only in their names once listed: each is read by its extension."""
 
     def _rows_from(self, path: str, row: int) -> Iterator[dict[str, Any]]:
-        return _BY_TYPE[_type_of(path)]([path])._rows_from(path, row)
+        return _BY_TYPE[infer_type(path)]([path])._rows_from(path, row)
 
 
 class FilesBackedSource(ShardedDataSource):
