@@ -235,11 +235,16 @@ def _environment() -> Any:
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             _tick()
-            _check_int(left)
-            _check_int(right)
-            ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (left, right))
-            if ints and operator == "*" and left.bit_length() + right.bit_length() > MAX_TEMPLATE_INT_BITS:
-                _check_int(1 << (left.bit_length() + right.bit_length()))  # refused before it is computed
+            if operator == "+" and type(left) is str and type(right) is str:  # the common case: one check
+                _check_size(len(left) + len(right))
+                return left + right
+            ints = isinstance(left, int) or isinstance(right, int)  # (bools too: they are ints)
+            if ints:
+                _check_int(left)
+                _check_int(right)
+                if operator == "*" and isinstance(left, int) and isinstance(right, int) and \
+                        left.bit_length() + right.bit_length() > MAX_TEMPLATE_INT_BITS:
+                    _check_int(1 << (left.bit_length() + right.bit_length()))  # refused before it is computed
             if operator == "%" and isinstance(left, str):
                 _check_format(left)
             elif operator == "*":
@@ -254,7 +259,8 @@ def _environment() -> Any:
                     raise _security_error(f"the template raises an integer to the power {right:,}: more than the"
                                           f" {MAX_TEMPLATE_INT_BITS:,} bits a chat template may compute with")
             result = super().call_binop(context, operator, left, right)
-            _check_int(result)
+            if ints:
+                _check_int(result)
             return result
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
