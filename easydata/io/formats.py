@@ -155,9 +155,8 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     """The Parquet columns worth dictionary-encoding: all but lists of integers (token arrays).
 
     A token column's dictionary outgrows its page limit in every row group and falls back to plain
-    encoding after the hashing was paid for: on the 48 MB benchmark's packed shard, dictionaries
-    cost 1.21 s vs 0.82 s of writing without them on token columns, and made the file 19.2 MB
-    instead of 16.3 MB (zstd). Additional fields (sources, languages) keep their dictionaries.
+    encoding after the hashing was paid for: slower to write and a larger file (docs/performance.md).
+    Additional fields (sources, languages) keep their dictionaries.
     """
     def token_like(t: pa.DataType) -> bool:
         return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
@@ -173,9 +172,9 @@ SLICE_MIN_VALUES_PER_ROW = 64
 def take_rows(batch: pa.RecordBatch, order: np.ndarray) -> pa.RecordBatch:
     """`batch.take(order)` (any row indices, repeats allowed), faster for long rows.
 
-    Arrow's take on a list column builds an index of every value it moves; for token rows (a 48 MB
-    benchmark batch: 1,000 documents, ~5 M tokens) concatenating the rows' one-row slices gives the
-    same batch 4-20x faster. Short rows (where a slice per row would cost more) use take.
+    Arrow's take on a list column builds an index of every value it moves; for long token rows,
+    concatenating the rows' one-row slices gives the same batch with a copy of each row's values and no
+    per-value work. Short rows (where a slice per row would cost more) use take.
     """
     lists = [c for c in batch.columns if pa.types.is_list(c.type) or pa.types.is_large_list(c.type)]
     values = max((len(c.flatten()) for c in lists), default=0)

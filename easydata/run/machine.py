@@ -61,12 +61,9 @@ def return_free_memory() -> None:
     Called by the steps that free a lot at once, after each input work unit, tokenize bundle, sorted or
     packed group and assembled shard (a few ms each). Blocks below the mmap threshold (Python objects,
     small arrays, the tokenizer's) come from the heap; what a step frees is scattered between what
-    stays, so the heap cannot shrink and the next step adds on top. On the 1 GB Qwen3 benchmark each
-    worker peaked at ~480 MiB PSS assembling shards against ~300 MiB while tokenizing, 90-150 MiB of it
-    free heap. Alternated pairs with and without these calls (docs/performance.md): peak PSS of the job
-    1,362-1,382 -> 1,219-1,223 MiB at 1 GB, 1,046-1,058 -> 835-848 MiB on 48 MB with `engine: hf`, the
-    same time. Trimming every second instead went lower (~1,100 MiB at 1 GB) but took ~10 % longer:
-    the freed pages were faulted back in.
+    stays, so the heap cannot shrink and the next step adds on top: trimming at these points lowers a
+    job's peak memory at no cost in time, where trimming on a timer costs time (the measurements:
+    docs/performance.md, "Memory and local limits").
     """
     if _malloc_trim is not None:
         _malloc_trim(0)
