@@ -519,9 +519,10 @@ def test_a_malformed_manifest_is_a_problem_line_or_one_error_line(finished, tmp_
 def test_a_deeply_nested_lock_is_held_and_one_line(finished, tmp_path, corpus, tokenizer_dir):
     out = _copy(finished, tmp_path)
     (out / ".easydata-lock").write_text("[" * 100_000 + "]" * 100_000)
-    _one_line(_tokenize(corpus, tokenizer_dir, out, "--overwrite"), "is in use by run ?")
+    _one_line(_tokenize(corpus, tokenizer_dir, out, "--overwrite"), "is locked by '.easydata-lock', which cannot be read",
+              "remove it and run again")
     (out / ".easydata-lock").write_text('{"run_id": ["x"], "pid": "abc", "lease_seconds": "long", "heartbeat_at": {}}')
-    _one_line(_tokenize(corpus, tokenizer_dir, out, "--overwrite"), "is in use by run ?")
+    _one_line(_tokenize(corpus, tokenizer_dir, out, "--overwrite"), "is locked by '.easydata-lock', which cannot be read")
 
 
 def test_an_unfinished_reader_prints_nothing_at_exit(finished):

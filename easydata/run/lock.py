@@ -113,6 +113,9 @@ def stale_reason(holder: dict[str, Any], now: Optional[float] = None) -> Optiona
 
 
 def _describe(output_dir: str, holder: dict[str, Any]) -> str:
+    if not holder:  # unreadable (corrupt, or a special file in its place): held, and it never expires by itself
+        return (f"output '{output_dir}' is locked by '{LOCK_NAME}', which cannot be read (corrupt, being written,"
+                " or not a regular file); if no run is writing there, remove it and run again")
     started = holder.get("started_at")
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)) if isinstance(started, (int, float)) \
         else "an unknown time"
