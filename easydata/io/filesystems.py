@@ -185,8 +185,8 @@ def refuse_special(path: str) -> None:
 def open_regular(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb") -> IO:
     """`fs.open(path, mode)` for reading a file the tool itself wrote (a manifest, a lock, a journal), refusing
     a special file put in its place (`refuse_special`) instead of blocking on it."""
-    if "local" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) or \
-            "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)):
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if {"file", "local"} & set(protocols):  # (another store's stripped path is no local path)
         refuse_special(path)
     return fs.open(path, mode)
 

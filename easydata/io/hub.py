@@ -265,6 +265,8 @@ def push_output(output_dir: str, repo_id: str, *, private: bool = True, token: O
     except Exception as e:  # noqa: BLE001 - every hub failure becomes one line
         why = _why(e, f"dataset repo {repo_id!r}")
         if token:
-            why = why.replace(token, "<redacted>")
+            from easydata.config import REDACTED
+
+            why = why.replace(token, REDACTED)
         raise OutputError(f"push_to_hub: {why}{kept}") from None
     return str(url)
