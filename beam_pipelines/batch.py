@@ -26,6 +26,7 @@ from apache_beam.runners.runner import PipelineResult
 from easydata.config import PipelineConfig
 from easydata.errors import ConfigError, DropUserErrors, EasyDataError, as_user_error
 from easydata.io.group_files import group_files_dir
+from easydata.io.sources import work_units
 from easydata.run.lock import OutputLock
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
@@ -82,8 +83,11 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
                for (name, rows), ds_plan in zip(tokenized.items(), plan.datasets)}
     mix_plan = None
     if config.static_mix is not None:
+        units = {ds_plan.name: [u[0].index for u in work_units(datasets[ds_plan.name], ds_plan.splits)]
+                 for ds_plan in plan.datasets}
         mixed = tokenized | "Mix" >> WeightedMix(weights=config.mix.weights, stop_strategy=config.mix.stop_strategy,
-                                                 total_tokens=config.mix.total_tokens, seed=config.mix_seed)
+                                                 total_tokens=config.mix.total_tokens, seed=config.mix_seed,
+                                                 staging=plan.staging, units=units)
         stats.append(mixed[MIX_STATS_TAG])
         mix_plan = mixed[MIX_PLAN_TAG]
         outputs = {MIXED_NAME: (mixed["rows"], plan.mix_num_groups, plan.datasets[0].pad_id)}

@@ -191,6 +191,11 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         if asked is not None and len(info["shards"]) < asked:
             print(f"    note: {len(info['shards'])} shards, not the {asked} asked for (save.num_shards): a shard holds"
                   f" at least one row and there are {info['rows']:,} rows")
+    if m.get("mix"):
+        from easydata.ops.mixing import describe_mix
+
+        for line in describe_mix(m["mix"]):
+            print(f"  {line}")
     read = m["documents_in"]
     print(f"  total: {read:,} documents read, {totals['tokens']:,} tokens written, {totals['shards']} shards,"
           f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")

@@ -152,3 +152,54 @@ def test_a_budget_that_needs_absurd_repeats_is_refused_before_any_copy():
         plan_mix({"a": hist}, {"a": 1.0}, stop_strategy="first_exhausted", total_tokens=10**11)
     plan = plan_mix({"a": hist}, {"a": 1.0}, stop_strategy="first_exhausted", total_tokens=10**7)  # 10,000 x: allowed
     assert plan.sources["a"].full_copies == 10_000
+
+
+def _batch(name: str, lengths: list[int], seed: int = 0):
+    import pyarrow as pa
+
+    from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+
+    keys = [f"{name}.jsonl@{i}" for i in range(len(lengths))]
+    return pa.RecordBatch.from_pydict({
+        "input_ids": pa.array([list(range(n)) for n in lengths], pa.list_(pa.int32())),
+        KEY_COLUMN: pa.array(keys, pa.string()),
+        HASH_COLUMN: pa.array(row_hashes(seed, name, keys), pa.uint64())})
+
+
+def test_measure_and_select_a_batch_equal_the_per_document_functions():
+    from easydata.ops.mixing import measure_batch, select_batch
+    from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+
+    lengths = {"a": [5, 7, 9, 11] * 20, "b": [3, 4] * 10}
+    batches = {n: _batch(n, l) for n, l in lengths.items()}
+    plan = plan_mix({n: measure_batch(b, n, 0) for n, b in batches.items()}, {"a": 0.5, "b": 0.5},
+                    stop_strategy="all_exhausted")
+    _, copies, tokens_out = _plan_and_select(lengths, {"a": 0.5, "b": 0.5}, "all_exhausted")
+    for name, batch in batches.items():
+        rows, stats = select_batch(batch, name, 0, plan.sources[name])
+        assert stats["mix_copies"] == rows.num_rows == int(copies[name].sum())
+        assert stats["mix_tokens_out"] == tokens_out[name] == plan.sources[name].planned_tokens
+        keys = rows.column(KEY_COLUMN).to_pylist()
+        assert len(set(keys)) == len(keys) and all(k.startswith(f"{name}/") for k in keys)
+        np.testing.assert_array_equal(rows.column(HASH_COLUMN).to_numpy(), row_hashes(0, "mixed", keys))
+    assert stats["mix_documents"] == 20
+
+
+def test_the_sources_that_set_the_budget_and_the_mix_description():
+    from easydata.ops.mixing import budget_setters, describe_mix
+
+    tokens, weights = {"a": 1000, "b": 100}, {"a": 0.5, "b": 0.5}
+    assert budget_setters(tokens, weights, "first_exhausted") == ["b"]  # runs out first: a is subsampled
+    assert budget_setters(tokens, weights, "all_exhausted") == ["a"]  # runs out last: b is repeated
+    assert budget_setters(tokens, weights, "first_exhausted", total_tokens=500) == []
+    plan, copies, tokens_out = _plan_and_select({"a": [10] * 100, "b": [10] * 10}, weights)
+    entry = {**plan.as_dict(), "tokens_out": sum(tokens_out.values()),
+             "sources": {n: {"tokens": plan.sources[n].tokens, "tokens_out": tokens_out[n],
+                             "repeat_factor": plan.sources[n].repeat_factor,
+                             "realized_token_share": tokens_out[n] / sum(tokens_out.values()),
+                             "documents_selected": int(np.count_nonzero(copies[n])), "documents_mixed": len(copies[n]),
+                             "document_copies": int(copies[n].sum())} for n in ("a", "b")}}
+    text = "\n".join(describe_mix(entry))
+    assert "budget set by b (it ran out first: used once)" in text
+    assert "left out: a 900 of 1,000 tokens (90%)" in text
+    assert "50.00% of output tokens (target 50.00%)" in text

@@ -1,4 +1,5 @@
-"""`WeightedMix` wiring: what Beam produces equals the pure selection, whatever the batching."""
+"""`WeightedMix` wiring: what Beam produces (measured from the rows, selected from their checkpoints) equals the
+pure selection, whatever the batching."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pyarrow as pa
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_pipelines.runners import OfflineDirectRunner
+from easydata.run.checkpoint import batch_path, write_batch, write_unit
 from easydata.ops.mixing import mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
 from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, WeightedMix
@@ -43,7 +45,21 @@ def _expected(data, weights):
     return sorted(rows), plan
 
 
-def _run(data, weights, batch_size: int):
+def _checkpoint(staging: str, data, batch_size: int) -> dict[str, list[int]]:
+    """Writes each source's batches as `Tokenize` and `ReadDocuments` checkpoint them (units of 3 batches)."""
+    units: dict[str, list[int]] = {}
+    for n, (keys, ids) in data.items():
+        batches = _batches(n, keys, ids, batch_size)
+        for u, start in enumerate(range(0, len(batches), 3)):
+            part = batches[start:start + 3]
+            for i, b in enumerate(part):
+                write_batch(batch_path(staging, n, u, i), b, {})
+            write_unit(staging, n, u, batches=len(part), stats={}, rejected_file=None)
+            units.setdefault(n, []).append(u)
+    return units
+
+
+def _run(data, weights, batch_size: int, staging: str):
     def rows_of(batch: pa.RecordBatch):
         keys = batch.column(KEY_COLUMN).to_pylist()
         hashes = batch.column(HASH_COLUMN).to_numpy()
@@ -52,10 +68,12 @@ def _run(data, weights, batch_size: int):
 
     expected, plan = _expected(data, weights)
     tokens_out = {n: p.planned_tokens for n, p in plan.sources.items()}
+    units = _checkpoint(staging, data, batch_size)
     with beam.Pipeline(runner=OfflineDirectRunner()) as p:
         inputs = {n: p | f"Create[{n}]" >> beam.Create(_batches(n, keys, ids, batch_size))
                   for n, (keys, ids) in data.items()}
-        mixed = inputs | WeightedMix(weights=weights, stop_strategy="all_exhausted", total_tokens=None, seed=SEED)
+        mixed = inputs | WeightedMix(weights=weights, stop_strategy="all_exhausted", total_tokens=None, seed=SEED,
+                                     staging=staging, units=units)
         assert_that(mixed["rows"] | beam.FlatMap(rows_of), equal_to(expected), label="Rows")
         stats = (mixed[MIX_STATS_TAG]
                  | beam.Map(lambda kv: (kv[0], kv[1]["mix_tokens_out"]))
@@ -65,11 +83,11 @@ def _run(data, weights, batch_size: int):
     return expected
 
 
-def test_mixed_rows_equal_the_pure_selection_for_any_batching():
+def test_mixed_rows_equal_the_pure_selection_for_any_batching(tmp_path):
     rng = np.random.default_rng(1)
     data = {"big": _documents("big", 300, rng), "small": _documents("small", 40, rng)}
     weights = {"big": 0.5, "small": 0.5}
-    expected = _run(data, weights, batch_size=64)
-    _run(data, weights, batch_size=7)  # same rows, other bundles (checked inside)
+    expected = _run(data, weights, batch_size=64, staging=str(tmp_path / "a"))
+    _run(data, weights, batch_size=7, staging=str(tmp_path / "b"))  # same rows, other bundles (checked inside)
     per_source = collections.Counter(k.split("/", 1)[0] for k, _ in expected)
     assert per_source["big"] == 300 and per_source["small"] > 40  # the small source is repeated

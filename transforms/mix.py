@@ -2,8 +2,16 @@
 
 Wiring only; the algorithm is `easydata.ops.mixing` (see its docstring):
 
-  rows[dataset] --selection bucket, token histogram--> CombinePerKey(sum) --> plan (side input)
-  rows[dataset] --copies per document (plan)--> mixed rows (new keys and shuffle hashes)
+  tokenized rows[dataset] --selection bucket, token histogram--> CombinePerKey(sum) --> plan (side input)
+  work units (dataset, unit) --read the unit's checkpointed batches, copies per document (plan)--> mixed rows
+
+The rows are measured as they are tokenized and then dropped: the selection reads them back from the
+checkpoints `Tokenize` writes for `--resume` (`easydata.run.checkpoint`), one batch at a time, once the
+plan is known. So no step holds the tokenized corpus while the plan waits for every dataset's measure
+(a side input would make the runner keep every row of its main input until then), a mixed run's memory
+is an unmixed run's, and no token data crosses a step boundary before the shuffle. The selection's input
+is the planned list of work units, fixed before the job starts, so what it reads does not depend on
+which of a runner's buffers delivered what (`docs/architecture.md`, mixing).
 
 Every decision is a pure function of the data, the weights and the seed, so the mixed rows are the
 same whatever the runner, worker count or bundle sizes. The mixed rows then go through `Pack` and
@@ -18,30 +26,20 @@ Outputs (a dict):
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from easydata.io.formats import take_rows
-from easydata.ops.mixing import MIXED_NAME, MixPlan, mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
-from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
-from easydata.ops.splits import document_keys
-from easydata.text.windows import piece_counts
+from easydata.ops.mixing import MIXED_NAME, MixPlan, measure_batch, plan_mix, select_batch
+from easydata.run.checkpoint import completed_units, read_batch
 
 __all__ = ["WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME"]
 
 MIX_STATS_TAG = "mix_stats"
 MIX_PLAN_TAG = "mix_plan"
-
-
-def _lengths(batch: pa.RecordBatch) -> np.ndarray:
-    return np.diff(batch.column("input_ids").offsets.to_numpy()).astype(np.int64)
-
-
-def _keys(batch: pa.RecordBatch) -> list[str]:
-    return batch.column(KEY_COLUMN).to_pylist()
 
 
 class _MeasureFn(beam.DoFn):
@@ -52,8 +50,7 @@ class _MeasureFn(beam.DoFn):
 
     def process(self, batch: pa.RecordBatch) -> Iterator[tuple[str, np.ndarray]]:
         if batch.num_rows:
-            buckets = selection_buckets(self._seed, self._dataset, document_keys(_keys(batch)))
-            yield self._dataset, token_histogram(buckets, _lengths(batch))
+            yield self._dataset, measure_batch(batch, self._dataset, self._seed)
 
 
 class _SumArrays(beam.CombineFn):
@@ -81,47 +78,51 @@ def _plan(histograms: list[tuple[str, np.ndarray]], weights: Mapping[str, float]
     return plan_mix(dict(histograms), weights, stop_strategy=stop_strategy, total_tokens=total_tokens)
 
 
-class _SelectFn(beam.DoFn):
-    """Repeats or drops each document of a batch as the plan says; re-keys the copies."""
+class _SelectUnitFn(beam.DoFn):
+    """Reads one work unit's checkpointed batches and repeats or drops each document as the plan says."""
 
-    def __init__(self, dataset: str, seed: int):
-        self._dataset, self._seed = dataset, seed
+    def __init__(self, staging: str, seed: int):
+        self._staging, self._seed = staging, seed
 
-    def process(self, batch: pa.RecordBatch, plan: MixPlan) -> Iterator[Any]:
-        if not batch.num_rows:
-            return
-        keys = _keys(batch)
-        copies = select_copies(selection_buckets(self._seed, self._dataset, document_keys(keys)),
-                               plan.sources[self._dataset])
-        lengths = _lengths(batch)
-        yield beam.pvalue.TaggedOutput(MIX_STATS_TAG, (self._dataset, {
-            "mix_documents": piece_counts(batch).documents, "mix_tokens": int(lengths.sum()),
-            "mix_copies": int(copies.sum()), "mix_selected": int(np.count_nonzero(copies)),
-            "mix_tokens_out": int((lengths * copies).sum())}))
-        if not copies.any():
-            return
-        rows = take_rows(batch, np.repeat(np.arange(batch.num_rows), copies))
-        new_keys = mixed_keys(self._dataset, keys, copies)
-        rows = rows.set_column(rows.schema.get_field_index(KEY_COLUMN), KEY_COLUMN, pa.array(new_keys, pa.string()))
-        rows = rows.set_column(rows.schema.get_field_index(HASH_COLUMN), HASH_COLUMN,
-                               pa.array(row_hashes(self._seed, MIXED_NAME, new_keys), pa.uint64()))
-        yield rows
+    def process(self, unit: tuple[str, int], plan: MixPlan) -> Iterator[Any]:
+        dataset, index = unit
+        done = completed_units(self._staging, dataset, [index]).get(index)
+        if done is None:  # tokenizing wrote every unit before the plan existed: a bug, never committed
+            raise RuntimeError(f"mix: work unit {index} of dataset '{dataset}' has no complete checkpoint in"
+                               f" {self._staging}")
+        totals: collections.Counter = collections.Counter()
+        for path in done.batch_paths:
+            batch, _ = read_batch(path)
+            if not batch.num_rows:
+                continue
+            rows, stats = select_batch(batch, dataset, self._seed, plan.sources[dataset])
+            totals.update(stats)
+            del batch
+            if rows is not None:
+                yield rows
+        yield beam.pvalue.TaggedOutput(MIX_STATS_TAG, (dataset, dict(totals)))
 
 
 class WeightedMix(beam.PTransform):
     """Mixes datasets' token rows by share of output tokens (see module docstring).
 
-    Input: a dict `{dataset name: PCollection of token row batches}` (the `Tokenize` outputs).
+    Input: a dict `{dataset name: PCollection of token row batches}` (the `Tokenize` outputs, and a
+    resumed run's `LoadCheckpoints` rows), measured only.
 
     Args:
       weights: dataset -> weight (normalised); datasets missing here get nothing.
       stop_strategy: `first_exhausted`, `all_exhausted` or `restart`.
       total_tokens: an explicit output token budget (overrides the stop strategy).
       seed: the pipeline seed.
+      staging: the run's staging directory, whose checkpoints hold every tokenized batch.
+      units: dataset -> its work units (`easydata.io.sources.work_units`, by first split index): the
+        checkpoints the selection reads.
     """
 
-    def __init__(self, *, weights: Mapping[str, float], stop_strategy: str, total_tokens: Optional[int], seed: int):
+    def __init__(self, *, weights: Mapping[str, float], stop_strategy: str, total_tokens: Optional[int], seed: int,
+                 staging: str, units: Mapping[str, Iterable[int]]):
         super().__init__()
+        self._staging, self._units = staging, {name: sorted(set(u)) for name, u in units.items()}
         self._weights, self._stop_strategy = dict(weights), stop_strategy
         self._total_tokens, self._seed = total_tokens, seed
 
@@ -133,14 +134,14 @@ class WeightedMix(beam.PTransform):
         plan = (histograms
                 | "CollectHistograms" >> beam.combiners.ToList()
                 | "Plan" >> beam.Map(_plan, self._weights, self._stop_strategy, self._total_tokens))
-        selected = [rows[name] | f"Select[{name}]" >> beam.ParDo(
-                        _SelectFn(name, self._seed), plan=beam.pvalue.AsSingleton(plan)
-                    ).with_output_types(pa.RecordBatch).with_outputs(MIX_STATS_TAG, main="rows") for name in names]
-        return {
-            "rows": [s.rows for s in selected] | "MixedRows" >> beam.Flatten(),
-            MIX_STATS_TAG: [s[MIX_STATS_TAG] for s in selected] | "MixStats" >> beam.Flatten(),
-            MIX_PLAN_TAG: plan,
-        }
+        units = [(name, index) for name in names for index in self._units.get(name, ())]
+        selected = (rows[names[0]].pipeline
+                    | "Units" >> beam.Create(units)
+                    | "DistributeUnits" >> beam.Reshuffle()
+                    | "Select" >> beam.ParDo(_SelectUnitFn(self._staging, self._seed),
+                                             plan=beam.pvalue.AsSingleton(plan))
+                    .with_output_types(pa.RecordBatch).with_outputs(MIX_STATS_TAG, main="rows"))
+        return {"rows": selected.rows, MIX_STATS_TAG: selected[MIX_STATS_TAG], MIX_PLAN_TAG: plan}
 
     def display_data(self) -> dict[str, Any]:
         return {"weights": str(self._weights), "stop_strategy": self._stop_strategy,

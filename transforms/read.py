@@ -26,7 +26,7 @@ from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.run.manifest import PARTIAL_INPUTS
 from easydata.run.machine import return_free_memory
 from easydata.run.progress import ProgressSink
-from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split
+from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split, work_units
 
 __all__ = ["ReadDocuments", "STATS_TAG", "REJECTED_TAG"]
 
@@ -131,8 +131,7 @@ class ReadDocuments(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
         # With a row limit the splits are read in order by one worker; otherwise each is a unit.
-        units = [self._splits] if self._dataset.num_rows is not None else [[s] for s in self._splits]
-        units = [u for u in units if u and u[0].index not in self._skip_units]
+        units = [u for u in work_units(self._dataset, self._splits) if u[0].index not in self._skip_units]
         return (pbegin
                 | "Splits" >> beam.Create(units)
                 | "Distribute" >> beam.Reshuffle()

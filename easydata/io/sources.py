@@ -31,7 +31,7 @@ from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "infer_type", "total_input_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
-           "collect_records", "parse_json_record", "check_unchanged", "unusable_value"]
+           "collect_records", "parse_json_record", "check_unchanged", "unusable_value", "work_units"]
 
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
@@ -202,6 +202,14 @@ def check_unchanged(split: InputSplit) -> None:
     if now != split.version:
         raise InputError(f"input '{split.path}' changed during the run ({split.version} -> {now}); its documents"
                          " would match neither version: rerun once it no longer changes")
+
+def work_units(dataset: DatasetConfig, splits: list[InputSplit]) -> list[list[InputSplit]]:
+    """The dataset's work units: the splits one reader reads in order, identified by their first split's
+    index (the unit of reading, of checkpoints and of `--resume`). Each split is a unit, except with
+    `num_rows`, where one unit reads the splits in order to stop after the first `num_rows` documents."""
+    units = [splits] if dataset.num_rows is not None else [[s] for s in splits]
+    return [u for u in units if u]
+
 
 def total_input_bytes(splits: list[InputSplit]) -> int:
     return sum(s.size for s in splits)

@@ -34,8 +34,13 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
+import pyarrow as pa
+
 from easydata.errors import EasyDataError
-from easydata.ops.sharding import row_hashes
+from easydata.io.formats import take_rows
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
+from easydata.ops.splits import document_keys
+from easydata.rows import piece_counts
 
 __all__ = [
     "HISTOGRAM_BITS",
@@ -50,6 +55,10 @@ __all__ = [
     "token_histogram",
     "select_copies",
     "mixed_keys",
+    "measure_batch",
+    "select_batch",
+    "budget_setters",
+    "describe_mix",
 ]
 
 HISTOGRAM_BITS = 16
@@ -201,3 +210,80 @@ def select_copies(buckets: np.ndarray, source: SourcePlan) -> np.ndarray:
 def mixed_keys(dataset: str, keys: list[str], copies: np.ndarray) -> list[str]:
     """Keys of the mixed rows, `<dataset>/<key>#<copy>`, in document order, copies together."""
     return [f"{dataset}/{key}#{c}" for key, n in zip(keys, copies.tolist()) for c in range(n)]
+
+
+def _lengths(batch: pa.RecordBatch) -> np.ndarray:
+    return np.diff(batch.column("input_ids").offsets.to_numpy()).astype(np.int64)
+
+
+def measure_batch(batch: pa.RecordBatch, dataset: str, seed: int) -> np.ndarray:
+    """A batch of one source's token rows as a token histogram over selection buckets (pass 1)."""
+    buckets = selection_buckets(seed, dataset, document_keys(batch.column(KEY_COLUMN).to_pylist()))
+    return token_histogram(buckets, _lengths(batch))
+
+
+def select_batch(batch: pa.RecordBatch, dataset: str, seed: int, source: SourcePlan
+                 ) -> tuple[Optional[pa.RecordBatch], dict[str, int]]:
+    """A batch of one source's token rows in the mix (pass 3): each document repeated or dropped as
+    `source` says, the copies re-keyed (`mixed_keys`) and re-hashed for the shuffle; None when the mix
+    takes none of them. Also the batch's counters: `mix_documents`, `mix_tokens`, `mix_copies`,
+    `mix_selected` (documents taken at least once) and `mix_tokens_out`."""
+    keys = batch.column(KEY_COLUMN).to_pylist()
+    copies = select_copies(selection_buckets(seed, dataset, document_keys(keys)), source)
+    lengths = _lengths(batch)
+    stats = {"mix_documents": piece_counts(batch).documents, "mix_tokens": int(lengths.sum()),
+             "mix_copies": int(copies.sum()), "mix_selected": int(np.count_nonzero(copies)),
+             "mix_tokens_out": int((lengths * copies).sum())}
+    if not copies.any():
+        return None, stats
+    rows = take_rows(batch, np.repeat(np.arange(batch.num_rows), copies))
+    new_keys = mixed_keys(dataset, keys, copies)
+    rows = rows.set_column(rows.schema.get_field_index(KEY_COLUMN), KEY_COLUMN, pa.array(new_keys, pa.string()))
+    rows = rows.set_column(rows.schema.get_field_index(HASH_COLUMN), HASH_COLUMN,
+                           pa.array(row_hashes(seed, MIXED_NAME, new_keys), pa.uint64()))
+    return rows, stats
+
+
+def budget_setters(source_tokens: Mapping[str, float], weights: Mapping[str, float], stop_strategy: str,
+                   total_tokens: Optional[int] = None) -> list[str]:
+    """The sources whose size set the budget (used exactly once): for `first_exhausted` those that run
+    out first (the others are subsampled), for `all_exhausted` those that run out last (the others are
+    repeated); none for an explicit `total_tokens`. `weights` need not be normalised."""
+    if total_tokens is not None:
+        return []
+    active = {name: w for name, w in weights.items() if w > 0 and source_tokens.get(name, 0) > 0}
+    if not active:
+        return []
+    ratios = {name: source_tokens[name] / w for name, w in active.items()}
+    pick = min if stop_strategy == "first_exhausted" else max
+    best = pick(ratios.values())
+    return sorted(name for name, r in ratios.items() if math.isclose(r, best, rel_tol=1e-12))
+
+
+def describe_mix(entry: Mapping[str, object]) -> list[str]:
+    """What a committed mix did, from a manifest's `mix` entry, as the run summary and `easydata stats`
+    print it: per source its realized and target share of output tokens, the tokens it gave and how often
+    its documents were used, the source(s) that set the budget and what each subsampled source left out."""
+    sources = entry.get("sources") or {}
+    if not isinstance(sources, Mapping) or not sources:
+        return []
+    strategy, total = entry.get("stop_strategy"), entry.get("total_tokens")
+    how = f"total_tokens {total:,}" if total is not None else str(strategy)
+    lines = [f"mix ({how}): {int(entry.get('tokens_out', 0)):,} tokens out of a budget of"
+             f" {int(entry.get('budget_tokens', 0)):,}"]
+    width = max(len(name) for name in sources)
+    for name, s in sources.items():
+        lines.append(f"  {name:<{width}}  {100 * s['realized_token_share']:6.2f}% of output tokens (target"
+                     f" {100 * entry['target_weights'][name]:.2f}%): {s['tokens_out']:,} tokens from its {s['tokens']:,}"
+                     f" (x{s['repeat_factor']:.3g}), {s['documents_selected']:,} of its {s['documents_mixed']:,}"
+                     f" documents used, {s['document_copies']:,} copies")
+    setters = budget_setters({n: s["tokens"] for n, s in sources.items()}, entry["target_weights"], str(strategy),
+                             total)  # type: ignore[arg-type]
+    if setters:
+        role = "ran out first" if strategy == "first_exhausted" else "ran out last"
+        lines.append(f"  budget set by {', '.join(setters)} (it {role}: used once)")
+    left = [(n, s["tokens"] - s["tokens_out"], s["tokens"]) for n, s in sources.items() if s["tokens_out"] < s["tokens"]]
+    if left:
+        lines.append("  left out: " + ", ".join(f"{n} {out:,} of {had:,} tokens ({100 * out / had:.0f}%)"
+                                                for n, out, had in left if had))
+    return lines

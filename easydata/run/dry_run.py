@@ -62,6 +62,9 @@ class DryRunReport:
     outputs: dict[str, int]
     mix: Optional[dict[str, float]]
     cores: int
+    #: A mix's estimate from the datasets' estimated tokens: `budget`, per source `tokens_out` and
+    #: `repeat_factor`, and the sources that set the budget (`budget_set_by`).
+    mix_estimate: Optional[dict[str, Any]] = None
     foreign: Optional[str] = None  # a path `overwrite` would refuse to delete (`easydata.run.output.foreign_file`)
 
     @property
@@ -97,6 +100,14 @@ class DryRunReport:
                              f" its splits)")
         if self.mix:
             lines.append("mix (shares of output tokens): " + ", ".join(f"{k} {v:g}" for k, v in self.mix.items()))
+            est = self.mix_estimate
+            if est:
+                for name, source in est["sources"].items():
+                    lines.append(f"  {name}: about {source['tokens_out']:,} tokens out of its"
+                                 f" {source['tokens']:,} (x{source['repeat_factor']:.3g})")
+                if est["budget_set_by"]:
+                    lines.append(f"  about {est['budget']:,} tokens in all, a budget set by"
+                                 f" {', '.join(est['budget_set_by'])} ({est['stop_strategy']})")
         layout = f"packed rows of {self.seq_length} tokens" if self.packed else "one row per document"
         lines.append(f"output {self.output_dir}: {self.format} ({self.codec}), {layout}")
         for name, shards in self.outputs.items():
@@ -268,15 +279,18 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         reports.append(DatasetReport(ds.name, files, input_bytes, len(plan.splits), handle.info.to_manifest(), tokens,
                                      sampled, speed))
     mix = config.static_mix
+    mix_estimate = None
     if mix is not None:
         check_shared_vocabulary(config, handles)
+        mix_estimate = _mix_estimate(mix, reports)
     packed = config.pack.enabled
     names = ["mixed"] if mix is not None else [d.name for d in config.datasets]
     fractions = config.save.split_fractions()
     outputs: dict[str, int] = {}
     total = sum(r.estimated_tokens or 0 for r in reports)
     for name in names:
-        tokens = total if mix is not None else next(r.estimated_tokens or 0 for r in reports if r.name == name)
+        tokens = ((mix_estimate["budget"] if mix_estimate else total) if mix is not None
+                  else next(r.estimated_tokens or 0 for r in reports if r.name == name))
         for split, fraction in (fractions or {"": 1.0}).items():
             out = f"{name}/{split}" if split else name
             if config.save.num_shards is not None:
@@ -300,4 +314,26 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     return DryRunReport(datasets=reports, output_dir=config.save.output_dir, output_exists=exists,
                         overwrite=config.save.overwrite, format=config.save.format, codec=config.save.codec,
                         packed=packed, seq_length=config.pack.seq_length if packed else None, outputs=outputs,
-                        mix=dict(mix.weights) if mix is not None else None, cores=usable_cores(), foreign=foreign)
+                        mix=dict(mix.weights) if mix is not None else None, cores=usable_cores(), foreign=foreign,
+                        mix_estimate=mix_estimate)
+
+
+def _mix_estimate(mix: Any, reports: list[DatasetReport]) -> Optional[dict[str, Any]]:
+    """What the mix would take from each source, planned as the run plans it (`easydata.ops.mixing`) from
+    the sources' estimated tokens; None when a source has no estimate."""
+    from easydata.ops.mixing import budget_setters, mix_budget, normalise_weights
+
+    tokens = {r.name: r.estimated_tokens for r in reports if r.name in mix.weights}
+    if any(t is None for t in tokens.values()):
+        return None
+    weights = normalise_weights(mix.weights)
+    try:
+        budget = mix_budget(tokens, weights, mix.stop_strategy, mix.total_tokens)
+    except Exception:  # noqa: BLE001 - a source with no tokens: the run itself says so, in its own words
+        return None
+    sources = {name: {"tokens": tokens[name], "tokens_out": round(w * budget),
+                      "repeat_factor": (w * budget / tokens[name]) if tokens[name] else 0.0}
+               for name, w in weights.items()}
+    return {"stop_strategy": mix.stop_strategy if mix.total_tokens is None else "total_tokens",
+            "budget": round(budget), "sources": sources,
+            "budget_set_by": budget_setters(tokens, weights, mix.stop_strategy, mix.total_tokens)}

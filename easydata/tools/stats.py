@@ -177,6 +177,12 @@ def compute_stats(output_dir: str) -> dict[str, Any]:
         "splits": {name: acc.summary(unit, all_tokens) for name, acc in sorted(splits.items())},
         "total": total.summary(unit, all_tokens),
     }
+    mix = manifest.get("mix") if isinstance(manifest.get("mix"), dict) else None
+    if mix and isinstance(mix.get("sources"), dict):  # which source gave what: rows do not name their source
+        result["mix_sources"] = {name: {"documents": s.get("documents_selected", 0), "copies": s.get("document_copies", 0),
+                                        "tokens": s.get("tokens_out", 0), "token_share": s.get("realized_token_share", 0.0),
+                                        "target_share": (mix.get("target_weights") or {}).get(name)}
+                                 for name, s in mix["sources"].items()}
     result["_histograms"] = {name: acc.lengths for name, acc in outputs.items()}
     return result
 
@@ -208,6 +214,13 @@ def format_stats(stats: dict[str, Any]) -> str:
             if title:
                 lines.append(f"{title}:")
             lines.extend(row(("  " if title else "") + name, entry) for name, entry in stats[key].items())
+    if stats.get("mix_sources"):
+        lines.append("per source of the mix (from the manifest; rows: the copies of its documents):")
+        for name, entry in stats["mix_sources"].items():
+            target = entry.get("target_share")
+            lines.append(f"  {name:22} {entry['documents']:>10,} {entry['copies']:>10,} {entry['tokens']:>13,}"
+                         f" {100 * entry['token_share']:>6.2f}%" + (f"  target {100 * target:.2f}%" if target is not None
+                                                                     else ""))
     lines.append(row("total", stats["total"]))
     return "\n".join(lines)
 
