@@ -217,12 +217,33 @@ def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, 
     On a remote runner this returns as soon as the job is submitted (a Flex Template launcher must
     exit then); the manifest appears in the output directory when the job commits. Local runners
     run the job to completion inside `run()`, so locally the output is committed on return.
+
+    The output is locked first, as `run_batch` locks it: for a submitted job with a detached lock
+    (`easydata.run.lock`), which the job's commit releases, so a second launch into the output fails
+    in one line while the first job runs. Writing a template (`--template_location`) submits nothing and
+    takes no lock; its job's commit still refuses an output another run committed meanwhile.
     """
+    problems = config.validate()
+    if problems:  # before the lock: a config error leaves no trace in the output
+        raise ConfigError(problems)
+    args = list(beam_args or [])
+    runner, options = make_runner_and_options(args)
+    template_only = any(a.split("=", 1)[0] in ("--template_location", "--template-location") for a in args)
+    lock = None if template_only else OutputLock(config.save.output_dir, new_run_id(),
+                                                  detached=not runs_on_this_machine(runner, options))
+    submitted = False
     try:
-        pipeline, _, _ = _build_job(config, beam_args, resume, plan_options)
+        if lock is not None:
+            lock.acquire()
+        pipeline, _, _ = _build_job(config, args, resume, plan_options,
+                                    lock_id=lock.run_id if lock is not None else None)
         with _quiet_user_errors():
-            return _run(pipeline)
+            result = _run(pipeline)
+        submitted = True
+        return result
     finally:
+        if lock is not None and not (lock.detached and submitted):  # a submitted job's commit releases it
+            lock.release()
         discard_prestarted()  # those the runner did not take (a job that failed before it ran)
 
 

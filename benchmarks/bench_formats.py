@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa  # noqa: E402
 
-from easydata.io.formats import ShardWriter, read_shard_table  # noqa: E402
+from easydata.io.formats import ShardWriter, iter_shard_batches  # noqa: E402
 
 FORMATS = [("parquet", "zstd"), ("arrow", "zstd"), ("tfrecord", "none"), ("tfrecord", "gzip"),
            ("arrayrecord", "zstd"), ("jsonl", "none")]
@@ -47,7 +47,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         sys.exit("no packed Parquet output found: run benchmarks/bench_engines.py first, or pass --output DIR")
     manifest = json.loads((output / "manifest.json").read_text())
     shards = [output / s["path"] for d in manifest["datasets"].values() for s in d["shards"]]
-    table = pa.concat_tables([read_shard_table(str(p), "parquet") for p in shards])
+    table = pa.Table.from_batches([b for p in shards for b in iter_shard_batches(str(p), "parquet")])
     tokens = int(manifest["totals"]["tokens"])
     print(f"rows of {output}: {table.num_rows:,} rows, {tokens:,} tokens, columns {table.schema.names}")
     results = []

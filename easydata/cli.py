@@ -22,9 +22,20 @@ ENGINE_HELP = ("what encodes plain documents: auto (the default: the fastest ins
                " (tokenize.engine)")
 
 
+def _version() -> str:
+    """The installed distribution's version (`easydata-beam`), or `unknown` when run from a bare checkout."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("easydata-beam")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="easydata", description="Tokenize, pack and shard text and chat data for JAX training, on Apache Beam.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -219,7 +230,8 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
             counts[1] += running.get("documents", 0)
             counts[2] += running.get("mismatches", 0)
     for line, (verified, documents, mismatches) in fast.items():
-        print(f"{line}; {verified:,} of {documents:,} checked again while running, {mismatches:,} mismatches)")
+        if documents:  # a chat-only job encodes with hf (its loss mask needs offsets): no engine line then
+            print(f"{line}; {verified:,} of {documents:,} checked again while running, {mismatches:,} mismatches)")
     if m["documents_rejected"]:
         print(f"  rejected records: {result.output_dir}/rejected/")
     for name, engine in m.get("tokenizer_engines", {}).items():

@@ -240,3 +240,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for skip in _missing_file_skips:
             print(f"\nCI: skipped for a missing file: {skip}")
         session.exitstatus = 1
+
+
+# ---- test-side compositions of product functions (the product composes them inline) ---------------
+
+
+def pack_documents(tokens: Any, offsets: Any, seq_length: int, *, strategy: str = "first_fit", pad_id: int = 0,
+                   loss_mask: Any = None, max_segments: Optional[int] = None, pool_size: int = 8,
+                   order: Any = None) -> Any:
+    """`plan_packing` then `fill_rows`, as `easydata.ops.pack_stage` calls them (in `order`, if given)."""
+    import numpy as np
+
+    from easydata.ops.packing import document_lengths, fill_rows, plan_packing
+
+    offsets = np.asarray(offsets, dtype=np.int64)
+    plan = plan_packing(document_lengths(offsets, order), seq_length, strategy, max_segments=max_segments,
+                        pool_size=pool_size)
+    return fill_rows(plan, np.asarray(tokens), offsets, seq_length, pad_id, loss_mask, order)
+
+
+def split_by_group(batch: pa.RecordBatch, num_groups: int) -> list[tuple[int, pa.RecordBatch]]:
+    """A batch cut into its hash groups' parts, as the shuffle's routing cuts it (`group_ranges`)."""
+    from easydata.ops.sharding import group_ranges
+
+    rows, groups, starts, stops = group_ranges(batch, num_groups)
+    return [(g, rows.slice(s, e - s)) for g, s, e in zip(groups, starts, stops)]
+
+
+def read_shard_table(path: str, fmt: str, columns: Optional[list[str]] = None) -> pa.Table:
+    """A whole shard as one table, read with the format's own reader."""
+    from easydata.io.formats import iter_shard_batches
+
+    batches = list(iter_shard_batches(path, fmt, columns))
+    return pa.Table.from_batches(batches) if batches else pa.table({})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from easydata.run.checkpoint import batch_path, completed_units, find_resumable_run, read_batch, run_signature, \
+from easydata.run.checkpoint import unfinished_runs, batch_path, completed_units, read_batch, run_signature, \
     write_batch, write_run_info, write_unit
 from easydata.run.output import staging_dir
 from easydata.io.sources import InputSplit
@@ -58,11 +58,9 @@ def test_a_unit_is_done_only_with_its_record_and_every_batch(staging):
     assert [b.num_rows for b, _ in done[0].batches()] == [1, 1]
 
 
-def test_find_resumable_run_matches_the_signature(staging):
+def test_unfinished_runs_are_listed_with_their_signatures(staging):
     root, stage = staging
-    assert find_resumable_run(root, "sig") is None                         # no output directory yet
+    assert unfinished_runs(root) == []                                      # no output directory yet
     write_run_info(stage, "sig", "run1")
     write_run_info(staging_dir(root, "run2"), "other", "run2")
-    assert find_resumable_run(root, "sig") == "run1"
-    assert find_resumable_run(root, "other") == "run2"
-    assert find_resumable_run(root, "none") is None
+    assert sorted((r["run_id"], r["signature"]) for r in unfinished_runs(root)) == [("run1", "sig"), ("run2", "other")]

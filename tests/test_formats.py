@@ -20,10 +20,8 @@ from hypothesis import strategies as st
 from easydata.io.formats import (
     ShardWriter,
     assemble_shard,
-    count_shard_rows,
     documents_to_batch,
     iter_shard_batches,
-    read_shard_table,
     shard_file_name,
     take_rows,
     iter_staged_rows,
@@ -32,6 +30,7 @@ from easydata.io.formats import (
     write_staged_batches,
 )
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
+from tests.conftest import read_shard_table
 
 TOKENS = pa.list_(pa.int32())
 SCHEMA = pa.schema([("input_ids", TOKENS), ("attention_mask", TOKENS), ("path", pa.string()), ("n", pa.int64())])
@@ -111,7 +110,7 @@ def test_round_trip(tmp_path: Path, fmt: str, compression: str) -> None:
     assert write_shard(path, fmt, compression, as_batches(rows, [5, 1, 20])) == 37
     assert read_shard_table(str(path), fmt).to_pylist() == rows
     assert plain_read(path, fmt, compression) == rows
-    assert count_shard_rows(str(path), fmt) == 37
+    assert read_shard_table(str(path), fmt).num_rows == 37
     table = read_shard_table(str(path), fmt)
     assert table.schema.field("input_ids").type == TOKENS
     assert table.schema.field("attention_mask").type == TOKENS
@@ -242,7 +241,7 @@ def test_empty_shard_is_readable(tmp_path: Path) -> None:
     for fmt, compression in (("parquet", "zstd"), ("arrow", "lz4"), ("jsonl", "gzip")):
         path = tmp_path / shard_file_name(0, 1, fmt, compression)
         assert write_shard(path, fmt, compression, []) == 0
-        assert count_shard_rows(str(path), fmt) == 0
+        assert read_shard_table(str(path), fmt).num_rows == 0
         assert read_shard_table(str(path), fmt).num_rows == 0
     assert pq.read_table(tmp_path / "part-00000-of-00001.parquet").schema == SCHEMA
 
@@ -351,7 +350,7 @@ def test_write_piece_round_trips(tmp_path: Path) -> None:
     piece = _piece(make_rows(9))
     write_piece(piece, str(tmp_path / "p.arrow"))
     assert read_shard_table(str(tmp_path / "p.arrow"), "arrow").equals(piece)
-    assert count_shard_rows(str(tmp_path / "p.arrow"), "arrow") == 9
+    assert read_shard_table(str(tmp_path / "p.arrow"), "arrow").num_rows == 9
 
 
 @given(st.lists(st.integers(1, 9), min_size=1, max_size=6), st.data())

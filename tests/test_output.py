@@ -93,8 +93,8 @@ def test_prepare_refuses_a_non_empty_directory_without_overwrite(output_url: str
     put(output_url, OLD_OUTPUT)
     with pytest.raises(OutputError) as info:
         prepare_output(output_url, overwrite=False)
-    assert str(info.value) == (f"output '{output_url}' already exists; set save.overwrite: true (or"
-                               " --set save.overwrite=true) to replace it, or choose another --output")
+    assert str(info.value) == (f"output '{output_url}' already exists; pass --overwrite (save.overwrite: true) to"
+                               " replace it, or choose another --output")
     assert tree(output_url) == OLD_OUTPUT
 
 

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from easydata.ops import packing
-from easydata.ops.packing import STRATEGIES, PackedRows, fill_rows, pack_documents, plan_packing
+from easydata.ops.packing import STRATEGIES, PackedRows, fill_rows, plan_packing
+from tests.conftest import pack_documents
 
 L = 16
 PAD = -1

@@ -9,6 +9,7 @@ Endpoint and credentials reach every component the way users configure them: `AW
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -84,6 +86,22 @@ class _FlakyProxy(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:  # quiet
         pass
+
+
+@contextlib.contextmanager
+def moto_server(directory: Path) -> Iterator[dict[str, str]]:
+    """A moto S3 server on 127.0.0.1 (its log in `directory`); yields the environment pointing at it."""
+    port = free_port()
+    with open(directory / "moto.log", "wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(port, server, "moto server", timeout=60)
+            yield {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                   "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

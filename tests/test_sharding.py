@@ -25,9 +25,9 @@ from easydata.ops.sharding import (
     row_hashes,
     serialize_schema,
     sort_group,
-    split_by_group,
     unify_schemas,
 )
+from tests.conftest import split_by_group
 
 
 def make_rows(n: int, seed: int = 42, dataset: str = "web") -> pa.RecordBatch:

@@ -17,7 +17,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_pipelines.runners import OfflineDirectRunner
 from easydata.io.compact_rows import encode_rows
 from easydata.io.formats import documents_to_batch
-from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, split_by_group
+from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
+from tests.conftest import split_by_group
 from tests.conftest import make_texts, write_jsonl
 from transforms.shuffle import KEYED_ROWS_CODER, SHUFFLE_STATS_TAG, ShuffleRows
 

@@ -87,7 +87,7 @@ def test_text_and_chat_records_in_one_dataset(tmp_path, chat_tokenizer_dir):
     """Plain documents beside chat records train on every token; chat rows only on assistant turns."""
     from beam_pipelines.batch import run_batch
     from easydata.config import PipelineConfig
-    from easydata.io.formats import read_shard_table
+    from tests.conftest import read_shard_table
 
     records = _conversations(6) + [{"messages": f"plain document number {i}", "id": 100 + i} for i in range(6)]
     write_jsonl(tmp_path / "mixed.jsonl", records)

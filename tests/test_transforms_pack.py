@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
-from easydata.io.formats import read_shard_table
+from tests.conftest import read_shard_table
 from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 

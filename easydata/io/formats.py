@@ -34,8 +34,6 @@ __all__ = [
     "ShardWriter",
     "iter_shard_batches",
     "ShardUnreadable",
-    "read_shard_table",
-    "count_shard_rows",
     "token_list_array",
     "list_column_values",
     "documents_to_batch",
@@ -352,13 +350,6 @@ def _jsonl_batches(path: str, columns: Optional[list[str]]) -> Iterator[pa.Recor
             yield batch.select(columns) if columns else batch
 
 
-def _parquet_rows(path: str) -> int:
-    import pyarrow.parquet as pq
-
-    with open_arrow_file(path) as f:
-        return pq.ParquetFile(f).metadata.num_rows
-
-
 @dataclasses.dataclass(frozen=True)
 class ShardFormat:
     """One output format: its file extension, how a shard is written and how it is read back.
@@ -368,20 +359,18 @@ class ShardFormat:
       open_writer: `(path, schema, compression, row_group_size, token_spec)` -> a writer with
         `write(batch)`, `close() -> rows`, `columns` (as stored) and `companions` (files beside it).
       batches: `(path, columns)` -> the shard's record batches, one row group / chunk at a time.
-      rows: `path` -> the shard's row count (None: count the batches).
     """
 
     extension: str
     open_writer: Callable[..., Any]
     batches: Callable[[str, Optional[list[str]]], Iterator[pa.RecordBatch]]
-    rows: Optional[Callable[[str], int]] = None
 
 
-def _row_format(fmt: str, extension: str, batches: Any, rows: Any = None) -> ShardFormat:
+def _row_format(fmt: str, extension: str, batches: Any) -> ShardFormat:
     def open_writer(path: str, schema: pa.Schema, compression: str, row_group_size: int, token_spec: Any) -> Any:
         return ShardWriter(path, fmt, schema, compression=compression, row_group_size=row_group_size)
 
-    return ShardFormat(extension, open_writer, batches, rows)
+    return ShardFormat(extension, open_writer, batches)
 
 
 def _token_format(fmt: str, extension: str) -> ShardFormat:
@@ -395,7 +384,7 @@ def _token_format(fmt: str, extension: str) -> ShardFormat:
 
 #: Every output format (`save.format`), by name: the one place a format is looked up.
 SHARD_FORMATS: dict[str, ShardFormat] = {
-    "parquet": _row_format("parquet", ".parquet", _parquet_batches, _parquet_rows),
+    "parquet": _row_format("parquet", ".parquet", _parquet_batches),
     "arrow": _row_format("arrow", ".arrow", _arrow_batches),
     "jsonl": _row_format("jsonl", ".jsonl", _jsonl_batches),
     "bin": _token_format("bin", ".bin"),
@@ -404,8 +393,7 @@ SHARD_FORMATS: dict[str, ShardFormat] = {
     # One serialized tf.train.Example per row (`easydata.io.record_files`): TensorFlow's and Grain's own files.
     "tfrecord": _row_format("tfrecord", ".tfrecord", lambda path, columns: _records().tfrecord_batches(path, columns)),
     "arrayrecord": _row_format("arrayrecord", ".array_record",
-                               lambda path, columns: _records().arrayrecord_batches(path, columns),
-                               lambda path: _records().arrayrecord_rows(path)),
+                               lambda path, columns: _records().arrayrecord_batches(path, columns)),
 }
 SHARD_EXTENSIONS = {name: f.extension for name, f in SHARD_FORMATS.items()}
 
@@ -440,17 +428,6 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
     except (Exception, KeyError) as e:  # pyarrow's ArrowInvalid / OSError / KeyError (a missing column), EOFError
         message = str(e).splitlines()[0] if str(e) else ""
         raise ShardUnreadable(path, f"{type(e).__name__}: {message}"[:300]) from None
-
-
-def read_shard_table(path: str, fmt: str, columns: Optional[list[str]] = None) -> pa.Table:
-    batches = list(iter_shard_batches(path, fmt, columns))
-    return pa.Table.from_batches(batches) if batches else pa.table({})
-
-
-def count_shard_rows(path: str, fmt: str) -> int:
-    """Row count from the footer / index where the format has one."""
-    counter = shard_format(fmt).rows
-    return counter(path) if counter is not None else sum(b.num_rows for b in iter_shard_batches(path, fmt))
 
 
 def write_piece(table: pa.Table, path: str) -> None:

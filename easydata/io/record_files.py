@@ -164,9 +164,3 @@ def arrayrecord_batches(path: str, columns: Optional[list[str]]) -> Iterator[pa.
         reader.close()
 
 
-def arrayrecord_rows(path: str) -> int:
-    reader = _array_record().ArrayRecordReader(local_path(path) or path)
-    try:
-        return int(reader.num_records())
-    finally:
-        reader.close()

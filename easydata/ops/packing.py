@@ -34,7 +34,7 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["STRATEGIES", "PackPlan", "PackedRows", "plan_packing", "fill_rows", "document_lengths", "pack_documents"]
+__all__ = ["STRATEGIES", "PackPlan", "PackedRows", "plan_packing", "fill_rows", "document_lengths"]
 
 STRATEGIES = ("greedy", "first_fit", "best_fit", "pool")
 
@@ -352,14 +352,3 @@ def document_lengths(offsets: np.ndarray, order: Optional[np.ndarray] = None) ->
     `plan_packing` takes for documents `fill_rows` reads in that order."""
     lengths = np.diff(np.asarray(offsets, dtype=np.int64))
     return lengths if order is None else lengths[np.asarray(order, dtype=np.int64)]
-
-
-def pack_documents(tokens: np.ndarray, offsets: np.ndarray, seq_length: int, *, strategy: str = "first_fit",
-                   pad_id: int = 0, loss_mask: Optional[np.ndarray] = None, max_segments: Optional[int] = None,
-                   pool_size: int = 8, order: Optional[np.ndarray] = None) -> PackedRows:
-    """Plans and fills in one call (see `plan_packing` and `fill_rows`); with `order`, packs the
-    documents in that order (a permutation of their indices) instead of storage order."""
-    offsets = np.asarray(offsets, dtype=np.int64)
-    plan = plan_packing(document_lengths(offsets, order), seq_length, strategy, max_segments=max_segments,
-                        pool_size=pool_size)
-    return fill_rows(plan, np.asarray(tokens), offsets, seq_length, pad_id, loss_mask, order)

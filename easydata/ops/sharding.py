@@ -39,7 +39,6 @@ __all__ = [
     "choose_num_groups",
     "group_of",
     "hashes_in_group",
-    "split_by_group",
     "group_ranges",
     "ShardPlan",
     "plan_shards",
@@ -107,12 +106,6 @@ def group_ranges(batch: pa.RecordBatch, num_groups: int) -> tuple[pa.RecordBatch
     starts = np.concatenate([[0], cuts])
     stops = np.concatenate([cuts, [len(order)]])
     return take_rows(batch, order), sorted_groups[starts].tolist(), starts.tolist(), stops.tolist()
-
-
-def split_by_group(batch: pa.RecordBatch, num_groups: int) -> list[tuple[int, pa.RecordBatch]]:
-    """Splits a batch (with a `__hash__` column) into per-group sub-batches (`group_ranges`)."""
-    rows, groups, starts, stops = group_ranges(batch, num_groups)
-    return [(g, rows.slice(s, e - s)) for g, s, e in zip(groups, starts, stops)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,7 @@ from easydata.errors import InputError
 from easydata.io.filesystems import get_fs, join, open_arrow_file, staging_ipc_options, open_file, open_regular, temp_name, write_atomic
 from easydata.io.staging import TEMP_PREFIX, Staging
 
-__all__ = ["run_signature", "write_run_info", "unfinished_runs", "find_resumable_run", "batch_path", "write_batch",
+__all__ = ["run_signature", "write_run_info", "unfinished_runs", "batch_path", "write_batch",
            "read_batch", "write_unit", "UnitCheckpoint", "completed_units"]
 
 RUN_INFO = "run.json"
@@ -87,11 +87,6 @@ def unfinished_runs(output_dir: str) -> list[dict[str, Any]]:
         if isinstance(info, dict) and "signature" in info and "run_id" in info:
             found.append((fs.modified(join(path["name"], RUN_INFO)) if hasattr(fs, "modified") else 0, info))
     return [info for _, info in sorted(found, key=lambda f: f[0], reverse=True)]
-
-
-def find_resumable_run(output_dir: str, signature: str) -> Optional[str]:
-    """The run id of an unfinished run of the same job in `output_dir`, if any (the newest one)."""
-    return next((info["run_id"] for info in unfinished_runs(output_dir) if info["signature"] == signature), None)
 
 
 def _unit_dir(staging: str, dataset: str, unit: int) -> str:

@@ -22,8 +22,8 @@ from easydata.run.manifest import PARTIAL_INPUTS, SHUFFLE_BYTES_PREFIX, build_ma
 from easydata.ops.mixing import MIXED_NAME, MixPlan
 from easydata.io.sources import check_unchanged
 from easydata.io.staging import Staging
-from easydata.run.lock import check_owner
-from easydata.run.output import commit_output
+from easydata.run.lock import check_owner, release_lock
+from easydata.run.output import check_not_replaced, commit_output
 from easydata.run.run_plan import RunPlan
 from easydata.ops.sharding import ShardInfo
 from easydata.ops.splits import split_output_name
@@ -329,5 +329,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     check_owner(plan.output_dir, plan.lock_id)  # a run whose lock was taken over never commits
     for split in {s.path: s for d in plan.datasets for s in d.splits}.values():
         check_unchanged(split)  # an input changed after its splits were read: nothing is committed
+    check_not_replaced(plan.output_dir, plan.run_id, config.save.overwrite)  # another job committed meanwhile
     commit_output(plan.output_dir, plan.staging, moves, manifest)  # journaled: a retry completes it
+    release_lock(plan.output_dir, plan.lock_id, detached_only=True)  # a submitted job's hold ends with its commit
     return manifest

@@ -19,6 +19,12 @@ judged. Equal, the stale lock is gone and the taker creates its own lock as abov
 one winner). Different, it moved a live lock that another run had just taken: it puts that lock back
 (create-if-absent) and fails as a second run. The commit checks that the lock is still this run's
 (`check_owner`), so a run that lost its lock never commits.
+
+A job submitted to a remote runner and left running (the Dataflow Flex Template launcher exits once the
+job is accepted) holds a *detached* lock: taken the same way at launch, with no heartbeat and a lease of
+`DETACHED_LEASE_SECONDS`, never judged by its launcher's process (which has ended), and released by the
+job's own commit (`release_lock`). A second launch into the output meanwhile fails in one line; a job
+that died without committing leaves the lock until its lease ends or the user removes it.
 """
 
 from __future__ import annotations
@@ -34,11 +40,14 @@ from typing import Any, Optional
 from easydata.errors import InputError, OutputError
 from easydata.io.filesystems import get_fs, join, open_regular
 
-__all__ = ["LOCK_NAME", "LEASE_SECONDS", "HEARTBEAT_SECONDS", "OutputLock", "read_lock", "check_owner"]
+__all__ = ["LOCK_NAME", "LEASE_SECONDS", "HEARTBEAT_SECONDS", "DETACHED_LEASE_SECONDS", "OutputLock", "read_lock",
+           "check_owner", "release_lock"]
 
 LOCK_NAME = ".easydata-lock"
 HEARTBEAT_SECONDS = 30.0
 LEASE_SECONDS = 300.0
+#: How long a detached lock (a submitted job's) holds the output without its commit: a batch job's longest run.
+DETACHED_LEASE_SECONDS = 3 * 24 * 3600.0
 
 
 def _read_raw(output_dir: str) -> Optional[bytes]:
@@ -62,12 +71,13 @@ def _parse(raw: Optional[bytes]) -> Optional[dict[str, Any]]:
     if not isinstance(data, dict):
         return {}
     # A field of the wrong type reads as unknown: a corrupt lock is still held, never a traceback.
-    return {k: v for k, v in data.items() if k in _FIELDS and isinstance(v, _FIELDS[k]) and not isinstance(v, bool)}
+    return {k: v for k, v in data.items() if k in _FIELDS and isinstance(v, _FIELDS[k])
+            and (isinstance(v, bool) == (_FIELDS[k] is bool))}
 
 
 #: The lock's fields and their JSON types.
 _FIELDS: dict[str, Any] = {"run_id": str, "host": str, "pid": int, "started_at": (int, float),
-                           "heartbeat_at": (int, float), "lease_seconds": (int, float)}
+                           "heartbeat_at": (int, float), "lease_seconds": (int, float), "detached": bool}
 
 
 def read_lock(output_dir: str) -> Optional[dict[str, Any]]:
@@ -88,6 +98,20 @@ def check_owner(output_dir: str, run_id: Optional[str]) -> None:
                           " (it was presumed dead); nothing was committed")
 
 
+def release_lock(output_dir: str, run_id: Optional[str], *, detached_only: bool = False) -> None:
+    """Removes the output's lock if `run_id` holds it (with `detached_only`, only a detached lock: a
+    submitted job's commit ends its hold this way, while a local run's launcher releases its own)."""
+    if run_id is None:
+        return
+    holder = read_lock(output_dir)
+    if holder is not None and holder.get("run_id") == run_id and (holder.get("detached") or not detached_only):
+        fs, root = get_fs(output_dir)
+        try:
+            fs.rm(join(root, LOCK_NAME))
+        except FileNotFoundError:
+            pass
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -104,8 +128,8 @@ def stale_reason(holder: dict[str, Any], now: Optional[float] = None) -> Optiona
     heartbeat = holder.get("heartbeat_at")
     if not isinstance(heartbeat, (int, float)):
         return "it holds no heartbeat"
-    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int) and \
-            not _alive(holder["pid"]):
+    if not holder.get("detached") and holder.get("host") == socket.gethostname() and \
+            isinstance(holder.get("pid"), int) and not _alive(holder["pid"]):  # a detached job outlives its launcher
         return f"process {holder['pid']} on this host has ended"
     if now - heartbeat > float(holder.get("lease_seconds") or LEASE_SECONDS):
         return f"its last heartbeat is {now - heartbeat:.0f} s old"
@@ -119,6 +143,10 @@ def _describe(output_dir: str, holder: dict[str, Any]) -> str:
     started = holder.get("started_at")
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)) if isinstance(started, (int, float)) \
         else "an unknown time"
+    if holder.get("detached"):
+        return (f"output '{output_dir}' is held by job {holder.get('run_id', '?')}, launched from host"
+                f" {holder.get('host', '?')} at {since}, until it commits; if that job is no longer running, remove"
+                f" '{join(output_dir, LOCK_NAME)}' and launch again")
     return (f"output '{output_dir}' is in use by run {holder.get('run_id', '?')} (host {holder.get('host', '?')},"
             f" pid {holder.get('pid', '?')}, since {since}); wait for it to end, or choose another --output"
             f" (if that run is gone, its lock expires {LEASE_SECONDS:.0f} s after its last heartbeat)")
@@ -131,18 +159,25 @@ class OutputLock:
       output_dir: the output directory (created if absent).
       run_id: this run's id, written into the lock.
       heartbeat_seconds: how often the lease is renewed (0: never, for tests).
+      detached: a submitted job's lock (see the module docstring): no heartbeat, the long lease, and
+        its holder's process is not watched; the job's commit releases it.
     """
 
-    def __init__(self, output_dir: str, run_id: str, *, heartbeat_seconds: float = HEARTBEAT_SECONDS):
-        self.output_dir, self.run_id, self.heartbeat_seconds = output_dir, run_id, heartbeat_seconds
+    def __init__(self, output_dir: str, run_id: str, *, heartbeat_seconds: float = HEARTBEAT_SECONDS,
+                 detached: bool = False):
+        self.output_dir, self.run_id, self.detached = output_dir, run_id, detached
+        self.heartbeat_seconds = 0.0 if detached else heartbeat_seconds
         self.took_over: Optional[str] = None  # why a stale lock was taken over, if one was
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
     def _content(self, started: float) -> bytes:
-        return json.dumps({"run_id": self.run_id, "host": socket.gethostname(), "pid": os.getpid(),
-                           "started_at": started, "heartbeat_at": time.time(),
-                           "lease_seconds": LEASE_SECONDS}).encode()
+        content = {"run_id": self.run_id, "host": socket.gethostname(), "pid": os.getpid(),
+                   "started_at": started, "heartbeat_at": time.time(),
+                   "lease_seconds": DETACHED_LEASE_SECONDS if self.detached else LEASE_SECONDS}
+        if self.detached:
+            content["detached"] = True
+        return json.dumps(content).encode()
 
     def acquire(self) -> "OutputLock":
         """Takes the lock (or a stale one over).

@@ -30,7 +30,7 @@ from easydata.run.lock import LOCK_NAME
 from easydata.run.manifest import (COMMIT_MARKER, MANIFEST_NAME, is_easydata_manifest, member_path, owned_files,
                                    resolves_inside, write_manifest)
 
-__all__ = ["TEMP_PREFIX", "new_run_id", "prepare_output", "foreign_file", "previous_run_files", "staging_dir", "commit_output", "recover_commit",
+__all__ = ["check_not_replaced", "TEMP_PREFIX", "new_run_id", "prepare_output", "foreign_file", "previous_run_files", "staging_dir", "commit_output", "recover_commit",
            "finish_commit", "move_into_place"]
 
 #: The copy of a commit's journal inside its staging directory (`Staging.journal_copy`): the proof that the journal
@@ -69,8 +69,8 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
     unfinished_only = entries and all(e.startswith(TEMP_PREFIX) and e != TEMP_PREFIX for e in entries)
     if entries and not unfinished_only:  # (only unfinished runs' staging: not an output, may be resumed)
         if not overwrite:
-            raise OutputError(f"output '{output_dir}' already exists; set save.overwrite: true (or"
-                              " --set save.overwrite=true) to replace it, or choose another --output")
+            raise OutputError(f"output '{output_dir}' already exists; pass --overwrite (save.overwrite: true) to"
+                              " replace it, or choose another --output")
         foreign = foreign_file(output_dir)
         if foreign is not None:
             raise OutputError(f"refusing to overwrite '{output_dir}': '{foreign}' was not written by an easydata run"
@@ -196,6 +196,26 @@ def commit_output(output_dir: str, staging: str, moves: Iterable[tuple[str, str]
     _write_atomic(fs, Staging(staging_root).journal_copy, data)  # first: the proof that the journal is this run's
     _write_atomic(fs, join(root, COMMIT_MARKER), data)
     _complete(fs, root, output_dir, journal)
+
+
+def check_not_replaced(output_dir: str, run_id: str, overwrite: bool) -> None:
+    """Refuses to commit over an output another run committed after this one was planned (planning
+    refused an existing output without `overwrite`, so one found now was committed meanwhile, for
+    instance by a second job launched into the same output on a runner without the lock).
+
+    Raises:
+      OutputError: the output holds another run's manifest and `overwrite` is off.
+    """
+    if overwrite:
+        return
+    fs, root = get_fs(output_dir)
+    current = _current_manifest(fs, root)
+    if current is None:
+        return
+    holder = (current.get("run") or {}).get("run_id") if isinstance(current, dict) else None
+    if holder != run_id:
+        raise OutputError(f"output '{output_dir}' was committed by run {holder or '?'} while this run was running;"
+                          " nothing was committed (pass --overwrite to replace it)")
 
 
 def recover_commit(output_dir: str) -> Optional[str]:
