@@ -31,7 +31,7 @@ from easydata.run.lock import OutputLock
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
 from easydata.run.progress import ProgressMonitor
-from easydata.run.run_plan import RunPlan, prepare_run
+from easydata.run.run_plan import RunPlan, check_reachable_by_workers, prepare_run
 from easydata.ops.splits import split_output_name
 from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
@@ -165,6 +165,17 @@ def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = Non
     return pipeline, plan
 
 
+def _check_launch(config: PipelineConfig, beam_args: list[str]) -> bool:
+    """Whether the job runs on this machine; for a runner whose workers run on other machines (a runner
+    named to Beam: Dataflow, a portable runner), first checks that they can reach its inputs and output
+    (before the lock or planning touch the output). A Dask cluster given by address is not checked: its
+    workers may share this machine's files (a cluster on this host, a shared filesystem)."""
+    runner, options = make_runner_and_options(beam_args)
+    if isinstance(runner, str):
+        check_reachable_by_workers(config, runner)
+    return runs_on_this_machine(runner, options)
+
+
 def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: bool, plan_options: dict[str, int], *,
                started: Optional[float] = None, progress_dir: Optional[str] = None,
                announce_resume: bool = False, start_workers: bool = True,
@@ -180,8 +191,10 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     if start_workers:
         prestart(beam_args, config)
     _check_beam_flags(beam_args)
+    runner, options = make_runner_and_options(beam_args)
+    local = runs_on_this_machine(runner, options)
     plan = dataclasses.replace(prepare_run(config, resume=resume, engine_chooser=prestarted_engine_chooser(),
-                                           **plan_options), lock_id=lock_id)
+                                           ship_tokenizers=not local, **plan_options), lock_id=lock_id)
     if announce_resume:  # a fast engine asked for but not used: said once per tokenizer
         for note in sorted({f"tokenizer '{d.tokenizer.name_or_path}' encodes with hf: {d.engine_choice['reason']}"
                             for d in plan.datasets if d.engine_choice and d.engine == "hf"
@@ -191,8 +204,6 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
         print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
               " already tokenized" if plan.resumed else
               "easydata: no unfinished run of this job to resume: starting a new run", file=sys.stderr)
-    runner, options = make_runner_and_options(beam_args)
-    local = runs_on_this_machine(runner, options)
     pipeline = beam.Pipeline(runner=runner, options=options)
     build_batch_pipeline(pipeline, config, plan, time.time() if started is None else started,
                          progress_dir if local else None, group_via_files=local)
@@ -227,10 +238,9 @@ def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, 
     if problems:  # before the lock: a config error leaves no trace in the output
         raise ConfigError(problems)
     args = list(beam_args or [])
-    runner, options = make_runner_and_options(args)
+    local = _check_launch(config, args)
     template_only = any(a.split("=", 1)[0] in ("--template_location", "--template-location") for a in args)
-    lock = None if template_only else OutputLock(config.save.output_dir, new_run_id(),
-                                                  detached=not runs_on_this_machine(runner, options))
+    lock = None if template_only else OutputLock(config.save.output_dir, new_run_id(), detached=not local)
     submitted = False
     try:
         if lock is not None:
@@ -290,6 +300,8 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
     problems = config.validate()
     if problems:  # before the lock: a config error leaves no trace in the output
         raise ConfigError(problems)
+    _check_beam_flags(list(beam_args or []))
+    _check_launch(config, list(beam_args or []))
     try:
         with OutputLock(config.save.output_dir, new_run_id()) as lock:  # one run at a time per output
             if lock.took_over and show_progress:

@@ -30,7 +30,7 @@ from easydata.text.tokenizer import load_tokenizer
 from beam_pipelines.runners import is_dask_runner
 from transforms.stream import CommitWindows, ProcessWindow, WindowMessages
 
-__all__ = ["build_streaming_pipeline", "build_streaming_job", "run_streaming"]
+__all__ = ["build_streaming_pipeline", "build_streaming_job", "run_streaming", "PUBSUB_RUNNERS"]
 
 _SUBSCRIPTION = re.compile(r"projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/subscriptions/[A-Za-z][-A-Za-z0-9_.~+%]{2,254}")
 
@@ -51,6 +51,11 @@ def _base_manifest(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, tu
                        "strategy": config.pack.strategy if packed else None},
             "output_format": config.save.format, "compression": config.save.codec}
     return base, per_dataset
+
+
+#: Runners on which Beam's Python `ReadFromPubSub` reads messages (None: the local default). On the others
+#: (PortableRunner, Flink, Spark, Prism) the read expands to nothing they execute: the job ends at once.
+PUBSUB_RUNNERS = (None, "DirectRunner", "BundleBasedDirectRunner", "DataflowRunner", "TestDataflowRunner")
 
 
 def build_streaming_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, *, staging: str,
@@ -150,6 +155,9 @@ def build_streaming_job(config: PipelineConfig, beam_args: Optional[list[str]] =
     options = PipelineOptions(list(beam_args or []))
     options.view_as(StandardOptions).streaming = True
     runner_name = options.view_as(StandardOptions).runner
+    if runner_name not in PUBSUB_RUNNERS:  # elsewhere Beam's Python ReadFromPubSub reads nothing and the job "succeeds"
+        raise EasyDataError(f"--streaming reads Pub/Sub, which Beam's Python SDK reads only on DataflowRunner and"
+                            f" locally (DirectRunner); --runner={runner_name} cannot: run the stream on one of those")
     local = runner_name in (None, "DirectRunner", "BundleBasedDirectRunner")
     if local:  # this process reads Pub/Sub (a remote runner's workers have their own service account)
         _require_pubsub_credentials()

@@ -95,10 +95,14 @@ class SubmitOnlyRunner(PipelineRunner):
         return PipelineResult(PipelineState.RUNNING)
 
 
-def test_a_submitted_job_holds_the_output_until_its_commit(tmp_path, tokenizer_dir, capsys):
+def test_a_submitted_job_holds_the_output_until_its_commit(tmp_path, tokenizer_dir, capsys, monkeypatch):
     """The launcher exits once the job is accepted; its detached lock keeps a second launch out (its pid is
     gone, which would make a launcher's own lock stale) until the job's commit releases it."""
+    import beam_pipelines.batch
     from beam_pipelines.flex_template import main
+
+    # The stand-in runs nothing, so its workers' reach (local paths here) does not matter.
+    monkeypatch.setattr(beam_pipelines.batch, "check_reachable_by_workers", lambda config, runner: None)
 
     out = tmp_path / "out"
     job = _job(tmp_path, tokenizer_dir, str(out), documents=20)

@@ -529,10 +529,18 @@ def _small_job(tmp_path: Path, tokenizer_dir: Path, *, streaming: bool = False) 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
 def test_entry_submits_and_returns_without_waiting(streaming: bool, tmp_path: Path, tokenizer_dir: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+                                                    capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
     from apache_beam.options.pipeline_options import StandardOptions
 
+    import beam_pipelines.batch
     from beam_pipelines.flex_template import main
+
+    import beam_pipelines.streaming
+
+    # The stand-in runs nothing, so its workers' reach (local paths here) and Pub/Sub reading do not matter.
+    monkeypatch.setattr(beam_pipelines.batch, "check_reachable_by_workers", lambda config, runner: None)
+    monkeypatch.setattr(beam_pipelines.streaming, "PUBSUB_RUNNERS",
+                        (*beam_pipelines.streaming.PUBSUB_RUNNERS, f"{__name__}.NoWaitRunner"))
 
     _SUBMITTED.clear()
     job = _small_job(tmp_path, tokenizer_dir, streaming=streaming)

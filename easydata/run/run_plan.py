@@ -133,6 +133,30 @@ def check_batch_job(config: PipelineConfig) -> None:
                           " (`easydata run CONFIG --streaming`)")
 
 
+def _on_this_machine(path: str) -> bool:
+    """A path only this machine (or this process) can read: local files, `file://`, `memory://`."""
+    from easydata.io.filesystems import local_path
+
+    return local_path(path) is not None or path.startswith("memory://")
+
+
+def check_reachable_by_workers(config: PipelineConfig, runner: str) -> None:
+    """For a runner whose workers run on other machines (Dataflow, a portable runner, a remote Dask
+    cluster): every input and the output must be on a store they reach. Local tokenizer files are not
+    refused: the launcher ships them with the job (`prepare_run(ship_tokenizers=True)`).
+
+    Raises:
+      ConfigError: one line per path only this machine can read.
+    """
+    problems = [f"dataset '{ds.name}': data_files '{path}'" for ds in config.datasets if ds.type != "huggingface"
+                for path in ds.data_file_list if _on_this_machine(path)]
+    if _on_this_machine(config.save.output_dir):
+        problems.append(f"save.output_dir '{config.save.output_dir}'")
+    if problems:
+        raise ConfigError([f"{p} is on this machine, which the workers of --runner={runner} cannot read: put it on a"
+                           " store they reach (gs://, s3://, hf://)" for p in problems])
+
+
 def check_tokenizer(config: PipelineConfig, handle: TokenizerHandle) -> None:
     """A loaded tokenizer declares the special tokens the job adds (`tokenize.add_eos`, `add_bos`).
 
@@ -175,7 +199,7 @@ def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerCo
 
 def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                 group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False,
-                engine_chooser: Optional[EngineChooser] = None) -> RunPlan:
+                engine_chooser: Optional[EngineChooser] = None, ship_tokenizers: bool = False) -> RunPlan:
     """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
 
     Args:
@@ -188,6 +212,8 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
       engine_chooser: makes planning's engine choice elsewhere, e.g. in a local worker server that has
         the engine loaded already (`beam_pipelines.local.worker_pool`); when it returns None, or without
         one, this process chooses (`easydata.text.engines.choose_engine`).
+      ship_tokenizers: the workers run elsewhere: tokenizers given as local files are copied into the
+        run's staging too, as hub tokenizers are for a remote output (`_ship_tokenizers`).
 
     Raises:
       ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
@@ -242,7 +268,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                        fingerprint=config.fingerprint(), inputs=_input_versions(datasets),
                        id_sources=_id_sources(datasets))
     dictionary = _shuffle_dictionary(config, datasets, handles, by_name, mix_num_groups)
-    datasets = _ship_hub_tokenizers(datasets, config.save.output_dir, staging)
+    datasets = _ship_tokenizers(datasets, config.save.output_dir, staging, local_files=ship_tokenizers)
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
                    mix_num_groups=mix_num_groups, resumed=previous is not None, shuffle_dictionary=dictionary,
                    unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
@@ -303,10 +329,13 @@ def _shuffle_dictionary(config: PipelineConfig, datasets: list[DatasetPlan],
     return shuffle_dictionary.train_shuffle_dictionary(shuffle_dictionary.sample_routed_rows(rows, groups))
 
 
-def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str) -> list[DatasetPlan]:
+def _ship_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str, *,
+                     local_files: bool = False) -> list[DatasetPlan]:
     """Hub tokenizers of a job whose output is remote (gs://, s3://: workers on other machines, e.g.
     Dataflow) are resolved here, once, and their files copied into the run's staging directory;
-    the workers load them from there and never ask the Hub. Local jobs share this machine's cache."""
+    the workers load them from there and never ask the Hub. Local jobs share this machine's cache.
+    With `local_files` (a runner whose workers are elsewhere), tokenizers given as local files go the
+    same way: the workers could not read this machine's path."""
     from easydata.io.filesystems import local_path
     from easydata.text.tokenizer import is_hub_id, resolve_tokenizer_files, stage_tokenizer_files
 
@@ -316,7 +345,7 @@ def _ship_hub_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: 
     out = []
     for d in datasets:
         name = d.tokenizer.name_or_path
-        if is_hub_id(name):
+        if is_hub_id(name) or (local_files and local_path(name) is not None):
             if name not in shipped:
                 tokenizer_file, _ = resolve_tokenizer_files(name)
                 shipped[name] = stage_tokenizer_files(tokenizer_file.parent, Staging(staging).tokenizer(name))
