@@ -44,7 +44,9 @@ setup(
         # --runner=DaskRunner (the versions apache-beam[dask] asks for)
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # pandas, duckdb and datasets: tests prove the shards load in the tools users already have.
-        "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1", "pandas>=2", "duckdb>=1", "datasets>=2.18",
+        "dev": ["pytest>=7", "hypothesis>=6.80", "pytest-timeout>=2.1",
+                # ruff: the lint step of .ci/run (ruff.toml says which rules)
+                "ruff>=0.5", "pandas>=2", "duckdb>=1", "datasets>=2.18",
                 # jax: the reader's as_jax/as_pmap tests on simulated CPU devices
                 "jax>=0.4.20",
                 # matplotlib: easydata stats --plot is tested

@@ -32,6 +32,7 @@ def test_fluent_builder_runs_the_pipeline(tmp_path, tokenizer_dir):
     assert sorted(row["n"] for row in result) == list(range(30))  # the result is a source over the output
 
 
+@pytest.mark.slow
 def test_only_the_stages_called_shape_the_job(tmp_path, tokenizer_dir):
     """EasyData's semantics: a config's `pack` section packs only when `.pack()` is called; `run()`
     runs the config as `easydata run` does."""
@@ -124,6 +125,7 @@ def test_format_fields_and_format_callback(tmp_path, tokenizer_dir, monkeypatch)
     assert {r["reason"] for r in rejected} == {"format_callback raised ValueError: odd"}
 
 
+@pytest.mark.slow
 def test_load_builds_batches_from_a_cache_that_follows_the_inputs(tmp_path, tokenizer_dir, monkeypatch):
     monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
     data = _texts_file(tmp_path / "a.jsonl", 200)
@@ -143,6 +145,7 @@ def test_load_builds_batches_from_a_cache_that_follows_the_inputs(tmp_path, toke
     assert len(changed) > len(first)
 
 
+@pytest.mark.slow
 def test_weight_schedule_mixes_at_read_time(tmp_path, tokenizer_dir, monkeypatch):
     monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
     from easydata import DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, WeightSchedulePoint
@@ -168,6 +171,7 @@ def test_weight_schedule_mixes_at_read_time(tmp_path, tokenizer_dir, monkeypatch
     assert len(batches) == 6 and all(b["input_ids"].shape == (4, 32) for b in batches)
 
 
+@pytest.mark.slow
 def test_tokenizer_config_per_dataset_and_pack_eos(tmp_path, tokenizer_dir, monkeypatch):
     """`TokenizerConfig(max_length=...)` cuts that dataset only; `pack.eos_token_id` ends documents."""
     monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
@@ -190,6 +194,7 @@ def test_tokenizer_config_per_dataset_and_pack_eos(tmp_path, tokenizer_dir, monk
     assert ids.count(3) == 20  # every document ends with the given id
 
 
+@pytest.mark.slow
 def test_prefetch_to_device_gives_jax_arrays(tmp_path, tokenizer_dir, monkeypatch):
     import jax
 
@@ -217,6 +222,7 @@ def test_pipeline_schedule_is_the_read_time_mix(tmp_path, tokenizer_dir, monkeyp
     assert not pipeline.config.mix.static and pipeline.config.mix.weight_schedule == config.schedule
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["arrow", "jsonl", "bin"])
 def test_the_build_result_reads_any_output_format(tmp_path, tokenizer_dir, fmt):
     """The source `build()` returns reads the output with its format's own reader (it used to take
@@ -231,6 +237,7 @@ def test_the_build_result_reads_any_output_format(tmp_path, tokenizer_dir, fmt):
     assert len(rows) == 30 and all(len(r["input_ids"]) > 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_a_user_error_inside_the_job_is_raised_as_its_own_class_without_beams_noise(tmp_path, tokenizer_dir) -> None:
     """Before: about 50 lines with 4 Beam worker tracebacks (`KeyError: 'bundle_64'`, `ERROR:apache_beam...`),
     then a RuntimeError wrapping the message."""

@@ -51,6 +51,7 @@ def corpus(tmp_path: Path) -> tuple[Path, list[str]]:
     return tmp_path / "in" / "*.jsonl", texts
 
 
+@pytest.mark.slow
 def test_tokens_equal_tokenizer_output_and_counters_add_up(corpus, tokenizer_dir, tmp_path):
     pattern, texts = corpus
     out = tmp_path / "out"
@@ -93,6 +94,7 @@ def test_the_steps_that_free_the_most_return_free_memory(corpus, tokenizer_dir, 
     assert len(trims) >= 2 + 1 + 1 + shards and set(trims) == {0}  # 2 files: at least 2 units
 
 
+@pytest.mark.slow
 def test_output_identical_across_workers_bundles_splits_and_groups(corpus, tokenizer_dir, tmp_path):
     pattern, _ = corpus
     base = _config(str(pattern), tokenizer_dir, tmp_path / "a")
@@ -107,6 +109,7 @@ def test_output_identical_across_workers_bundles_splits_and_groups(corpus, token
     assert _digest(tmp_path / "b") == reference
 
 
+@pytest.mark.slow
 def test_every_output_format_round_trips(corpus, tokenizer_dir, tmp_path):
     pattern, texts = corpus
     for fmt, compression in [("arrow", "lz4"), ("jsonl", "gzip")]:
@@ -119,6 +122,7 @@ def test_every_output_format_round_trips(corpus, tokenizer_dir, tmp_path):
 
 
 
+@pytest.mark.slow
 def test_field_types_that_vary_between_batches_converge(tokenizer_dir, tmp_path):
     """`id` is an int in most records, text or a list in a few: every bundling gives the same text column."""
     records = [{"text": f"document number {i}", "id": i} for i in range(60)]
@@ -138,6 +142,7 @@ def test_field_types_that_vary_between_batches_converge(tokenizer_dir, tmp_path)
     assert digests[0] == digests[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pack", [False, True], ids=["sorted", "packed"])
 def test_the_shuffle_dictionary_of_a_many_group_run_changes_bytes_shuffled_not_the_output(
         corpus, tokenizer_dir, tmp_path, monkeypatch, pack):

@@ -41,6 +41,7 @@ def _documents(out: Path, manifest: dict) -> list[list[int]]:
     return docs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("process_count", [1, 2])
 def test_token_reader_reads_every_document_once_per_epoch(bin_output, process_count):
     out, manifest = bin_output

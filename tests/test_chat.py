@@ -135,6 +135,7 @@ def test_a_template_that_does_not_parse_is_a_value_error():
 # ---- hostile templates: bounded sizes, dead letters instead of memory blow-ups ---------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bomb", [
     "{{ 'A' * 10**10 }}", "{{ 10**10 * 'A' }}", "{{ [0] * 10**10 }}", "{{ ('A' * 10**6) * 10**4 }}",
     "{{ 'A'.ljust(10**10) }}", "{{ 'A'.center(10**10) }}", "{{ 'A'.zfill(10**10) }}", "{{ 'x'|center(10**10) }}",
@@ -186,6 +187,7 @@ def test_named_templates_ship_with_the_package_and_render(name, chat_tokenizer_d
     assert "Hi there" in text and "Hello back" in "".join(text[a:b] for a, b in spans)
 
 
+@pytest.mark.slow
 def test_a_run_with_a_named_template(tmp_path, chat_tokenizer_dir) -> None:
     import json as _json
 

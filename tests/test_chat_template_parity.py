@@ -85,6 +85,7 @@ def test_ten_real_families_are_here() -> None:
     assert len(REAL) == 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.stem)
 @pytest.mark.parametrize("case", sorted(CONVERSATIONS))
 @pytest.mark.parametrize("generation", [False, True])
@@ -103,6 +104,7 @@ def test_text_and_ids_equal_transformers(path: Path, case: str, generation: bool
     assert [int(i) for i in ours.encode_chat([mine])[0].ids] == list(their_ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.stem)
 def test_training_rows_are_the_rendered_ids(path: Path, ours, tokenizer_dir) -> None:
     """What the pipeline trains on (render + encode_chat_batch, no EOS added) is transformers' ids."""
@@ -166,6 +168,7 @@ ALL_TEMPLATES = [*REAL, TEMPLATES / "mistral_v3_style.jinja", TEMPLATES / "mistr
                  TEMPLATES / "chatml.jinja", TEMPLATES / "llama3_tools.jinja"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ALL_TEMPLATES, ids=lambda p: p.stem)
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_every_shape_renders_like_transformers_and_trains_the_assistant(path: Path, shape: str, ours,

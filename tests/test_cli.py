@@ -58,6 +58,7 @@ def test_every_command_has_help(command, capsys):
     assert command in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit, expected", [
     ({"datasets.0.data_files": "/nonexistent/*.jsonl"}, "matches no file"),
     ({"default_tokenizer": "/nonexistent/tokenizer"}, "tokenizer '/nonexistent/tokenizer': no such file or directory"),
@@ -74,6 +75,7 @@ def test_user_errors_are_one_line(job, capsys, edit, expected):
     assert expected in err
 
 
+@pytest.mark.slow
 def test_missing_config_and_existing_output_are_one_line(job, tmp_path, capsys):
     assert "does not exist" in _one_line_error(capsys, main(["run", str(tmp_path / "nope.yaml")]))
     (tmp_path / "out").mkdir()
@@ -106,6 +108,7 @@ def test_run_validate_inspect_and_truncated_shard(job, tmp_path, capsys):
     assert "no manifest.json" in err
 
 
+@pytest.mark.slow
 def test_a_truncated_zst_input_is_reported_by_the_run_and_by_validate(tmp_path, tokenizer_dir, capsys):
     """A `.jsonl.zst` cut after 60 % used to give "60 documents (0 rejected)" and a clean validate."""
     import zstandard
@@ -168,6 +171,7 @@ def test_tokenize_command_with_real_tokenizer(tmp_path, mistral_tokenizer_dir):
     assert _cli("validate", str(tmp_path / "out")).returncode == 0
 
 
+@pytest.mark.slow
 def test_beam_flag_typo_and_unavailable_flags_are_one_line_errors(job, capsys):
     err = _one_line_error(capsys, main(["run", str(job), "--quiet", "--runer=DataflowRunner"]))
     assert "unknown option --runer (did you mean --runner?)" in err
@@ -175,6 +179,7 @@ def test_beam_flag_typo_and_unavailable_flags_are_one_line_errors(job, capsys):
     assert "--streaming reads Pub/Sub: dataset(s) web have no `pubsub_subscription`" in err
 
 
+@pytest.mark.slow
 def test_too_many_rejects_fail_the_run_in_one_line(job, tmp_path, capsys):
     """The check runs inside the pipeline's commit step: Beam's wrapped error still ends in one line."""
     (tmp_path / "data" / "bad.jsonl").write_text('{"text": ""}\n{"oops": 1}\n')
@@ -206,6 +211,7 @@ def test_tokenize_and_pack_with_real_tokenizer(tmp_path, mistral_tokenizer_dir):
     assert check.returncode == 0, check.stdout
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_quietly(job, tmp_path):
     """`easydata inspect OUT | head` ended in a BrokenPipeError traceback when `head` had gone first."""
     assert main(["run", str(job), "--quiet", "--direct_num_workers=1"]) == 0
@@ -216,6 +222,7 @@ def test_a_closed_pipe_ends_quietly(job, tmp_path):
     assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err and err == ""
 
 
+@pytest.mark.slow
 def test_streaming_without_credentials_or_emulator_is_one_line(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Before: 185 lines ending in google.auth's DefaultCredentialsError."""
     config = tmp_path / "live.yaml"
@@ -233,6 +240,7 @@ def test_streaming_without_credentials_or_emulator_is_one_line(tmp_path: Path, t
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_fewer_rows_than_the_shards_asked_for_is_said_in_the_summary(tmp_path: Path, tokenizer_dir: Path, capsys) -> None:
     """Before: `num_shards: 100` on 39 rows silently wrote 39 shards."""
     write_jsonl(tmp_path / "web" / "a.jsonl", ({"text": t} for t in make_texts(39)))

@@ -3,6 +3,7 @@ PCollections of record batches and document batches actually using them."""
 
 from __future__ import annotations
 
+import pytest
 import json
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def test_document_batch_round_trip_and_size():
     assert coder.estimate_size(DocumentBatch(dataset="d", keys=["k"], texts=["abc"], fields={})) == 3
 
 
+@pytest.mark.slow
 def test_record_batches_cross_a_fusion_break_intact():
     runner, options = make_runner_and_options([])
     with beam.Pipeline(runner=runner, options=options) as p:

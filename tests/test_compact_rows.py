@@ -52,6 +52,7 @@ def token_batches(draw: st.DrawFn) -> pa.RecordBatch:
     return batch
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(batch=token_batches(), compress=st.booleans())
 def test_every_batch_comes_back_exactly(batch: pa.RecordBatch, compress: bool) -> None:
@@ -64,6 +65,7 @@ def test_every_batch_comes_back_exactly(batch: pa.RecordBatch, compress: bool) -
     assert decode_rows(memoryview(encoded)).equals(batch)  # as group files hand them over
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(batch=token_batches(), data=st.data(), compress=st.booleans())
 def test_row_ranges_encode_as_their_slices_would(batch: pa.RecordBatch, data: st.DataObject, compress: bool) -> None:
@@ -173,6 +175,7 @@ def _a_dictionary() -> bytes:
 _DICTIONARY: list[bytes] = []
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(batch=token_batches(), data=st.data())
 def test_rows_compressed_with_a_dictionary_come_back_exactly(batch: pa.RecordBatch, data: st.DataObject) -> None:

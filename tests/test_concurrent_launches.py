@@ -95,6 +95,7 @@ class SubmitOnlyRunner(PipelineRunner):
         return PipelineResult(PipelineState.RUNNING)
 
 
+@pytest.mark.slow
 def test_a_submitted_job_holds_the_output_until_its_commit(tmp_path, tokenizer_dir, capsys, monkeypatch):
     """The launcher exits once the job is accepted; its detached lock keeps a second launch out (its pid is
     gone, which would make a launcher's own lock stale) until the job's commit releases it."""
@@ -120,6 +121,7 @@ def test_a_submitted_job_holds_the_output_until_its_commit(tmp_path, tokenizer_d
     assert json.loads((out / "manifest.json").read_text())["totals"]["rows"] > 0
 
 
+@pytest.mark.slow
 def test_a_detached_lock_outlives_its_launcher_process(tmp_path):
     out = tmp_path / "out"
     script = ("import sys; from easydata.run.lock import OutputLock; "

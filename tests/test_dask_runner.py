@@ -102,6 +102,7 @@ def _without_run_fields(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_batch_output_is_byte_identical_to_the_local_runner(dask_cluster, chat_tokenizer_dir, tmp_path):
     files = _corpus(tmp_path / "in")
@@ -136,6 +137,7 @@ class _Parity(beam.DoFn):
         yield WindowedValue(-1, 0, [GlobalWindow()])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_tagged_outputs_finish_bundle_outputs_and_every_branch(dask_cluster):
     def build(p: beam.Pipeline) -> None:
@@ -163,6 +165,7 @@ class _Mark(beam.DoFn):
         yield x
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_each_step_runs_once_when_its_output_is_also_a_side_input(dask_cluster, tmp_path):
     """As in the batch pipeline (read -> documents, and read -> counters -> commit's side input)."""
@@ -218,6 +221,7 @@ def test_missing_dask_says_how_to_install_it(monkeypatch):
         make_runner_and_options(["--runner=DaskRunner"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_unreachable_scheduler_is_one_line(tokenizer_dir, tmp_path, capsys):
     write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in make_texts(20, seed=1)])
@@ -230,6 +234,7 @@ def test_unreachable_scheduler_is_one_line(tokenizer_dir, tmp_path, capsys):
     assert "\n" not in err
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_without_an_address_a_run_starts_and_closes_its_own_cluster(tokenizer_dir, tmp_path, capsys):
     texts = make_texts(50, seed=2)

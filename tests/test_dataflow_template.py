@@ -228,6 +228,7 @@ def _gcloud_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud is not installed")
 @pytest.mark.parametrize("kind", sorted(METADATA))
 def test_gcloud_flex_template_build_print_only(kind: str, tmp_path: Path) -> None:
@@ -244,6 +245,7 @@ def test_gcloud_flex_template_build_print_only(kind: str, tmp_path: Path) -> Non
     assert spec["metadata"]["parameters"] == ours["parameters"]  # every field survived gcloud's parser
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="gcloud is not installed")
 def test_gcloud_rejects_a_parameter_without_help_text(tmp_path: Path) -> None:
     """The gcloud check above is not vacuous: gcloud refuses metadata missing a required field."""
@@ -527,6 +529,7 @@ def _small_job(tmp_path: Path, tokenizer_dir: Path, *, streaming: bool = False) 
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("streaming", [False, True], ids=["batch", "streaming"])
 def test_entry_submits_and_returns_without_waiting(streaming: bool, tmp_path: Path, tokenizer_dir: Path,
                                                     capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
@@ -552,6 +555,7 @@ def test_entry_submits_and_returns_without_waiting(streaming: bool, tmp_path: Pa
     assert ({"Read[live]", "Commit"} if streaming else {"Read[web]", "Mix", "CommitOutput"}) <= names
 
 
+@pytest.mark.slow
 def test_entry_runs_a_local_job_to_a_valid_output(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Without --runner the same entry runs the job locally (the local runner finishes inside run())."""
     from beam_pipelines.flex_template import main
@@ -576,6 +580,7 @@ def _dataflow_environment(options: Any) -> Any:
     return environments.DockerEnvironment.from_container_image(options.view_as(WorkerOptions).sdk_container_image)
 
 
+@pytest.mark.slow
 def test_batch_graph_for_dataflow_builds_and_serialises_offline(tmp_path: Path, tokenizer_dir: Path,
                                                                  no_network: None) -> None:
     import apache_beam as beam
@@ -668,6 +673,7 @@ def test_readme_documents_the_templates() -> None:
             assert f"`{name}`" in section, f"docs/dataflow.md does not mention parameter {name}"
 
 
+@pytest.mark.slow
 def test_sft_example_runs_through_the_entry(tmp_path: Path, tokenizer_dir: Path) -> None:
     """templates/examples/sft_chat.yaml, with local data in place of its gs:// paths, runs to a valid output."""
     from beam_pipelines.flex_template import main

@@ -9,6 +9,7 @@ for every record (`documents_in == documents_written + documents_rejected` per d
 
 from __future__ import annotations
 
+import pytest
 import collections
 import gzip
 import json
@@ -54,6 +55,7 @@ def _corpus(root: Path) -> dict[str, int]:
     return {"good.jsonl": 60, "rows.parquet": 20, "chat.jsonl": 20}
 
 
+@pytest.mark.slow
 def test_every_bad_record_is_dead_lettered_with_a_reason(tokenizer_dir, chat_tokenizer_dir, tmp_path):
     good = _corpus(tmp_path / "in")
     config = PipelineConfig.from_dict({
@@ -102,6 +104,7 @@ def test_every_bad_record_is_dead_lettered_with_a_reason(tokenizer_dir, chat_tok
     assert any(f"input '{cut}' was read only in part" in w for w in report.warnings), report.warnings
 
 
+@pytest.mark.slow
 def test_reader_reads_a_plain_output_beside_a_chat_output(tmp_path, chat_tokenizer_dir):
     """Each output has its own columns: the plain one has no `loss_mask` although the chat one does."""
     from easydata.reader import TokenReader

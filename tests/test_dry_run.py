@@ -62,6 +62,7 @@ def test_pipeline_plan_and_config_errors(tmp_path, tokenizer_dir) -> None:
         plan_report(PipelineConfig(datasets=[{"data_files": str(tmp_path / "in" / "a.jsonl")}]))
 
 
+@pytest.mark.slow
 def test_python_api_prints_nothing_but_its_own(tmp_path, tokenizer_dir) -> None:
     """Beam's import warnings (GCS, apitools) and its workers' start-up notes stay off the terminal."""
     write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(50)))
@@ -105,6 +106,7 @@ def _every_format(root: Path) -> list[dict]:
     return datasets
 
 
+@pytest.mark.slow
 def test_dry_run_estimates_every_format_within_a_quarter_of_the_run(tmp_path, chat_tokenizer_dir) -> None:
     """Before: no estimate for chat data, small zstd Parquet ~3x low (text bytes per token times file bytes),
     JSONL 19% high (JSON's own bytes counted as text)."""

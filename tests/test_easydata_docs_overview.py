@@ -51,6 +51,7 @@ def test_weight_scheduler_interpolates(world) -> None:
     assert scheduler.get_weights(90000) == pytest.approx({"easy": 0.1, "hard": 0.9})
 
 
+@pytest.mark.slow
 def test_pipeline_api_yields_packed_training_batches(world) -> None:
     ns, _ = world.run(PAGE, 3)  # the block uses PackStageConfig without importing it (the page's slip)
     batches = ns["batches"]

@@ -64,6 +64,7 @@ def test_source_stage(world, staged) -> None:
     assert list(staged["sources"]) == ["dataset1"] and isinstance(staged["sources"]["dataset1"], ParquetShardedSource)
 
 
+@pytest.mark.slow
 def test_tokenize_pack_save_load_stages(world, staged) -> None:
     ns, _ = world.run(PAGE, 4, staged)
     tokenized = ns["pipeline"].get_data()["dataset1"]
@@ -97,6 +98,7 @@ def test_tokenize_pack_save_load_stages(world, staged) -> None:
     assert all(b["input_ids"].shape == (8, 2048) for b in batches)
 
 
+@pytest.mark.slow
 def test_sft_pipeline_applies_the_chat_template(world) -> None:
     ns, _ = world.run(PAGE, 9)
     batches = ns["batches"]
@@ -108,6 +110,7 @@ def test_sft_pipeline_applies_the_chat_template(world) -> None:
     assert "[INST] <<SYS>>\nYou are helpful.\n<</SYS>>" in text  # Llama 2's chat template was applied
 
 
+@pytest.mark.slow
 def test_multi_dataset_pretraining_mix(world) -> None:
     ns, _ = world.run(PAGE, 10)
     batches = ns["batches"]
@@ -118,6 +121,7 @@ def test_multi_dataset_pretraining_mix(world) -> None:
         assert abs(manifest["realized_token_share"][name] - target) < 0.01  # shares of tokens, a tiny one too
 
 
+@pytest.mark.slow
 def test_pretokenization_pipeline_and_state(world) -> None:
     ns, _ = world.run(PAGE, 11)
     files = sorted(glob.glob(os.path.join(world.work, "tokenized_data", "*.parquet")))
@@ -165,6 +169,7 @@ def test_create_pipeline(world) -> None:
         assert isinstance(ns["pipeline"].source().get_data()["more_data"], JsonShardedSource)
 
 
+@pytest.mark.slow
 def test_tokenize_and_save(world) -> None:
     world.run(PAGE, 16)
     files = sorted(glob.glob(os.path.join(world.work, "tokenized", "*.parquet")))

@@ -41,6 +41,7 @@ def test_every_block_is_covered() -> None:
     assert all("import easydel as ed" in code_blocks(PAGE)[i] for i in NEEDS_EASYDEL)
 
 
+@pytest.mark.slow
 def test_quick_start(world) -> None:
     ns, _ = world.run(PAGE, 0)
     with world.inside():
@@ -50,6 +51,7 @@ def test_quick_start(world) -> None:
     assert len(rows) == 602 and max(len(r["input_ids"]) for r in rows) == 2048
 
 
+@pytest.mark.slow
 def test_pipeline_api_writes_each_save_path(world) -> None:
     world.run(PAGE, 1)
     first = _parquet_rows(os.path.join(world.work, "tokenized", "dataset1", "*.parquet"))
@@ -98,6 +100,7 @@ def test_parallel_ray_and_cloud_configs(world) -> None:
     assert config.validate() == [] and config.datasets[0].save_path.endswith("output-bucket/tokenized")
 
 
+@pytest.mark.slow
 def test_token_packing(world) -> None:
     world.run(PAGE, 11)
     out = os.path.join(world.work, "packed_data")
@@ -110,6 +113,7 @@ def test_token_packing(world) -> None:
     assert manifest["totals"]["tokens"] == int((segments > 0).sum())  # no token lost
 
 
+@pytest.mark.slow
 def test_loading_and_verifying(world, tokenized) -> None:
     _, printed = world.run(PAGE, 13, {"print": lambda *a: None})
     ns, _ = world.run(PAGE, 14)

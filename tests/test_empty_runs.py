@@ -11,6 +11,8 @@ from easydata.cli import main
 from easydata.tools.validate import validate_output
 from tests.conftest import make_texts, write_jsonl
 
+pytestmark = pytest.mark.slow
+
 
 def _job(tmp_path: Path, tokenizer_dir: Path, **extra) -> Path:
     write_jsonl(tmp_path / "in" / "web.jsonl", ({"text": t} for t in make_texts(30)))

@@ -22,6 +22,8 @@ from easydata.text.engines import (Engine, FastokensEngine, GigatokenEngine, Ver
                                    adversarial_texts, choose_engine, sampled, verify_engine)
 from tests.conftest import REPO_ROOT, make_texts
 
+pytestmark = pytest.mark.slow
+
 
 def _hf(directory: Path) -> tuple[Path, Tokenizer]:
     return directory / "tokenizer.json", Tokenizer.from_file(str(directory / "tokenizer.json"))

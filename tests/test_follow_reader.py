@@ -42,6 +42,7 @@ def _firsts(batches) -> list[int]:
     return [int(x) for b in batches for x in b["input_ids"][:, 0]]
 
 
+@pytest.mark.slow
 def test_reads_every_committed_row_once_and_follows_new_windows(tmp_path):
     out = tmp_path / "out"
     _commit(out, 1, 7)

@@ -84,6 +84,7 @@ def _digest(out: Path) -> dict[str, str]:
             for p in sorted(out.rglob("*")) if p.is_file() and p.name != "manifest.json"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group_bytes", [4096, 64], ids=["groups", "many-groups-with-dictionary"])
 def test_packed_job_writes_the_same_bytes_through_files_or_group_by_key(tokenizer_dir, tmp_path: Path,
                                                                         group_bytes: int) -> None:

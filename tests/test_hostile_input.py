@@ -92,6 +92,7 @@ def test_random_bytes_never_crash(tmp_path_factory, ext, data):
     _read_everything(path)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ext=st.sampled_from(EXTENSIONS), cut=st.floats(0, 1), flips=st.lists(st.tuples(st.floats(0, 1),
        st.integers(0, 255)), max_size=6))
@@ -140,6 +141,7 @@ def test_an_unreadable_file_is_one_dead_letter(tmp_path: Path):
     assert "is not an Arrow IPC file or stream" in rejects[0].reason
 
 
+@pytest.mark.slow
 def test_an_arrow_batch_with_corrupt_offsets_is_dead_lettered_not_a_crash(tmp_path: Path):
     """A string column's offsets pointing past its data made pyarrow read out of bounds (SIGBUS; found
     by `test_corrupted_and_truncated_files_never_crash`). Run in a child process, so a crash fails
@@ -271,6 +273,7 @@ def test_symlink_loops_and_broken_links_under_a_glob_are_skipped_with_a_warning(
         plan_splits(DatasetConfig(name="d", data_files=str(tmp_path / "d" / "self*.jsonl")))
 
 
+@pytest.mark.slow
 def test_a_glob_matching_the_output_never_reads_the_previous_output_back(tmp_path: Path, tokenizer_dir, capsys):
     """Every `--overwrite` rerun used to read the previous (JSONL) output back as input."""
     from easydata.cli import main

@@ -9,6 +9,7 @@ Real CLI runs on real files.
 
 from __future__ import annotations
 
+import pytest
 import json
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tests.conftest import make_texts
+
+pytestmark = pytest.mark.slow
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

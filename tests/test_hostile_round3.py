@@ -93,6 +93,7 @@ def _copy(finished: Path, tmp_path: Path) -> Path:
 # ---- 1. a forged journal whose paths all stay inside the output --------------------------------------
 
 
+@pytest.mark.slow
 def test_a_forged_journal_inside_the_output_is_refused_and_touches_nothing(finished, tmp_path, corpus, tokenizer_dir):
     out = _copy(finished, tmp_path)
     (out / "photos").mkdir()
@@ -147,6 +148,7 @@ def test_a_journal_is_acted_on_only_when_its_staging_proves_it(finished, tmp_pat
 # ---- 2. --resume after the tokenizer files changed in place ---------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_refuses_checkpoints_of_another_tokenizer(tmp_path):
     tokenizer = train_bpe_tokenizer(make_texts(500, seed=1), tmp_path / "tok", vocab_size=400)
     data = tmp_path / "web.jsonl"
@@ -170,6 +172,7 @@ def test_resume_refuses_checkpoints_of_another_tokenizer(tmp_path):
 # ---- 3, 6. the hub token never enters the manifest; push_to_hub is never ignored -----------------------
 
 
+@pytest.mark.slow
 def test_the_hub_token_never_enters_the_manifest_and_push_to_hub_fails_in_one_line(tmp_path, corpus, tokenizer_dir):
     secret = "hf_SECRETsecretSECRETsecret0123"
     out = tmp_path / "out"
@@ -188,6 +191,7 @@ def test_the_hub_token_never_enters_the_manifest_and_push_to_hub_fails_in_one_li
 # ---- 4, 19, 24. settings refused before any work --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting, expected", [
     ({"data_files": ""}, "names no file (an empty path would read the current directory"),
     ({"data_files": ["a.jsonl", " "]}, "names no file"),
@@ -208,6 +212,7 @@ def test_settings_that_would_read_everything_or_crash_are_refused_in_one_line(tm
                        str(tmp_path / "out"), cwd=tmp_path / "cwd"), "names no file")
 
 
+@pytest.mark.slow
 def test_a_pad_id_outside_the_vocabulary_is_refused_before_any_work(tmp_path, corpus, tokenizer_dir):
     body = {"default_tokenizer": str(tokenizer_dir), "datasets": [{"name": "web", "data_files": str(corpus)}],
             "pack": {"enabled": True, "seq_length": 64, "pad_token_id": 999999999},
@@ -234,6 +239,7 @@ def single_word_mistral(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_adversarial_set_exercises_every_added_token_flag(single_word_mistral, tmp_path, monkeypatch):
     """The run's sampled documents need not hold the token (3 of 200,000 did): the adversarial set must."""
     from tokenizers import Tokenizer
@@ -250,6 +256,7 @@ def test_the_adversarial_set_exercises_every_added_token_flag(single_word_mistra
     assert choice.name == "hf" and "gigatoken" in choice.reason and "differs from hf" in choice.reason
 
 
+@pytest.mark.slow
 def test_a_single_word_token_gives_hfs_ids_with_the_default_engine(tmp_path, single_word_mistral, monkeypatch):
     monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
     texts = make_texts(300, seed=8) + ["a[TOOL]b", "call[TOOL] now", "[TOOL]x and [TOOL] y", "(([TOOL]))"] * 5
@@ -270,6 +277,7 @@ def test_a_single_word_token_gives_hfs_ids_with_the_default_engine(tmp_path, sin
 # ---- 8. the Python API's cache follows the tokenizer's content --------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_api_cache_is_keyed_on_the_tokenizers_content(tmp_path, monkeypatch):
     from easydata import DatasetConfig, LoadStageConfig, Pipeline, PipelineConfig
 
@@ -299,6 +307,7 @@ def test_the_api_cache_is_keyed_on_the_tokenizers_content(tmp_path, monkeypatch)
 # ---- 9. a mix's documents_in counts every document read ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_mixs_documents_in_counts_every_document_read(tmp_path, tokenizer_dir):
     big = write_jsonl(tmp_path / "big.jsonl", ({"text": t} for t in make_texts(6, seed=1, min_words=40)))
     small = write_jsonl(tmp_path / "small.jsonl", ({"text": t} for t in make_texts(2, seed=2, min_words=3,
@@ -326,6 +335,7 @@ def test_a_mixs_documents_in_counts_every_document_read(tmp_path, tokenizer_dir)
 # ---- 10, 14. train-tokenizer --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_tokenizer_keeps_a_users_tokenizer_config_and_bounds_the_vocabulary(tmp_path, corpus):
     out = tmp_path / "tok"
     out.mkdir()
@@ -352,6 +362,7 @@ _BOMBS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bomb", sorted(_BOMBS))
 def test_a_template_bomb_is_one_dead_letter_in_seconds(bomb):
     """Rendered in a child process with 4 GiB of address space and a minute: unbounded, these grow until the
@@ -368,6 +379,7 @@ def test_a_template_bomb_is_one_dead_letter_in_seconds(bomb):
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow
 def test_a_template_within_every_count_still_stops_at_the_wall_clock_budget(monkeypatch):
     """30,000 scans of a 30 MB string (each within the size and step counts) would take minutes."""
     import easydata.text.chat as chat
@@ -386,6 +398,7 @@ def test_a_template_within_every_count_still_stops_at_the_wall_clock_budget(monk
 # ---- 15. configs read bounded --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_config_from_a_device_or_not_utf8_is_one_line(tmp_path):
     started = time.monotonic()
     _one_line(_cli("run", "/dev/zero", timeout=120), "holds more than the 16 MiB a config may be")
@@ -398,6 +411,7 @@ def test_a_config_from_a_device_or_not_utf8_is_one_line(tmp_path):
 # ---- 16. special files inside an output ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["data/part-00000-of-00002.parquet", "manifest.json", ".easydata-lock",
                                     ".easydata-committing"])
 def test_a_fifo_inside_the_output_never_blocks(finished, tmp_path, corpus, tokenizer_dir, target):
@@ -422,6 +436,7 @@ def test_a_fifo_inside_the_output_never_blocks(finished, tmp_path, corpus, token
 # ---- 17, 18. inputs that must work or be dead letters -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_csv_field_of_150_kb_is_a_document(tmp_path, tokenizer_dir):
     data = tmp_path / "big.csv"
     with open(data, "w", newline="", encoding="utf-8") as f:
@@ -471,6 +486,7 @@ def test_a_jsonl_line_over_2_gib_is_a_dead_letter(tmp_path, tokenizer_dir):
 # ---- 20-23, 26, 27: one line for every mistake ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_tilde_output_is_expanded_once(tmp_path, corpus, tokenizer_dir):
     home = tmp_path / "home"
     home.mkdir()
@@ -479,6 +495,7 @@ def test_a_tilde_output_is_expanded_once(tmp_path, corpus, tokenizer_dir):
     assert (home / "x" / "manifest.json").is_file() and not (tmp_path / "~").exists()
 
 
+@pytest.mark.slow
 def test_an_ftp_url_without_network_is_one_line(tmp_path, tokenizer_dir):
     _one_line(_cli("tokenize", "--data-files", "ftp://example.invalid/a.jsonl", "--tokenizer", str(tokenizer_dir),
                    "--output", str(tmp_path / "out"), timeout=120), "cannot access 'ftp://example.invalid/a.jsonl'")
@@ -499,6 +516,7 @@ _MALFORMED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(_MALFORMED) + ["deeply-nested"])
 def test_a_malformed_manifest_is_a_problem_line_or_one_error_line(finished, tmp_path, kind):
     out = _copy(finished, tmp_path)
@@ -516,6 +534,7 @@ def test_a_malformed_manifest_is_a_problem_line_or_one_error_line(finished, tmp_
         _one_line(_cli(command, str(out)), "manifest")
 
 
+@pytest.mark.slow
 def test_a_deeply_nested_lock_is_held_and_one_line(finished, tmp_path, corpus, tokenizer_dir):
     out = _copy(finished, tmp_path)
     (out / ".easydata-lock").write_text("[" * 100_000 + "]" * 100_000)
@@ -525,6 +544,7 @@ def test_a_deeply_nested_lock_is_held_and_one_line(finished, tmp_path, corpus, t
     _one_line(_tokenize(corpus, tokenizer_dir, out, "--overwrite"), "is locked by '.easydata-lock', which cannot be read")
 
 
+@pytest.mark.slow
 def test_an_unfinished_reader_prints_nothing_at_exit(finished):
     code = ("from easydata.reader import TokenReader\n"
             f"r = TokenReader({str(finished)!r}, batch_size=2, shuffle=True, seed=0)\n"
@@ -533,6 +553,7 @@ def test_an_unfinished_reader_prints_nothing_at_exit(finished):
     assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
 
 
+@pytest.mark.slow
 def test_a_format_callback_that_exits_is_a_dead_letter(tmp_path, corpus, tokenizer_dir):
     (tmp_path / "mycallbacks.py").write_text(
         "import sys\n\ndef pick(record):\n    if 'model' in record['text']:\n        sys.exit(3)\n    return record\n")
@@ -550,6 +571,7 @@ def test_a_format_callback_that_exits_is_a_dead_letter(tmp_path, corpus, tokeniz
     assert reasons and all(r == "format_callback raised SystemExit: 3" for r in reasons)
 
 
+@pytest.mark.slow
 def test_dataflow_runner_without_its_options_is_one_line(tmp_path, corpus, tokenizer_dir):
     done = _cli("tokenize", "--data-files", str(corpus), "--tokenizer", str(tokenizer_dir), "--output",
                 str(tmp_path / "out"), "--runner=DataflowRunner", "--project=p")

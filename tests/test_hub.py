@@ -69,6 +69,7 @@ def test_hub_dataset_split_files_from_the_cache(hub_cache) -> None:
         resolve_hub_dataset("acme/web", "nope")
 
 
+@pytest.mark.slow
 def test_cli_run_with_hub_tokenizer_hub_dataset_and_hf_paths_offline(hub_cache, tmp_path) -> None:
     config = {
         "default_tokenizer": "acme/tok",
@@ -85,6 +86,7 @@ def test_cli_run_with_hub_tokenizer_hub_dataset_and_hf_paths_offline(hub_cache, 
     assert manifest["tokenizer"]["name_or_path"] == "acme/tok" and manifest["tokenizer"]["vocab_size"] == 32000
 
 
+@pytest.mark.slow
 def test_missing_hub_tokenizer_offline_is_one_line(hub_cache, tmp_path) -> None:
     write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
     done = _cli("tokenize", "--data-files", "a.jsonl", "--tokenizer", "acme/absent", "--output", "out", env={},
@@ -95,6 +97,7 @@ def test_missing_hub_tokenizer_offline_is_one_line(hub_cache, tmp_path) -> None:
         " downloading it"]
 
 
+@pytest.mark.slow
 def test_push_to_hub_with_the_network_refused_is_one_line(tmp_path, tokenizer_dir) -> None:
     """Up to the upload call: `create_repo` reaches a closed port and the run ends in one line."""
     write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(10)))
@@ -140,6 +143,7 @@ def test_remote_jobs_ship_hub_tokenizers_to_their_workers(hub_cache, tmp_path, m
     assert worker.info.content_hash == plan.datasets[0].tokenizer_info.content_hash
 
 
+@pytest.mark.slow
 def test_a_tokenizer_path_with_a_typo_is_one_line_at_once_not_a_hub_lookup(tmp_path, tokenizer_dir) -> None:
     """Before: `tok/mistral-7b` (where `tok/` exists) was looked up on the Hub: 30 s of retries, 36 lines."""
     write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])
@@ -155,6 +159,7 @@ def test_a_tokenizer_path_with_a_typo_is_one_line_at_once_not_a_hub_lookup(tmp_p
             " tokenizer.json or the file itself"], done.stderr
 
 
+@pytest.mark.slow
 def test_a_hub_tokenizer_with_the_network_down_is_one_line_without_retries(tmp_path) -> None:
     """Before: huggingface_hub's five retries (a line each, about 25 s) before the one-line error."""
     write_jsonl(tmp_path / "a.jsonl", [{"text": "hello"}])

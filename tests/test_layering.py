@@ -152,6 +152,7 @@ def test_the_reader_imports_jax_and_tensorflow_on_call_only() -> None:
             for t, top in GRAPH[n] if t.split(".")[0] in ("jax", "tensorflow") and top] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["easydata", "easydata.reader"])
 def test_importing_loads_neither_beam_nor_jax(module: str) -> None:
     code = (f"import sys, {module}; "

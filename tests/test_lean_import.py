@@ -36,6 +36,7 @@ def test_hidden_modules_cannot_be_imported_inside_the_block_and_can_after_it():
     assert "wave" in sys.modules and "xmlrpc.client" in sys.modules
 
 
+@pytest.mark.slow
 def test_pyarrow_and_beam_import_and_build_arrays_without_them():
     """pyarrow looks for pandas (Cython code, which a `None` module entry would fool) the first time it
     turns a Python list into an array; Beam when it is imported."""

@@ -80,6 +80,7 @@ def test_the_heartbeat_renews_the_lease(output_url: str) -> None:
         assert read_lock(output_url)["heartbeat_at"] > first
 
 
+@pytest.mark.slow
 def test_a_run_into_a_locked_output_fails_in_one_line(tmp_path: Path, tokenizer_dir: Path, capsys) -> None:
     write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(20)))
     args = ["tokenize", "--data-files", str(tmp_path / "a.jsonl"), "--tokenizer", str(tokenizer_dir),
@@ -94,6 +95,7 @@ def test_a_run_into_a_locked_output_fails_in_one_line(tmp_path: Path, tokenizer_
     assert (tmp_path / "out" / "manifest.json").exists() and not (tmp_path / "out" / LOCK_NAME).exists()
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_into_one_output_never_both_succeed(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Before the lock, both exited 0 and one silently replaced the other."""
     write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(400, seed=2)))
@@ -129,6 +131,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.slow
 def test_two_runs_taking_over_one_stale_lock_never_both_win(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Before: with a 4 s delay after reading the lock, both runs removed the stale lock (the second
     removing the first's new one), both exited 0 into one output, one silently replaced."""

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, make_texts, write_jsonl
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.heavy
 
 MAXTEXT = "maxtext==0.2.5"
 #: What MaxText's input pipeline imports on CPU (its own dependencies are all behind GPU/TPU extras).

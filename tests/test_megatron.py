@@ -22,6 +22,8 @@ from easydata.io.formats import token_list_array
 from easydata.io.token_files import MegatronShardWriter
 from tests.conftest import REPO_ROOT, make_texts, pip_site, write_jsonl
 
+pytestmark = pytest.mark.heavy
+
 MEGATRON_CORE = "megatron-core==0.16.1"
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16}
 

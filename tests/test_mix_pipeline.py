@@ -91,6 +91,7 @@ def _measured(out: Path, source_of: dict[tuple[int, ...], str]) -> tuple[dict[st
     return {name: n / total for name, n in tokens.items()}, rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights, strategy", [
     ({"code": 0.7, "docs": 0.3}, "first_exhausted"),
     ({"code": 0.98, "docs": 0.02}, "first_exhausted"),
@@ -122,6 +123,7 @@ def test_realized_token_shares_are_within_one_point(corpus, mistral_tokenizer_di
     assert validate_output(str(out)).ok
 
 
+@pytest.mark.slow
 def test_total_tokens_budget_with_a_tiny_weight(corpus, mistral_tokenizer_dir, tmp_path):
     files, source_of, _ = corpus
     out = tmp_path / "out"
@@ -196,6 +198,7 @@ def test_chat_and_text_datasets_mix_with_a_loss_mask(chat_tokenizer_dir, tmp_pat
     assert validate_output(str(tmp_path / "out")).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tmp_path, workers):
     """In-process or in worker processes (whose harness logs and prints the error's traceback)."""
@@ -217,6 +220,7 @@ def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tm
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_the_numbers_of_a_mix_count_what_the_output_holds(tmp_path, tokenizer_dir, capsys):
     """A subsampled source: the summary said 11,472,412 tokens for 5,074,279 written and `stats` said
     1,675 documents for 802 used. Now written documents are the selected ones, and what was read but

@@ -17,6 +17,8 @@ from tokenizers import Tokenizer
 from easydata.reader import TokenReader
 from tests.conftest import make_texts, write_jsonl
 
+pytestmark = pytest.mark.slow
+
 
 def _cli(*args: str, cwd: Path) -> str:
     result = subprocess.run([sys.executable, "-m", "easydata", *args], cwd=cwd, capture_output=True, text=True,

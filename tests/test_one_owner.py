@@ -61,6 +61,7 @@ def test_settings_that_shape_the_output_change_the_fingerprint(change) -> None:
     assert PipelineConfig.from_dict({**_BASE, **change}).fingerprint() != PipelineConfig.from_dict(_BASE).fingerprint()
 
 
+@pytest.mark.slow
 def test_resume_survives_a_change_to_the_streaming_settings(tmp_path, tokenizer_dir) -> None:
     data = tmp_path / "web.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in make_texts(30, seed=2)) + "{broken\n")
@@ -79,6 +80,7 @@ def test_resume_survives_a_change_to_the_streaming_settings(tmp_path, tokenizer_
     assert "easydata: resuming run" in resumed.stderr and "already tokenized" in resumed.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["2024", "yes", "null", "1e3"])
 def test_output_is_a_path_as_written(tmp_path, tokenizer_dir, name) -> None:
     data = write_jsonl(tmp_path / "web.jsonl", ({"text": t} for t in make_texts(10, seed=1)))
@@ -214,6 +216,7 @@ def _dry_run_and_run(tmp_path: Path, body: dict) -> tuple[subprocess.CompletedPr
                  for extra in (["--dry-run"], []))
 
 
+@pytest.mark.slow
 def test_dry_run_refuses_what_the_run_refuses(tmp_path, tokenizer_dir) -> None:
     data = write_jsonl(tmp_path / "web.jsonl", ({"text": t} for t in make_texts(20, seed=1)))
     chat = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"},

@@ -89,6 +89,7 @@ def test_a_forged_commit_journal_is_refused_and_never_acted_on(tmp_path: Path, k
     assert (out / COMMIT_MARKER).exists() and (out / ".easydata-tmp-abc" / "a").read_bytes() == b"staged"
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_forged_journal_in_one_line_and_touches_nothing(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Before: `recover_commit` replayed it before every run, moving and deleting the victim's files,
     even when the run then stopped with 'output already exists'."""
@@ -102,6 +103,7 @@ def test_the_cli_refuses_a_forged_journal_in_one_line_and_touches_nothing(tmp_pa
         assert _files(tmp_path / "victim") == before
 
 
+@pytest.mark.slow
 def test_overwrite_refuses_a_directory_with_a_users_files(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Before: a directory holding any `manifest.json` (or an empty staging folder) was wiped whole."""
     for n, seed in enumerate([{"manifest.json": b"{}"}, {".easydata-tmp-0123456789ab/.keep": b""}]):
@@ -115,6 +117,7 @@ def test_overwrite_refuses_a_directory_with_a_users_files(tmp_path: Path, tokeni
         assert _files(out) == before
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_a_previous_run_and_refuses_once_a_user_file_is_added(tmp_path: Path,
                                                                                  tokenizer_dir: Path) -> None:
     out = tmp_path / "out"
@@ -129,6 +132,7 @@ def test_overwrite_replaces_a_previous_run_and_refuses_once_a_user_file_is_added
     assert (out / "data" / "mine.txt").read_bytes() == b"mine" and set(_files(out)) == {*first, "data/mine.txt"}
 
 
+@pytest.mark.slow
 def test_a_shard_replaced_by_a_symlink_out_of_the_output_is_refused(tmp_path: Path, tokenizer_dir: Path) -> None:
     """Before: `validate` passed and `TokenReader` read the file outside the output."""
     from easydata.reader import TokenReader

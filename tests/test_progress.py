@@ -94,6 +94,7 @@ def monitor_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "easydata-progress"]
 
 
+@pytest.mark.slow
 def test_monitor_prints_plain_lines_off_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ProgressSink(str(tmp_path), interval=0).add(input_bytes=250, documents=3, tokens=1234)
     ProgressSink(str(tmp_path), interval=0).add(input_bytes=250, documents=1000, tokens=1_000_000)
@@ -169,6 +170,7 @@ def _in_a_pty(args: list[str], columns: int | None) -> str:
     return out.decode("utf-8", errors="replace")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [None, 120], ids=["no-size", "sized"])
 def test_a_terminal_gets_a_progress_bar_even_when_it_reports_no_size(tmp_path, tokenizer_dir, columns) -> None:
     """Before: under a terminal reporting 0 x 0 (`script`), nothing was drawn until the summary."""

@@ -3,6 +3,7 @@ fields, so every token traces back to its document (they used to be dropped sile
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import subprocess
@@ -49,6 +50,7 @@ def test_every_segment_names_its_document(lengths: list[int], seq_length: int, s
     assert seen == dict(enumerate(lengths))  # and all of them, once
 
 
+@pytest.mark.slow
 def test_cli_packed_run_keeps_fields(tmp_path: Path, tokenizer_dir: Path) -> None:
     write_jsonl(tmp_path / "a.jsonl", ({"text": t, "url": f"https://x/{i}"} for i, t in enumerate(make_texts(80))))
     config = {"default_tokenizer": str(tokenizer_dir),

@@ -230,6 +230,7 @@ def test_as_jax_global_arrays_on_meshes(packed_output):
         assert np.array_equal(np.asarray(arr), expected)
 
 
+@pytest.mark.slow
 def test_as_pmap_shapes_and_a_jit_training_step(packed_output):
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp

@@ -31,6 +31,7 @@ def test_varints_round_trip(values) -> None:
     assert read_varints(varints(np.array(values, dtype=np.int64))).tolist() == values
 
 
+@pytest.mark.slow
 @given(st.lists(st.lists(st.integers(min_value=0, max_value=2**31 - 1), max_size=40), min_size=1, max_size=20),
        st.lists(st.text(max_size=20), min_size=20, max_size=20))
 @settings(max_examples=100, deadline=None)
@@ -71,6 +72,7 @@ def outputs(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
     return {fmt: root / fmt for fmt in ("parquet", "tfrecord", "tfrecord-gzip", "arrayrecord")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["tfrecord", "tfrecord-gzip", "arrayrecord"])
 def test_record_outputs_validate_inspect_stats_and_read_like_parquet(outputs, fmt) -> None:
     from easydata.reader import TokenReader
@@ -104,6 +106,7 @@ print("ROWS " + json.dumps(rows))
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt, compression", [("tfrecord", ""), ("tfrecord-gzip", "GZIP")])
 def test_tensorflow_parses_our_tfrecords_into_our_rows(outputs, fmt, compression, tf_python) -> None:

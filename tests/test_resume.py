@@ -23,7 +23,7 @@ import pytest
 from easydata.run.checkpoint import completed_units
 from tests.conftest import write_jsonl
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.heavy
 
 
 def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -62,6 +62,7 @@ def test_pad_id_configured_else_tokenizer(tmp_path, tokenizer_dir, pack, expecte
     assert plan.datasets[0].num_groups == 1 and len(plan.datasets[0].splits) == 1
 
 
+@pytest.mark.slow
 def test_resume_replans_with_the_interrupted_runs_split_size(tmp_path, tokenizer_dir, monkeypatch):
     """The default split size follows the machine's cores; a run resumed with other cores (or another
     `split_bytes`) takes the interrupted run's splits, as long as the job and its files are the same."""

@@ -60,6 +60,7 @@ def test_tokenizer_threads_share_the_usable_cores():
     assert tokenizer_threads_per_worker(4 * cores) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(default_worker_count() < 2 or "RAYON_NUM_THREADS" in os.environ
                     or "FASTOKENS_BPE_THREADS" in os.environ,
                     reason="needs 2 usable cores and no user setting of RAYON_NUM_THREADS or FASTOKENS_BPE_THREADS")
@@ -115,6 +116,7 @@ def test_local_options_make_each_view_once_and_behave_like_beams():
     assert type(remote) is PipelineOptions
 
 
+@pytest.mark.slow
 def test_offline_runner_runs_a_pipeline_in_two_processes():
     runner, options = make_runner_and_options(["--direct_num_workers=2"])
     with beam.Pipeline(runner=runner, options=options) as p:

@@ -35,6 +35,7 @@ def _batches(count: int, seed: int) -> list[pa.RecordBatch]:
     return batches
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via_files", [False, True])
 def test_counted_bytes_equal_the_coders_encoded_sizes(tmp_path: Path, via_files: bool) -> None:
     batches, num_groups = _batches(6, seed=1), 4
@@ -54,6 +55,7 @@ def test_counted_bytes_equal_the_coders_encoded_sizes(tmp_path: Path, via_files:
         assert_that(rows, equal_to([(g, n) for g, n in rows_per_group.items() if n]), label="rows")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pack", [True, False])
 def test_the_manifest_reports_shuffled_bytes_per_stage(tokenizer_dir, tmp_path: Path, pack: bool) -> None:
     data = write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(400, seed=3, max_words=200)))

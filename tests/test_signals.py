@@ -24,7 +24,7 @@ import pytest
 from easydata.run.checkpoint import completed_units
 from tests.conftest import REPO_ROOT, write_jsonl
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.heavy
 
 
 @pytest.fixture(scope="module")

@@ -107,6 +107,7 @@ def _rows(out: Path, output: str) -> list[list[int]]:
             for row in pq.read_table(shard).column("input_ids").to_pylist()]
 
 
+@pytest.mark.slow
 def test_split_run_is_disjoint_deterministic_and_by_document(tmp_path, tokenizer_dir, corpus):
     path, texts, keys = corpus
     first = _run(tmp_path, tokenizer_dir, path, "a")
@@ -135,6 +136,7 @@ def test_split_run_is_disjoint_deterministic_and_by_document(tmp_path, tokenizer
     assert first["documents_in"] == 302 and first["documents_rejected"] == 2
 
 
+@pytest.mark.slow
 def test_each_split_is_packed_on_its_own(tmp_path, tokenizer_dir, corpus):
     path, texts, _ = corpus
     manifest = _run(tmp_path, tokenizer_dir, path, "packed", pack={"enabled": True, "seq_length": 64},

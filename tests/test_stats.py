@@ -58,6 +58,7 @@ def _check(entry: dict, ids: list[np.ndarray], lengths: np.ndarray, padding: int
     assert {k: v for k, v in entry["length"].items() if k != "unit"} == _length_stats(lengths)
 
 
+@pytest.mark.slow
 def test_packed_stats_equal_counts_from_the_files(packed_output):
     stats = compute_stats(str(packed_output))
     manifest = json.loads((packed_output / "manifest.json").read_text())
@@ -80,6 +81,7 @@ def test_packed_stats_equal_counts_from_the_files(packed_output):
     assert stats["total"]["tokens"] == all_tokens == manifest["totals"]["tokens"]
 
 
+@pytest.mark.slow
 def test_split_stats_per_output_dataset_and_split(split_output):
     stats = compute_stats(str(split_output))
     manifest = json.loads((split_output / "manifest.json").read_text())
@@ -102,6 +104,7 @@ def test_split_stats_per_output_dataset_and_split(split_output):
     assert stats["total"]["extra_windows"] == sum(i["extra_windows"] for i in manifest["datasets"].values())
 
 
+@pytest.mark.slow
 def test_cli_stats_json_and_plot(split_output, tmp_path, capsys):
     png = tmp_path / "stats.png"
     assert main(["stats", str(split_output), "--json", "--plot", str(png)]) == 0

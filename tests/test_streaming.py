@@ -96,6 +96,7 @@ def _stream_with_late_messages(texts: list[str]) -> TestStream:
             .advance_watermark_to_infinity())
 
 
+@pytest.mark.slow
 def test_late_messages_dropped_by_the_windows_are_found_and_counted():
     """`_FindDroppedLateFn` emits exactly the messages the windowed GroupByKey drops (80-89 below; the
     pipeline test checks those are missing from the output), and `_CountDroppedLateFn` counts them.
@@ -152,6 +153,7 @@ def test_windows_fire_late_data_is_dropped_and_no_token_is_lost(tokenizer_dir, t
     assert staged == [], staged
 
 
+@pytest.mark.slow
 def test_a_stream_encodes_with_a_verified_fast_engine_and_the_same_ids(qwen3_tokenizer_dir, tmp_path):
     """`tokenize.engine: auto` in the streaming pipeline: each worker chooses at its first window's plain
     documents (and the adversarial set), the window shards hold `engine: hf`'s ids, and the manifest's

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 from tests.conftest import free_port, make_texts, wait_for_port
 
 pubsub_v1 = pytest.importorskip("google.cloud.pubsub_v1", reason="google-cloud-pubsub is not installed")
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.heavy
 
 LAUNCHER = Path("/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator")
 PROJECT = "easydata-test"

@@ -15,7 +15,7 @@ import pytest
 from easydata.reader import TokenReader
 from tests.conftest import REPO_ROOT, make_texts, write_jsonl
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.heavy
 
 #: What the `tf` extra pins (setup.py), plus what the reader imports, in versions that take numpy 1.26.
 TF_PACKAGES = ["tensorflow==2.16.2", "tensorflow-io==0.37.1", "pyarrow>=14,<21", "fsspec", "pyyaml", "jinja2",

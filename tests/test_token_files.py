@@ -176,6 +176,7 @@ def _bin_documents(out: Path, manifest: dict, name: str = "data") -> list[list[i
     return documents
 
 
+@pytest.mark.slow
 def test_bin_with_a_vocab_beyond_16_bits_is_uint32(tmp_path, big_vocab_tokenizer_dir):
     rng = np.random.default_rng(0)
     texts = [" ".join(f"w{i}" for i in rng.integers(4, BIG_VOCAB, size=rng.integers(1, 30))) for _ in range(40)]
@@ -186,6 +187,7 @@ def test_bin_with_a_vocab_beyond_16_bits_is_uint32(tmp_path, big_vocab_tokenizer
     assert sorted(documents) == expected and max(map(max, documents)) > 65_535
 
 
+@pytest.mark.slow
 def test_bin_uint16_stream_holds_every_document_once(tmp_path, tokenizer_dir):
     from tokenizers import Tokenizer
 

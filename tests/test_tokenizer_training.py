@@ -71,6 +71,7 @@ def test_user_errors_are_reported_before_reading(tmp_path, corpus):
     train_tokenizer_from_files(str(corpus / "a.jsonl"), tmp_path / "t", vocab_size=300, overwrite=True)
 
 
+@pytest.mark.slow
 def test_cli_trains_a_tokenizer_then_a_full_run_uses_it(tmp_path, corpus, capsys):
     assert main(["train-tokenizer", "--data-files", str(corpus / "*.jsonl"), "--data-files", str(corpus / "b.txt"),
                  "--vocab-size", "450", "--output", str(tmp_path / "tok")]) == 0

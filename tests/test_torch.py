@@ -20,6 +20,8 @@ from beam_pipelines.batch import run_batch
 from easydata.config import PipelineConfig
 from tests.conftest import REPO_ROOT, make_texts, pip_site, write_jsonl
 
+pytestmark = pytest.mark.heavy
+
 TORCH_VERSION = "2.13.0"
 
 TRAIN = """

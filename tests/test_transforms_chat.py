@@ -15,6 +15,8 @@ from tokenizers import Tokenizer
 
 from tests.conftest import trained_runs, write_jsonl
 
+pytestmark = pytest.mark.slow
+
 TEMPLATE = Path(__file__).parent / "chat_templates" / "chatml.jinja"
 
 

@@ -3,6 +3,7 @@ pure selection, whatever the batching."""
 
 from __future__ import annotations
 
+import pytest
 import collections
 
 import apache_beam as beam
@@ -15,6 +16,8 @@ from easydata.run.checkpoint import batch_path, write_batch, write_unit
 from easydata.ops.mixing import mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
 from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, WeightedMix
+
+pytestmark = pytest.mark.slow
 
 SEED = 5
 

@@ -39,6 +39,7 @@ def corpus(tmp_path: Path) -> tuple[Path, list[str]]:
     return write_jsonl(tmp_path / "in" / "a.jsonl", ({"text": t} for t in texts)), texts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["greedy", "first_fit", "best_fit", "pool"])
 def test_every_token_once_in_rows_of_exactly_seq_length(corpus, tokenizer_dir, tmp_path, strategy):
     data, texts = corpus
@@ -76,6 +77,7 @@ def _digest(out: Path) -> dict[str, str]:
             for p in sorted(out.rglob("part-*"))}
 
 
+@pytest.mark.slow
 def test_packed_output_identical_across_workers_batches_and_splits(corpus, tokenizer_dir, tmp_path):
     data, _ = corpus
     run_batch(_config(data, tokenizer_dir, tmp_path / "a"), ["--direct_num_workers=1"], show_progress=False)

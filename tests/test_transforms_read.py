@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 import apache_beam as beam
@@ -12,6 +13,8 @@ from easydata.config import DatasetConfig
 from easydata.io.sources import plan_splits
 from tests.conftest import write_jsonl
 from transforms import REJECTED_TAG, STATS_TAG, ReadDocuments
+
+pytestmark = pytest.mark.slow
 
 
 def test_documents_stats_and_dead_letters(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import apache_beam as beam
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -12,6 +13,8 @@ from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
 from easydata.io.sources import DocumentBatch
 from tests.conftest import make_texts
 from transforms import Tokenize
+
+pytestmark = pytest.mark.slow
 
 
 def test_rows_match_tokenizer_and_carry_keys(tokenizer_dir):

@@ -116,11 +116,10 @@ def test_tokenize_stage_emits_one_row_per_window_with_document_fields(tokenizer_
 
 
 def test_mix_selects_a_windowed_document_whole():
-    """Wiring check (`transforms.mix`): windows share their document's selection bucket, so the mix keeps
+    """`easydata.ops.mixing.select_batch`: windows share their document's selection bucket, so the mix keeps
     or drops (or repeats) every window of a document together."""
-    from easydata.ops.mixing import plan_mix, selection_buckets, token_histogram
+    from easydata.ops.mixing import plan_mix, select_batch, selection_buckets, token_histogram
     from easydata.ops.splits import document_keys
-    from transforms.mix import _SelectFn
 
     keys = [k for i in range(300) for k in (f"a.jsonl@{i}", f"a.jsonl@{i}#w2")]
     lengths = np.array([8, 3] * 300)
@@ -133,11 +132,10 @@ def test_mix_selects_a_windowed_document_whole():
     other = np.zeros_like(histogram)
     other[0] = int(lengths.sum())
     plan = plan_mix({"web": histogram, "other": other}, {"web": 0.3, "other": 0.7}, stop_strategy="first_exhausted")
-    out = [x for x in _SelectFn("web", 0).process(batch, plan) if isinstance(x, pa.RecordBatch)]
-    stats = [x.value[1] for x in _SelectFn("web", 0).process(batch, plan) if not isinstance(x, pa.RecordBatch)]
-    kept = [k.split("/", 1)[1].rsplit("#", 1)[0] for b in out for k in b.column("__key__").to_pylist()]
+    rows, stats = select_batch(batch, "web", 0, plan.sources["web"])
+    kept = [k.split("/", 1)[1].rsplit("#", 1)[0] for k in rows.column("__key__").to_pylist()]
     documents = {k.split("#w")[0] for k in kept}
-    assert 0 < len(documents) < 300 and stats[0]["mix_documents"] == 300
+    assert 0 < len(documents) < 300 and stats["mix_documents"] == 300
     assert sorted(kept) == sorted(k for d in documents for k in (d, f"{d}#w2"))
 
 
@@ -151,6 +149,7 @@ def test_cli_stride_needs_max_length(tmp_path, capsys):
                                  " windows' overlap)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truncation, packed", [("window", True), ("truncate", False)])
 def test_pipeline_counts_documents_not_windows(tmp_path, tokenizer_dir, truncation, packed):
     from tokenizers import Tokenizer

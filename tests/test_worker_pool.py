@@ -68,6 +68,7 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists() and _state(pid) != "Z"
 
 
+@pytest.mark.slow
 def test_an_unused_fork_server_ends_when_closed():
     before = _children()
     workers = StandbyWorkers()
@@ -78,6 +79,7 @@ def test_an_unused_fork_server_ends_when_closed():
     assert workers.worker_pids() == [] and workers.failures() == []
 
 
+@pytest.mark.slow
 def test_prestarting_starts_one_server_that_is_taken_once():
     prestart(["--direct_num_workers=2"])
     first = worker_pool._prestarted
@@ -102,6 +104,7 @@ def test_prestarting_starts_one_server_that_is_taken_once():
     assert worker_pool._prestarted is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_pipeline_runs_on_the_servers_workers_and_leaves_no_process(method, monkeypatch):
     monkeypatch.setenv(START_METHOD_VARIABLE, method)
@@ -132,6 +135,7 @@ def assert_in_the_servers_workers(config: PipelineConfig, fn: Any, expected: tup
         assert_that(seen, equal_to([expected]))
 
 
+@pytest.mark.slow
 def test_the_servers_workers_start_with_the_jobs_tokenizers_loaded(tokenizer_dir, tmp_path):
     """The server loads each tokenizer the job names once, before forking; a worker's steps get that
     handle from `shared_tokenizer` (one it cannot load is left to the step, which reports it)."""
@@ -204,6 +208,7 @@ def heap_pages_returned_mib() -> float:
 needs_glibc = pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"), reason="glibc >= 2.33 only")
 
 
+@pytest.mark.slow
 @needs_glibc
 @pytest.mark.parametrize("user_setting", [None, "999999999"])
 def test_map_large_blocks_returns_freed_blocks_unless_the_user_set_the_threshold(user_setting):
@@ -225,6 +230,7 @@ def test_map_large_blocks_returns_freed_blocks_unless_the_user_set_the_threshold
     assert run(True) == (["True", "True"] if user_setting is None else ["False", "False"])
 
 
+@pytest.mark.slow
 @needs_glibc
 def test_return_free_memory_hands_the_heaps_free_pages_back_in_a_local_jobs_processes():
     """Where `map_large_blocks` applied (a local job's processes) the ~170 MiB freed between kept blocks
@@ -242,6 +248,7 @@ def test_return_free_memory_hands_the_heaps_free_pages_back_in_a_local_jobs_proc
     assert returned(False) < 20
 
 
+@pytest.mark.slow
 @needs_glibc
 def test_the_servers_workers_map_large_blocks_and_return_free_memory(tokenizer_dir, tmp_path):
     config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir), "datasets": [
@@ -254,6 +261,7 @@ def test_the_servers_workers_map_large_blocks_and_return_free_memory(tokenizer_d
                                   (True, True))
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_reported_by_pid_and_signal():
     workers = StandbyWorkers()
     try:
@@ -297,6 +305,7 @@ def _die_on_seven(x: int) -> int:
     return x
 
 
+@pytest.mark.slow
 def test_a_worker_killed_during_a_job_ends_it_with_one_line_naming_it():
     runner, options = make_runner_and_options(["--direct_num_workers=2"])
     with pytest.raises(EasyDataError, match=r"a local worker process ended during the job \(pid \d+ killed by"
