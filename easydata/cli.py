@@ -195,6 +195,12 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         used = info.get("documents_selected", info["documents_written"])  # a mix's: those in the output
         print(f"  {name}: {used:,} documents ({info['documents_rejected']:,} rejected{unused}),"
               f" {info['tokens']:,} tokens, {len(info['shards'])} shards")
+        if info.get("truncated_documents"):  # tokenize.truncation: truncate
+            print(f"    truncated: {info['truncated_documents']:,} documents cut to tokenize.max_length (their tails are"
+                  " not in the output; `truncation: window` keeps them as more rows)")
+        if info.get("windowed_documents"):
+            print(f"    windows: {info['windowed_documents']:,} long documents cut into {info['extra_windows']:,} more"
+                  " rows (tokenize.truncation: window)")
         if "segments_per_row" in info:
             print(f"    packed: {info['rows']:,} rows of {m['schema']['seq_length']}, {info['segments_per_row']:.2f}"
                   f" segments/row, {100 * info['padding_fraction']:.2f}% padding")

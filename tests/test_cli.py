@@ -109,6 +109,17 @@ def test_run_validate_inspect_and_truncated_shard(job, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_the_summary_says_how_many_documents_were_truncated(job, capsys):
+    """`--max-length 2048` dropped most tokens of a corpus without a word until `stats`."""
+    assert main(["run", str(job), "--quiet", "--direct_num_workers=1", "--set", "tokenize.max_length=4",
+                 "--set", "tokenize.truncation=truncate"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "truncated:" in line)
+    count = int(line.split("truncated:")[1].split()[0].replace(",", ""))
+    assert 0 < count <= 50 and "documents cut to tokenize.max_length" in line
+
+
+@pytest.mark.slow
 def test_a_truncated_zst_input_is_reported_by_the_run_and_by_validate(tmp_path, tokenizer_dir, capsys):
     """A `.jsonl.zst` cut after 60 % used to give "60 documents (0 rejected)" and a clean validate."""
     import zstandard

@@ -205,3 +205,32 @@ def test_a_damaged_shard_or_manifest_is_one_line_not_a_traceback(tmp_path: Path,
         assert err.endswith("manifest seq_length 1000000000000000 is not a packed row length in [1, 2,097,152]"), err
     else:
         assert err.startswith(f"easydata: error: shard '{shard}' is unreadable (ArrowInvalid: "), err
+
+
+def test_a_chat_outputs_trained_spans_are_marked_and_stats_give_the_trained_share(tmp_path, tokenizer):
+    """SFT outputs: `inspect` marks the tokens a row trains on (loss_mask 1) in the decoded text, and `stats`
+    gives each output's trained tokens and their share (the manifest's `trained_tokens`)."""
+    import json
+
+    from easydata.tools.inspect import TRAINED_CLOSE, TRAINED_OPEN
+    from easydata.tools.stats import compute_stats, format_stats
+
+    prompt, answer = encode(tokenizer, "what is a token")[:-1], encode(tokenizer, "a piece of text")
+    ids = prompt + answer + [0, 0]
+    row = {"input_ids": ids, "segment_ids": [1] * (len(ids) - 2) + [0, 0], "positions": list(range(len(ids) - 2)) + [0, 0],
+           "loss_mask": [0] * len(prompt) + [1] * len(answer) + [0, 0]}
+    schema = pa.schema([(c, TOKENS) for c in ("input_ids", "segment_ids", "positions", "loss_mask")])
+    out = tmp_path / "sft"
+    manifest = write_synthetic_output(str(out), {"chat": [[row]]}, schema, seq_length=len(ids),
+                                      tokenizer=manifest_tokenizer(tokenizer))
+    manifest["datasets"]["chat"]["trained_tokens"] = len(answer)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    text = inspect_output(str(out), num_rows=1)
+    rendered = text.split("row 0:", 1)[1].split("\n(", 1)[0]
+    assert rendered.count(TRAINED_OPEN) == rendered.count(TRAINED_CLOSE) == 1
+    before, trained = rendered.split(TRAINED_OPEN, 1)[0], rendered.split(TRAINED_OPEN, 1)[1].split(TRAINED_CLOSE, 1)[0]
+    assert "what is a token" in before and "what is a token" not in trained  # the prompt is not trained on
+    assert tokenizer.tokenizer.decode(answer[:-1]).strip() in trained
+    assert "<2 pad>" in text and "loss_mask 1" in text
+    table = format_stats(compute_stats(str(out)))
+    assert f"trained tokens (loss_mask 1) {len(answer):,}, {100 * len(answer) / (len(ids) - 2):.1f}% of its tokens" in table

@@ -30,30 +30,35 @@ def _decoder(manifest: dict[str, Any]) -> Optional[Any]:
         return None
 
 
+#: Around the tokens a row trains on (`loss_mask` 1), in a row that has a loss mask.
+TRAINED_OPEN, TRAINED_CLOSE = "⟦", "⟧"
+
+
 def _render(row: dict[str, Any], tokenizer: Any) -> str:
     ids = row["input_ids"]
-    segments = row.get("segment_ids")
-    if segments is None:
-        pieces = [ids]
-    else:  # split at segment changes; padding (segment 0) shown as a count
-        pieces, start = [], 0
-        for i in range(1, len(ids) + 1):
-            if i == len(ids) or segments[i] != segments[start]:
-                if segments[start] != 0:
-                    pieces.append(ids[start:i])
-                else:
-                    pieces.append(f"<{i - start} pad>")
-                start = i
-    parts = []
-    for piece in pieces:
-        if isinstance(piece, str):
-            parts.append(piece)
-        elif tokenizer is not None:
-            parts.append(tokenizer.decode(piece))
-        else:
-            parts.append(" ".join(map(str, piece)))
-    text = _SEGMENT_MARK.join(parts)
+    segments = row.get("segment_ids") or [1] * len(ids)
+    mask = row.get("loss_mask")
+    trained = mask if mask is not None else [0] * len(ids)
+    segment_texts, start = [], 0
+    for i in range(1, len(ids) + 1):  # split at segment changes; padding (segment 0) shown as a count
+        if i == len(ids) or segments[i] != segments[start]:
+            if segments[start] == 0:
+                segment_texts.append(f"<{i - start} pad>")
+            else:  # and within a segment at loss-mask changes: trained spans marked
+                parts, at = [], start
+                for j in range(start + 1, i + 1):
+                    if j == i or trained[j] != trained[at]:
+                        text = _decode(ids[at:j], tokenizer)
+                        parts.append(f"{TRAINED_OPEN}{text}{TRAINED_CLOSE}" if trained[at] else text)
+                        at = j
+                segment_texts.append("".join(parts))
+            start = i
+    text = _SEGMENT_MARK.join(segment_texts)
     return text if len(text) <= _MAX_CHARS else text[:_MAX_CHARS] + f"… (+{len(text) - _MAX_CHARS} chars)"
+
+
+def _decode(ids: list[int], tokenizer: Any) -> str:
+    return tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
 
 
 def inspect_output(output_dir: str, num_rows: int = 3) -> str:
@@ -103,4 +108,6 @@ def inspect_output(output_dir: str, num_rows: int = 3) -> str:
                 break
     if tokenizer is None and num_rows > 0:
         lines.append("\n(tokenizer not available here: showing token ids)")
+    if num_rows > 0 and "loss_mask" in (schema.get("columns") or {}):
+        lines.append(f"\n({TRAINED_OPEN}...{TRAINED_CLOSE}: the tokens a row trains on, loss_mask 1)")
     return "\n".join(lines)

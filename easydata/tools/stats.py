@@ -31,6 +31,9 @@ __all__ = ["compute_stats", "format_stats", "plot_stats", "length_bins", "PERCEN
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 _CUT_KEYS = ("truncated_documents", "windowed_documents", "extra_windows")
+#: Counts taken from the manifest's entry of an output (not measurable from its rows alone): the cut
+#: documents, and the tokens a chat output trains on (`loss_mask` 1).
+_MANIFEST_KEYS = (*_CUT_KEYS, "trained_tokens")
 
 
 class _Accumulator:
@@ -119,7 +122,7 @@ def _measure_output(output_dir: str, fmt: str, info: dict[str, Any], seq_length:
                 acc.add_tokens(values)
                 acc.add_lengths(np.diff(ids.offsets.to_numpy()))
     acc.counts["documents"] = int(info.get("documents_selected", info.get("documents_written", 0)))  # a mix: used
-    acc.cut = {key: int(info[key]) for key in _CUT_KEYS if key in info}
+    acc.cut = {key: int(info[key]) for key in _MANIFEST_KEYS if key in info}
     return acc
 
 
@@ -207,6 +210,10 @@ def format_stats(stats: dict[str, Any]) -> str:
                 f" {100 * entry['token_share']:>6.2f}% {100 * entry['padding_ratio']:>7.2f}%"
                 f" {entry['unique_tokens']:>8,}  {lengths}")
         cut = ", ".join(f"{key.replace('_', ' ')} {entry[key]:,}" for key in _CUT_KEYS if entry.get(key))
+        if entry.get("trained_tokens") is not None and entry["tokens"]:
+            trained = (f"trained tokens (loss_mask 1) {entry['trained_tokens']:,},"
+                       f" {100 * entry['trained_tokens'] / entry['tokens']:.1f}% of its tokens")
+            cut = f"{cut}; {trained}" if cut else trained
         return line + (f"\n{'':24} {cut}" if cut else "")
 
     for title, key in (("", "outputs"), ("per dataset", "datasets"), ("per split", "splits")):
