@@ -77,6 +77,12 @@ class Engine:
         self.version = engine_version(self.name)
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+        from easydata.text import long_texts
+
+        if long_texts.is_long(texts):  # very long documents in pieces, to the same ids (easydata.text.long_texts)
+            if not hasattr(self, "_cut_rule"):
+                self._cut_rule = long_texts.rule_for(self.hf)
+            return long_texts.encode_flat(self.hf, texts, add_special_tokens=add_special_tokens, rule=self._cut_rule)
         encode = getattr(self.hf, "encode_batch_fast", self.hf.encode_batch)
         return flat_ids(encode(list(texts), add_special_tokens=add_special_tokens))
 
@@ -100,14 +106,9 @@ class _Specials:
     ...), for engines that encode without them: found by encoding a probe with and without."""
 
     def __init__(self, hf: Any):
-        probe = "a b"
-        bare = hf.encode(probe, add_special_tokens=False).ids
-        full = hf.encode(probe, add_special_tokens=True).ids
-        at = next((i for i in range(len(full) - len(bare) + 1) if full[i:i + len(bare)] == bare), None)
-        if at is None:
-            raise ValueError("the tokenizer's post-processor changes the document's own ids")
-        self.prefix = np.asarray(full[:at], dtype=np.int32)
-        self.suffix = np.asarray(full[at + len(bare):], dtype=np.int32)
+        from easydata.text.long_texts import post_processor_ids
+
+        self.prefix, self.suffix = post_processor_ids(hf)
 
     def add(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(self.prefix) and not len(self.suffix):

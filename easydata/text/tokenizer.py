@@ -21,6 +21,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
+from easydata.text import long_texts
 from easydata.text.engines import flat_ids
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
@@ -305,8 +306,17 @@ class TokenizerHandle:
         if engine is not None:
             return engine.encode(texts, keys if keys is not None else [str(i) for i in range(len(texts))],
                                  add_special_tokens=add_bos is None)
+        if long_texts.is_long(texts):  # very long documents in pieces, to the same ids, in bounded memory
+            return long_texts.encode_flat(self.tokenizer, texts, add_special_tokens=add_bos is None,
+                                          rule=self.cut_rule())
         encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
         return encode(list(texts), add_special_tokens=add_bos is None)
+
+    def cut_rule(self) -> Optional["long_texts.CutRule"]:
+        """Where this tokenizer's very long texts may be cut (`easydata.text.long_texts`), found once."""
+        if not hasattr(self, "_cut_rule"):
+            self._cut_rule = long_texts.rule_for(self.tokenizer)
+        return self._cut_rule
 
     def plain_ids(self, encodings: Any, *, add_bos: Optional[bool], add_eos: bool,
                   max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
@@ -336,8 +346,19 @@ class TokenizerHandle:
                               max_length=max_length)
 
     def encode_chat(self, texts: Sequence[str]) -> list[Any]:
-        """The Rust half of `encode_chat_batch`: `Encoding`s with character offsets, nothing added."""
-        return self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        """The Rust half of `encode_chat_batch`: `Encoding`s with character offsets, nothing added (a very
+        long text's as a `long_texts.PiecedEncoding`, encoded in pieces)."""
+        rule = self.cut_rule() if long_texts.is_long(texts) else None
+        if rule is None:
+            return self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        short = [i for i, t in enumerate(texts) if len(t) <= long_texts.LONG_TEXT_CHARS]
+        out: list[Any] = [None] * len(texts)
+        for i, encoding in zip(short, self.tokenizer.encode_batch([texts[i] for i in short], add_special_tokens=False)):
+            out[i] = encoding
+        for i, text in enumerate(texts):
+            if out[i] is None:
+                out[i] = long_texts.encode_in_pieces(self.tokenizer, text, rule, with_offsets=True)
+        return out
 
     def chat_ids(self, encodings: Sequence[Any], spans: Sequence[Sequence[tuple[int, int]]], *, add_eos: bool,
                  max_length: Optional[int] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
