@@ -16,10 +16,10 @@ pytestmark = pytest.mark.slow
 
 def _job(tmp_path: Path, tokenizer_dir: Path, **extra) -> Path:
     write_jsonl(tmp_path / "in" / "web.jsonl", ({"text": t} for t in make_texts(30)))
-    write_jsonl(tmp_path / "in" / "code.jsonl", ({"body": t} for t in make_texts(12, seed=2)))
+    write_jsonl(tmp_path / "in" / "code.jsonl", ({"text": ""} for _ in range(12)))  # every record empty
     config = {"default_tokenizer": str(tokenizer_dir),
               "datasets": [{"name": "web", "data_files": str(tmp_path / "in" / "web.jsonl")},
-                           {"name": "code", "data_files": str(tmp_path / "in" / "code.jsonl")}],  # no 'text'
+                           {"name": "code", "data_files": str(tmp_path / "in" / "code.jsonl")}],
               "save": {"output_dir": str(tmp_path / "out"), "num_shards": 1}, **extra}
     path = tmp_path / "job.json"
     path.write_text(json.dumps(config))
@@ -27,12 +27,12 @@ def _job(tmp_path: Path, tokenizer_dir: Path, **extra) -> Path:
 
 
 def test_a_dataset_whose_records_were_all_rejected_fails_the_run(tmp_path, tokenizer_dir, capsys):
-    """A wrong `content_field` used to exit 0, print "wrote ...", and validate OK."""
+    """Such a run used to exit 0, print "wrote ...", and validate OK."""
     assert main(["run", str(_job(tmp_path, tokenizer_dir)), "--quiet", "--direct_num_workers=1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert err.startswith("easydata: error: dataset 'code' wrote no documents: all 12 records were rejected, 12 of"
-                          " them for: missing content field 'text' (dead letters in ")
+                          " them for: empty text (dead letters in ")
     assert "set allow_empty_datasets: true to accept)" in err
     assert not (tmp_path / "out" / "manifest.json").exists()
 
@@ -72,3 +72,18 @@ def test_a_dataset_with_no_records_fails_the_run(tmp_path, tokenizer_dir, capsys
     assert capsys.readouterr().err.strip().startswith(
         "easydata: error: dataset 'none' wrote no documents: its input holds no records; set allow_empty_datasets:"
         " true to accept an empty dataset")
+
+
+def test_a_wrong_content_field_is_refused_at_planning_naming_the_fields(tmp_path, tokenizer_dir, capsys):
+    """Before: found only after reading all the data (18 s on 17 MB), and `--dry-run` said nothing."""
+    write_jsonl(tmp_path / "in" / "code.jsonl", ({"body": t, "path": "a.py"} for t in make_texts(80, seed=2)))
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir), "save": {"output_dir": str(tmp_path / "out")},
+                               "datasets": [{"name": "code", "data_files": str(tmp_path / "in" / "code.jsonl")}]}))
+    expected = (f"easydata: error: invalid config: dataset 'code': none of the first 50 records of"
+                f" '{tmp_path / 'in' / 'code.jsonl'}' has content_field 'text' (their fields: body, path); set the"
+                " dataset's content_field")
+    for extra in ([], ["--dry-run"]):
+        assert main(["run", str(job), "--quiet", *extra]) == 2
+        assert capsys.readouterr().err.strip() == expected
+    assert not (tmp_path / "out").exists()

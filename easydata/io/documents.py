@@ -93,6 +93,9 @@ class Reject:
     # stream cut short, whose missing part never arrived).
     read_bytes: Optional[int] = None
     unread_bytes: Optional[int] = None
+    #: The record's field names, when it was an object (not written to the dead letter: planning names them
+    #: when a dataset's content field is wrong, `easydata.run.run_plan.check_content_field`).
+    fields: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def partial_input(self) -> bool:
@@ -101,6 +104,7 @@ class Reject:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        del data["fields"]
         if not self.partial_input:
             del data["read_bytes"], data["unread_bytes"]
         return data
@@ -182,8 +186,9 @@ class DocumentCollector:
             return
         self.count += records
         text = excerpt if isinstance(excerpt, str) else _excerpt(excerpt)
+        fields = tuple(sorted(map(str, excerpt))) if isinstance(excerpt, dict) else ()
         self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:EXCERPT_CHARS], records,
-                                   read_bytes, unread_bytes))
+                                   read_bytes, unread_bytes, fields))
 
     def add_record(self, position: int, record: Any) -> None:
         """Adds one parsed structured record: an object whose content field holds a string (a text

@@ -258,8 +258,8 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     from easydata.io.filesystems import get_fs, join
     from easydata.run.manifest import MANIFEST_NAME
     from easydata.io.sources import plan_input
-    from easydata.run.run_plan import (check_batch_job, check_shared_vocabulary, check_tokenizer, dataset_settings,
-                                       load_chat_template)
+    from easydata.run.run_plan import (check_batch_job, check_content_field, check_shared_vocabulary, check_tokenizer,
+                                       dataset_settings, load_chat_template)
     from easydata.text.tokenizer import load_tokenizer
 
     check_batch_job(config)  # the run's own checks, from the one place that owns them (easydata.run.run_plan)
@@ -275,6 +275,7 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         files = sorted({s.path for s in plan.splits})
         input_bytes = sum(s.size for s in plan.splits)
         template, _ = dataset_settings(config, ds, key, handle.info, configured_template)
+        check_content_field(config, ds, plan.splits)
         tokens, sampled, speed = _estimate(config, ds, plan.splits, handle, template)
         reports.append(DatasetReport(ds.name, files, input_bytes, len(plan.splits), handle.info.to_manifest(), tokens,
                                      sampled, speed))

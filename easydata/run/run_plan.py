@@ -157,6 +157,36 @@ def check_reachable_by_workers(config: PipelineConfig, runner: str) -> None:
                            " store they reach (gs://, s3://, hf://)" for p in problems])
 
 
+#: Records read from a dataset's first split at planning to check its content field (`check_content_field`).
+CONTENT_FIELD_SAMPLE = 50
+
+
+def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[Any]) -> None:
+    """A dataset none of whose first records has its content field is refused at planning, naming the fields
+    its records have (a wrong `content_field` was found only after reading every input, and the run then
+    failed for a dataset that wrote nothing). A sample with any usable record, or only other problems,
+    passes: the run judges those per record. Skipped with `allow_empty_datasets`.
+
+    Raises:
+      ConfigError: one line naming the dataset, the field and the fields found.
+    """
+    from easydata.io.sources import read_split
+
+    if config.allow_empty_datasets or not splits or ds.type == "txt" or ds.record_formatter() is not None:
+        return
+    rejects: list[Any] = []
+    documents = sum(len(batch) for batch in read_split(splits[0], ds, batch_size=CONTENT_FIELD_SAMPLE,
+                                                          limit=CONTENT_FIELD_SAMPLE, rejects=rejects,
+                                                          messages_field=config.chat.messages_field))
+    missing = [r for r in rejects if r.reason == f"missing content field '{ds.content_field}'"]
+    if documents or not missing or len(missing) != len(rejects):
+        return
+    fields = missing[0].fields
+    raise ConfigError(f"dataset '{ds.name}': none of the first {len(missing)} records of '{splits[0].path}' has"
+                      f" content_field '{ds.content_field}'" + (f" (their fields: {', '.join(fields)})" if fields
+                                                              else "") + "; set the dataset's content_field")
+
+
 def check_tokenizer(config: PipelineConfig, handle: TokenizerHandle) -> None:
     """A loaded tokenizer declares the special tokens the job adds (`tokenize.add_eos`, `add_bos`).
 
@@ -241,6 +271,7 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         input_bytes = total_input_bytes(splits)
         info = loaded[tok]
         template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
+        check_content_field(config, ds, splits)
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes,
                                     pad_id=pad_id,
