@@ -21,6 +21,7 @@ import time
 from typing import Any, Iterator, Optional
 
 import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
@@ -31,7 +32,7 @@ from easydata.run.lock import OutputLock
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
 from easydata.run.progress import ProgressMonitor
-from easydata.run.run_plan import RunPlan, check_reachable_by_workers, prepare_run
+from easydata.run.run_plan import RunPlan, check_reachable_by_workers, check_shared_by_processes, prepare_run
 from easydata.ops.splits import split_output_name
 from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
@@ -173,6 +174,9 @@ def _check_launch(config: PipelineConfig, beam_args: list[str]) -> bool:
     runner, options = make_runner_and_options(beam_args)
     if isinstance(runner, str):
         check_reachable_by_workers(config, runner)
+    elif isinstance(runner, OfflineDirectRunner) and \
+            options.view_as(DirectOptions).direct_running_mode == "multi_processing":
+        check_shared_by_processes(config, options.view_as(DirectOptions).direct_num_workers)
     return runs_on_this_machine(runner, options)
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from easydata.errors import EasyDataError, environment_error_in, user_error_in
+from easydata.errors import EasyDataError, RunInconsistent, as_user_error, environment_error_in, user_error_in
 
 __all__ = ["main"]
 
@@ -408,6 +408,8 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
     args, extra = parser.parse_known_args(argv)
     try:
         return _dispatch(args, extra, whole_process)
+    except RunInconsistent as e:
+        return _inconsistent(e, args, argv)
     except EasyDataError as e:
         print(f"easydata: error: {e}", file=sys.stderr)
         return 2
@@ -418,6 +420,9 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
             import signal
 
             return _interrupted(_signalled == signal.SIGTERM, args, argv)
+        wrapped = as_user_error(e)
+        if isinstance(wrapped, RunInconsistent):  # raised in the commit step, wrapped by the runner
+            return _inconsistent(wrapped, args, argv)
         message = _user_error_in(e)
         if message is None:
             environment = _environment_error_in(e)
@@ -429,6 +434,15 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
             return 2
         print(f"easydata: error: {message}", file=sys.stderr)
         return 2
+
+
+def _inconsistent(error: RunInconsistent, args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """A commit guard refused (counters that do not add up): nothing was committed and the tokenized work is
+    kept, so one line says so and how to continue (a `--resume` redoes the stages after tokenizing)."""
+    hint = _resume_hint(args, argv)
+    print(f"easydata: error: {error}; nothing was committed (a bug in easydata: please report it)"
+          + (f"; {hint}" if hint else ""), file=sys.stderr)
+    return 2
 
 
 def _interrupted(terminated: bool, args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -26,6 +26,7 @@ __all__ = [
     "is_transient",
     "TokenizerError",
     "OutputError",
+    "RunInconsistent",
     "ValidationFailed",
     "DropUserErrors",
     "environment_error_in",
@@ -113,6 +114,12 @@ class TokenizerError(EasyDataError):
 
 class OutputError(EasyDataError):
     """The output location is unusable (exists without overwrite, not writable, ...)."""
+
+
+class RunInconsistent(EasyDataError):
+    """A run's counters do not add up at its commit (documents, rows or a mix's selection against what the
+    output holds): a bug, never a user's doing, but nothing was committed and the run's tokenized work is
+    kept, so it is said in one line with the `--resume` command, like an interrupted run."""
 
 
 class ValidationFailed(EasyDataError):

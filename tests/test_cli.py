@@ -262,3 +262,26 @@ def test_fewer_rows_than_the_shards_asked_for_is_said_in_the_summary(tmp_path: P
     assert "    note: 39 shards, not the 100 asked for (save.num_shards): a shard holds at least one row and there are" \
            " 39 rows" in out
     assert len(json.loads((tmp_path / "out" / "manifest.json").read_text())["datasets"]["data"]["shards"]) == 39
+
+
+@pytest.mark.slow
+def test_a_refused_commit_is_two_lines_with_the_resume_command(job, tmp_path, capsys, monkeypatch):
+    """A commit guard (counters that do not add up: a bug) ended in a ~300-line traceback with no way on."""
+    import easydata.run.finalize as finalize
+    from easydata.errors import RunInconsistent
+
+    def refuse(*args, **kwargs):
+        raise RunInconsistent("dataset 'web': documents_in=50 but written=49 + rejected=0; refusing to commit")
+
+    monkeypatch.setattr(finalize, "_dataset_entry", refuse)
+    assert main(["run", str(job), "--direct_num_workers=1"]) == 2  # in-process: the commit step sees the patch
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in "\n".join(lines), lines
+    assert lines[0].startswith("easydata: error: dataset 'web': documents_in=50 but written=49 + rejected=0; refusing"
+                               " to commit; nothing was committed (a bug in easydata: please report it); the run"
+                               " stopped; its finished work is kept in ")
+    assert lines[1] == f"easydata: continue with: easydata run {job} --direct_num_workers=1 --resume"
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    monkeypatch.undo()
+    assert main(["run", str(job), "--direct_num_workers=1", "--resume"]) == 0
+    assert "input units already tokenized" in capsys.readouterr().err  # the refused run's work, reused

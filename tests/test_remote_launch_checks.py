@@ -66,3 +66,16 @@ def test_streaming_refuses_runners_that_cannot_read_pubsub(runner, tmp_path, tok
         f"easydata: error: --streaming reads Pub/Sub, which Beam's Python SDK reads only on DataflowRunner and locally"
         f" (DirectRunner); --runner={runner} cannot: run the stream on one of those")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_memory_output_is_refused_for_local_worker_processes(tmp_path, tokenizer_dir, capsys):
+    """Before: a run with `--output memory://...` and two workers failed deep in the job (the workers exchange
+    rows through the output's staging, which is in the launching process's memory)."""
+    (tmp_path / "web.jsonl").write_text('{"text": "hello"}\n')
+    config = _config(tmp_path, tokenizer_dir, str(tmp_path / "web.jsonl"), "memory://easydata-test/out")
+    assert main(["run", config, "--quiet", "--direct_num_workers=2"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "easydata: error: invalid config: save.output_dir 'memory://easydata-test/out' is in this process's memory,"
+        " which the local runner's 2 worker processes cannot share: run with --direct_num_workers=1, or use a path"
+        " or store they share")
+    assert main(["run", config, "--quiet", "--direct_num_workers=1"]) == 0  # in-process: it works

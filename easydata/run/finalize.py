@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 
 from easydata.text.chat import template_hash
 from easydata.config import PipelineConfig
-from easydata.errors import EasyDataError
+from easydata.errors import EasyDataError, RunInconsistent
 from easydata.io.filesystems import open_file
 from easydata.io.formats import TOKEN_COLUMNS
 from easydata.run.manifest import PARTIAL_INPUTS, SHUFFLE_BYTES_PREFIX, build_manifest
@@ -85,10 +85,10 @@ def _dataset_entry(name: str, infos: list[ShardInfo], c: collections.Counter, pa
     """One output's manifest entry; checks that its counters add up."""
     rows = sum(s.rows for s in infos)
     if c["documents_in"] != written + c["documents_rejected"]:
-        raise RuntimeError(f"dataset '{name}': documents_in={c['documents_in']} but written={written} +"
+        raise RunInconsistent(f"dataset '{name}': documents_in={c['documents_in']} but written={written} +"
                            f" rejected={c['documents_rejected']}; refusing to commit")
     if packed and (rows != c["packed_rows"] or sum(s.tokens for s in infos) != c["packed_tokens"]):
-        raise RuntimeError(f"dataset '{name}': shards hold {rows} rows, the packer made {c['packed_rows']};"
+        raise RunInconsistent(f"dataset '{name}': shards hold {rows} rows, the packer made {c['packed_rows']};"
                            " refusing to commit")
     columns: dict[str, str] = {}
     for shard in infos:
@@ -118,14 +118,14 @@ def _mix_entry(mix_plan: MixPlan, counters: dict[str, collections.Counter], plan
     """The manifest's `mix` entry: targets, what was realized per source, and the bug guards.
 
     Raises:
-      RuntimeError: when the selection did not yield what the plan promised, or the output does not
+      RunInconsistent: when the selection did not yield what the plan promised, or the output does not
         hold every selected copy (a bug: nothing is committed).
     """
     sources: dict[str, dict[str, Any]] = {}
     for d in plan.datasets:
         c, p = counters[d.name], mix_plan.sources[d.name]
         if c["mix_tokens_out"] != p.planned_tokens:
-            raise RuntimeError(f"mix: dataset '{d.name}' gave {c['mix_tokens_out']} tokens, the plan"
+            raise RunInconsistent(f"mix: dataset '{d.name}' gave {c['mix_tokens_out']} tokens, the plan"
                                f" {p.planned_tokens}; refusing to commit")
         sources[d.name] = {
             "documents_in": c["documents_in"], "documents_rejected": c["documents_rejected"],
@@ -139,7 +139,7 @@ def _mix_entry(mix_plan: MixPlan, counters: dict[str, collections.Counter], plan
     written_copies = mixed["packed_pieces"] if packed else sum(s.rows for s in shards)
     written_tokens = mixed["packed_tokens"] if packed else sum(s.tokens for s in shards)
     if (written_copies, written_tokens) != (copies, tokens_out):
-        raise RuntimeError(f"mix: selected {copies} documents / {tokens_out} tokens but the output holds"
+        raise RunInconsistent(f"mix: selected {copies} documents / {tokens_out} tokens but the output holds"
                            f" {written_copies} / {written_tokens}; refusing to commit")
     for entry in sources.values():
         entry["realized_token_share"] = round(entry["tokens_out"] / tokens_out, 6) if tokens_out else 0.0
@@ -153,7 +153,7 @@ def _split_entries(config: PipelineConfig, plan: RunPlan, by_output: dict[str, l
     counted in each dataset's first split, so `documents_in == written + rejected` holds per entry.
 
     Raises:
-      RuntimeError: when a dataset's splits do not add up to the documents it read (a bug).
+      RunInconsistent: when a dataset's splits do not add up to the documents it read (a bug).
     """
     packed, entries = config.pack.enabled, {}
     for d in plan.datasets:
@@ -169,7 +169,7 @@ def _split_entries(config: PipelineConfig, plan: RunPlan, by_output: dict[str, l
             entries[name]["split"] = {"dataset": d.name, "name": split, "fraction": round(fraction, 9)}
             written_total += written
         if written_total + source["documents_rejected"] != source["documents_in"]:
-            raise RuntimeError(f"dataset '{d.name}': splits hold {written_total} documents +"
+            raise RunInconsistent(f"dataset '{d.name}': splits hold {written_total} documents +"
                                f" {source['documents_rejected']} rejected, but {source['documents_in']} were read;"
                                " refusing to commit")
     return entries
@@ -236,7 +236,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
 
     Raises:
       EasyDataError: when too many documents were rejected.
-      RuntimeError: when counters do not add up (a bug: nothing is committed).
+      RunInconsistent: when counters do not add up (a bug: nothing is committed).
     """
     counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     partial: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)

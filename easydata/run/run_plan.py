@@ -187,6 +187,23 @@ def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[
                                                               else "") + "; set the dataset's content_field")
 
 
+def check_shared_by_processes(config: PipelineConfig, workers: int) -> None:
+    """For a local run in worker processes: `memory://` inputs and output live in this process only, and
+    the workers read the inputs and exchange the rows through the output's staging.
+
+    Raises:
+      ConfigError: one line per `memory://` path.
+    """
+    paths = [f"dataset '{ds.name}': data_files '{p}'" for ds in config.datasets for p in ds.data_file_list
+             if p.startswith("memory://")]
+    if config.save.output_dir.startswith("memory://"):
+        paths.append(f"save.output_dir '{config.save.output_dir}'")
+    if paths:
+        raise ConfigError([f"{p} is in this process's memory, which the local runner's {workers} worker processes"
+                           " cannot share: run with --direct_num_workers=1, or use a path or store they share"
+                           for p in paths])
+
+
 def check_tokenizer(config: PipelineConfig, handle: TokenizerHandle) -> None:
     """A loaded tokenizer declares the special tokens the job adds (`tokenize.add_eos`, `add_bos`).
 
