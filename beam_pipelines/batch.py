@@ -319,7 +319,10 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
                 pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
                                                    progress_dir=progress_dir, announce_resume=show_progress,
                                                    lock_id=lock.run_id)
-                with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local):
+                after = ("packing, shuffling and writing shards" if config.pack.enabled
+                         else "shuffling and writing shards")
+                with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local,
+                                     after_input=after):
                     try:
                         _run(pipeline).wait_until_finish()
                     except Exception as e:  # a user error in a step: its own class and message, not Beam's wrapping

@@ -120,7 +120,8 @@ def test_monitor_caps_at_100_percent(tmp_path: Path, capsys: pytest.CaptureFixtu
         while not err and time.monotonic() < deadline:
             time.sleep(0.05)
             err = capsys.readouterr().err
-    assert err.startswith("[easydata] 100.0% of input read: 1 documents read, 1 tokens tokenized, ")
+    assert err.startswith("[easydata] 100.0% of input read: 1 documents read, 1 tokens tokenized; shuffling and writing"
+                          " shards, ")
 
 
 def test_disabled_monitor_starts_no_thread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -186,3 +187,16 @@ def test_a_terminal_gets_a_progress_bar_even_when_it_reports_no_size(tmp_path, t
     assert "wrote " in drawn  # then the summary
     quiet = _in_a_pty([*args, str(tmp_path / "quiet"), "--quiet"], columns)
     assert "tokenizing:" not in quiet
+
+
+def test_lines_name_the_stage_once_every_input_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """After tokenizing, the bar sat at 100 % with no word of the packing, shuffling and writing going on."""
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=2000, documents=7, tokens=70)
+    with ProgressMonitor(str(tmp_path), total_bytes=2000, log_every=0.01, after_input="packing and writing"):
+        deadline = time.monotonic() + 5
+        err = ""
+        while not err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err = capsys.readouterr().err
+    assert re.fullmatch(r"\[easydata\] 100\.0% of input read: 7 documents read, 70 tokens tokenized; packing and"
+                        r" writing, \d+s", err.splitlines()[0]), err

@@ -82,6 +82,7 @@ class _ReadSplitsFn(beam.DoFn):
             if remaining is not None:
                 remaining -= sum(r.records for r in rejects[before:])
         return_free_memory()
+        self._progress.flush()  # this unit's bytes and documents, counted now
         rel = None
         if rejects:
             rel = write_dead_letters(settings.staging,

@@ -48,6 +48,7 @@ class _LoadUnitFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(STATS_TAG, (unit.dataset, {"documents_rejected": chat_rejected}))
         if unit.rejected_file:
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, unit.rejected_file)
+        self._progress.flush()  # a resumed unit counts at once, not when the worker ends
         yield beam.pvalue.TaggedOutput(STATS_TAG, (unit.dataset, dict(unit.stats)))
 
     def teardown(self) -> None:

@@ -108,6 +108,7 @@ class _TokenizeFn(beam.DoFn):
             rows, window, timestamp = self._collect()
             if rows is not None:
                 yield WindowedValue(rows, timestamp, [window])
+        self._progress.flush()  # the launcher's counts are current at every bundle's end, not only at teardown
         return_free_memory()
         if self._engine is not None:  # what this bundle's engine did, for the manifest
             counts = {f"engine.{key}": value for key, value in self._engine.take_counts().items() if value}

@@ -93,9 +93,13 @@ class ProgressMonitor:
       progress_dir: where workers report.
       total_bytes: input bytes of the whole job (the bar's 100%).
       log_every: seconds between plain log lines when stderr is not a terminal.
+      after_input: what the job does once every input is read (the bar's and the lines' stage then, so a
+        bar at 100% never sits there without saying what runs).
     """
 
-    def __init__(self, progress_dir: str, total_bytes: int, log_every: float = 10.0, enabled: bool = True):
+    def __init__(self, progress_dir: str, total_bytes: int, log_every: float = 10.0, enabled: bool = True,
+                 after_input: str = "shuffling and writing shards"):
+        self._after_input = after_input
         self._dir = progress_dir
         self._total = max(total_bytes, 1)
         self._log_every = log_every
@@ -130,7 +134,10 @@ class ProgressMonitor:
             stopping = self._stop.wait(0.5)
             counts = read_progress(self._dir)
             done = min(counts["input_bytes"], self._total)
+            read_all = done >= self._total
             if bar is not None:
+                if read_all and bar.desc != self._after_input:
+                    bar.set_description(self._after_input, refresh=False)
                 bar.n = done
                 # What has been read and tokenized so far: a mix or a split then writes a share of it
                 # (the summary at the end says what the output holds). Drawn once more at the end, so
@@ -140,9 +147,10 @@ class ProgressMonitor:
             elif not stopping and time.monotonic() - last_log >= self._log_every:
                 last_log = time.monotonic()
                 elapsed = last_log - start
+                stage = f"; {self._after_input}" if read_all else ""
                 print(f"[easydata] {100 * done / self._total:5.1f}% of input read: {counts['documents']:,}"
-                      f" documents read, {counts['tokens']:,} tokens tokenized, {elapsed:.0f}s", file=sys.stderr,
-                      flush=True)
+                      f" documents read, {counts['tokens']:,} tokens tokenized{stage}, {elapsed:.0f}s",
+                      file=sys.stderr, flush=True)
             if stopping:
                 break
         if bar is not None:
