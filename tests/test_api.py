@@ -260,3 +260,18 @@ def test_a_user_error_inside_the_job_is_raised_as_its_own_class_without_beams_no
     err = done.stderr
     assert err.count("Traceback") == 1 and "apache_beam" not in err and "RuntimeError" not in err, err
     assert err.strip().splitlines()[-1].startswith("easydata.errors.EasyDataError: dataset 'a' wrote no documents")
+
+
+@pytest.mark.slow
+def test_load_builds_training_batches_of_the_train_split_when_splits_are_set(tmp_path, tokenizer_dir, monkeypatch):
+    """`.load().build()` with `save.splits` failed: "has no dataset 'web'; it has ['web/train', 'web/validation']"."""
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": str(tokenizer_dir), "datasets": [{"name": "web", "data_files": _texts_file(tmp_path / "a.jsonl", 300)}],
+        "pack": {"enabled": True, "seq_length": 64}, "load": {"batch_size": 4, "shuffle_buffer_size": 0, "drop_remainder": False},
+        "save": {"splits": {"train": 0.8, "validation": 0.2}}})
+    batches = list(Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().pack().load().build())
+    manifest_dir = next((tmp_path / "cache" / "pipelines").glob("*/manifest.json")).parent
+    manifest = __import__("json").loads((manifest_dir / "manifest.json").read_text())
+    rows = sum(len(b["input_ids"]) for b in batches)
+    assert rows == manifest["datasets"]["web/train"]["rows"] and rows > manifest["datasets"]["web/validation"]["rows"]

@@ -383,9 +383,15 @@ class _Job:
         return manifest
 
     def location(self, name: str) -> tuple[str, Optional[str]]:
-        """Where output `name` can be read: `(directory, name within it)`."""
+        """Where output `name` can be read: `(directory, name within it)`. With `save.splits` a dataset's
+        output is its first split (`train`), the one training reads; `<name>/<split>` names any other."""
         if name in self.exports:
             return self.exports[name], name
+        fractions = self.config.save.split_fractions()
+        if fractions is not None and "/" not in name:
+            from easydata.ops.splits import split_output_name
+
+            name = split_output_name(name, next(iter(fractions)))
         return self.output_dir, name
 
 
@@ -414,7 +420,7 @@ class JobOutputSource(FilesBackedSource):
         return self._files
 
     def __len__(self) -> int:
-        return int(self.manifest["datasets"][self.name]["rows"])
+        return int(self.manifest["datasets"][self.job.location(self.name)[1]]["rows"])
 
     def __repr__(self) -> str:
         return f"JobOutputSource({self.name!r}, output_dir={self.job.output_dir!r})"
