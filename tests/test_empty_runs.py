@@ -80,9 +80,8 @@ def test_a_wrong_content_field_is_refused_at_planning_naming_the_fields(tmp_path
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir), "save": {"output_dir": str(tmp_path / "out")},
                                "datasets": [{"name": "code", "data_files": str(tmp_path / "in" / "code.jsonl")}]}))
-    expected = (f"easydata: error: invalid config: dataset 'code': none of the first 50 records of"
-                f" '{tmp_path / 'in' / 'code.jsonl'}' has content_field 'text' (their fields: body, path); set the"
-                " dataset's content_field")
+    expected = ("easydata: error: invalid config: dataset 'code': none of 48 records sampled across its input has"
+                " content_field 'text' (their fields: body, path); set the dataset's content_field")
     for extra in ([], ["--dry-run"]):
         assert main(["run", str(job), "--quiet", *extra]) == 2
         assert capsys.readouterr().err.strip() == expected

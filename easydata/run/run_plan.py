@@ -162,7 +162,8 @@ CONTENT_FIELD_SAMPLE = 50
 
 
 def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[Any]) -> None:
-    """A dataset none of whose first records has its content field is refused at planning, naming the fields
+    """A dataset none of whose records sampled across its input (up to `CONTENT_FIELD_SAMPLE`, from places
+    spread over its splits, `easydata.io.sampling.spread`) has its content field is refused at planning, naming the fields
     its records have (a wrong `content_field` was found only after reading every input, and the run then
     failed for a dataset that wrote nothing). A sample with any usable record, or only other problems,
     passes: the run judges those per record. Skipped with `allow_empty_datasets`.
@@ -170,19 +171,22 @@ def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[
     Raises:
       ConfigError: one line naming the dataset, the field and the fields found.
     """
+    from easydata.io.sampling import spread
     from easydata.io.sources import read_split
 
     if config.allow_empty_datasets or not splits or ds.type == "txt" or ds.record_formatter() is not None:
         return
+    places = [p for split in splits[::max(1, len(splits) // 4)][:4] for p in spread(split, 4)]
+    per_place = max(1, CONTENT_FIELD_SAMPLE // len(places))
     rejects: list[Any] = []
-    documents = sum(len(batch) for batch in read_split(splits[0], ds, batch_size=CONTENT_FIELD_SAMPLE,
-                                                          limit=CONTENT_FIELD_SAMPLE, rejects=rejects,
-                                                          messages_field=config.chat.messages_field))
+    documents = sum(len(batch) for place in places
+                    for batch in read_split(place, ds, batch_size=per_place, limit=per_place, rejects=rejects,
+                                            messages_field=config.chat.messages_field))
     missing = [r for r in rejects if r.reason == f"missing content field '{ds.content_field}'"]
     if documents or not missing or len(missing) != len(rejects):
         return
-    fields = missing[0].fields
-    raise ConfigError(f"dataset '{ds.name}': none of the first {len(missing)} records of '{splits[0].path}' has"
+    fields = sorted({f for r in missing for f in r.fields})
+    raise ConfigError(f"dataset '{ds.name}': none of {len(missing)} records sampled across its input has"
                       f" content_field '{ds.content_field}'" + (f" (their fields: {', '.join(fields)})" if fields
                                                               else "") + "; set the dataset's content_field")
 
