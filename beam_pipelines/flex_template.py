@@ -237,9 +237,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     Returns:
       0 once the job is submitted; 2 after printing one line for a user-caused problem.
+
+    The launcher's log shows the entry's own lines and Beam's warnings; `--verbose` adds Beam's
+    informational messages (a few hundred lines per launch: staging, the job graph, the runner's steps).
     """
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from easydata.logs import command_logging
+
     argv = sys.argv[1:] if argv is None else list(argv)
+    verbose = "--verbose" in argv
+    argv = [a for a in argv if a != "--verbose"]
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    else:  # as the `easydata` command: warnings and errors, not Beam's notes
+        command_logging(verbose=False)
     try:
         result = launch(argv)
     except EasyDataError as e:

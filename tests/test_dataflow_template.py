@@ -697,3 +697,21 @@ def test_sft_example_runs_through_the_entry(tmp_path: Path, tokenizer_dir: Path)
     assert mixed["documents_read"] == 42 and manifest["documents_rejected"] == 0
     assert mixed["documents_selected"] + mixed["documents_unused"] == mixed["documents_written"] == 42
     assert "loss_mask" in manifest["schema"]["columns"]
+
+
+@pytest.mark.slow
+def test_the_entry_prints_its_own_lines_unless_verbose(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """Before: ~290 lines of Beam's INFO logs per launch."""
+    import subprocess
+    import sys
+
+    job = _small_job(tmp_path, tokenizer_dir)
+    lines = {}
+    for extra in ([], ["--verbose"]):
+        out = tmp_path / f"out{len(extra)}"
+        done = subprocess.run([sys.executable, "-m", "beam_pipelines.flex_template", f"--config={job}",
+                               f"--output={out}", *extra], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        lines[bool(extra)] = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[False] == ["easydata: job submitted; not waiting for it to finish"], lines[False][:20]
+    assert len(lines[True]) > 10 and any(line.startswith("INFO ") for line in lines[True])
