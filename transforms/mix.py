@@ -33,6 +33,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
+from easydata.errors import RunInconsistent
 from easydata.ops.mixing import MIXED_NAME, MixPlan, measure_batch, plan_mix, select_batch
 from easydata.run.checkpoint import completed_units, read_batch
 
@@ -88,8 +89,8 @@ class _SelectUnitFn(beam.DoFn):
         dataset, index = unit
         done = completed_units(self._staging, dataset, [index]).get(index)
         if done is None:  # tokenizing wrote every unit before the plan existed: a bug, never committed
-            raise RuntimeError(f"mix: work unit {index} of dataset '{dataset}' has no complete checkpoint in"
-                               f" {self._staging}")
+            raise RunInconsistent(f"mix: work unit {index} of dataset '{dataset}' has no complete checkpoint in"
+                                  f" {self._staging}; refusing to select")
         totals: collections.Counter = collections.Counter()
         for path in done.batch_paths:
             batch, _ = read_batch(path)
