@@ -203,7 +203,7 @@ def test_chat_and_text_datasets_mix_with_a_loss_mask(chat_tokenizer_dir, tmp_pat
 def test_weighted_source_with_nothing_to_mix_fails_in_one_line(tokenizer_dir, tmp_path, workers):
     """In-process or in worker processes (whose harness logs and prints the error's traceback)."""
     good = write_jsonl(tmp_path / "good.jsonl", [{"text": f"document {i}"} for i in range(20)])
-    empty = write_jsonl(tmp_path / "empty.jsonl", [{"body": "no text field"}] * 5)  # all rejected
+    empty = write_jsonl(tmp_path / "empty.jsonl", [{"text": ""}] * 5)  # all rejected (empty text), in the job
     config = tmp_path / "job.yaml"
     config.write_text(json.dumps({
         "default_tokenizer": str(tokenizer_dir),
