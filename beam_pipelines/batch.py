@@ -25,7 +25,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
-from easydata.errors import ConfigError, DropUserErrors, EasyDataError, as_user_error
+from easydata.errors import ConfigError, DropUserErrors, EasyDataError, classify
 from easydata.io.group_files import group_files_dir
 from easydata.io.sources import work_units
 from easydata.run.lock import OutputLock
@@ -326,7 +326,7 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
                     try:
                         _run(pipeline).wait_until_finish()
                     except Exception as e:  # a user error in a step: its own class and message, not Beam's wrapping
-                        error = as_user_error(e)
+                        error = classify(e)
                         if error is None or error is e:
                             raise
                         raise error from None

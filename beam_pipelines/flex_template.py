@@ -253,7 +253,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         result = launch(argv)
     except EasyDataError as e:
-        print(f"easydata: error: {e}", file=sys.stderr)
+        print(f"easydata: error: {e.message}", file=sys.stderr)
         return 2
     print(f"easydata: job submitted{_job_id_note(result)}; not waiting for it to finish", file=sys.stderr)
     return 0

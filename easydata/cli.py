@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
-from easydata.errors import EasyDataError, RunInconsistent, as_user_error, environment_error_in, user_error_in
+from easydata.errors import EasyDataError, EnvironmentFailure, RunInconsistent, classify
 
 __all__ = ["main"]
 
@@ -341,12 +341,6 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
     return 0
 
 
-def _user_error_in(exc: BaseException) -> Optional[str]:
-    """The message of an easydata error raised inside a Beam worker (Beam wraps it in its own): the
-    last one in the text, which names the step (`... [while running 'Mix/Plan']`)."""
-    return user_error_in(str(exc))
-
-
 class Terminated(BaseException):
     """SIGTERM arrived (a scheduler or `kill` ending the command); raised in the main thread like Ctrl-C."""
 
@@ -372,8 +366,6 @@ _signalled: Optional[int] = None
 
 #: Exit codes of a run stopped by a signal: 128 + the signal's number, as shells report it.
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
-def _environment_error_in(exc: BaseException) -> Optional[str]:
-    return environment_error_in(f"{exc!r} {exc}")
 
 
 def _resume_hint(args: argparse.Namespace, argv: Sequence[str]) -> Optional[str]:
@@ -408,11 +400,6 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
     args, extra = parser.parse_known_args(argv)
     try:
         return _dispatch(args, extra, whole_process)
-    except RunInconsistent as e:
-        return _inconsistent(e, args, argv)
-    except EasyDataError as e:
-        print(f"easydata: error: {e}", file=sys.stderr)
-        return 2
     except (KeyboardInterrupt, Terminated) as e:
         return _interrupted(isinstance(e, Terminated), args, argv)
     except Exception as e:
@@ -420,19 +407,17 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
             import signal
 
             return _interrupted(_signalled == signal.SIGTERM, args, argv)
-        wrapped = as_user_error(e)
-        if isinstance(wrapped, RunInconsistent):  # raised in the commit step, wrapped by the runner
-            return _inconsistent(wrapped, args, argv)
-        message = _user_error_in(e)
-        if message is None:
-            environment = _environment_error_in(e)
-            if environment is None:
-                raise
+        error = classify(e)  # the user or environment error, wherever it was raised; None: a bug
+        if error is None:
+            raise
+        if isinstance(error, RunInconsistent):
+            return _inconsistent(error, args, argv)
+        if isinstance(error, EnvironmentFailure):
             _stop_local_workers()
             hint = _resume_hint(args, argv)
-            print(f"easydata: error: {environment}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+            print(f"easydata: error: {error.message}" + (f"; {hint}" if hint else ""), file=sys.stderr)
             return 2
-        print(f"easydata: error: {message}", file=sys.stderr)
+        print(f"easydata: error: {error.message}", file=sys.stderr)
         return 2
 
 
@@ -440,7 +425,7 @@ def _inconsistent(error: RunInconsistent, args: argparse.Namespace, argv: Sequen
     """A commit guard refused (counters that do not add up): nothing was committed and the tokenized work is
     kept, so one line says so and how to continue (a `--resume` redoes the stages after tokenizing)."""
     hint = _resume_hint(args, argv)
-    print(f"easydata: error: {error}; nothing was committed (a bug in easydata: please report it)"
+    print(f"easydata: error: {error.message}; nothing was committed (a bug in easydata: please report it)"
           + (f"; {hint}" if hint else ""), file=sys.stderr)
     return 2
 

@@ -1,21 +1,34 @@
-"""Project exceptions.
+"""Project exceptions, and how they cross worker boundaries.
 
 Every error a user can cause (bad config, missing input, unknown tokenizer, existing output, corrupt
-shard) is an `EasyDataError`. The CLI prints such errors as one line and exits non-zero; anything
-else is a bug and keeps its traceback.
+shard) or the environment causes (a full disk: `EnvironmentFailure`) is an `EasyDataError`. The CLI
+prints such errors as one line and exits non-zero; anything else is a bug and keeps its traceback.
 
-One mechanism tells a user error from a bug wherever it surfaces: as the exception itself
-(`isinstance`), as text after a runner wrapped it (`user_error_in`: a traceback or Beam's wrapped
-message, where it reads `ConfigError: ...` or `easydata.errors.ConfigError: ...`), or as its repr
-(`user_error_repr_prefixes`: dask reports a failed task that way). The names come from the
-`EasyDataError` class tree, so a new error class is covered everywhere at once.
+A runner reports a worker's failure to the launching process as text (Beam's harness sends the
+formatted traceback; Dask logs the exception's repr). So an `EasyDataError` that leaves a worker's step
+is marked where it happens (`EasyDataError.mark`, called by `transforms.failures` around every step): it
+gains the marker `easydata-error:` + base64 of `{"class": ..., "message": ...}` as JSON, printed on a
+line of its own at the end of its traceback (an exception note; on Python 3.10, the last line of its
+`str`) and in its `repr`. `from_text` decodes the last marker of a text back into an error of its own
+class: the one place that reads a runner's text. Exception objects (an in-process failure) are
+classified by class and `errno` (`classify`), never by their text. Errors raised in the launching
+process carry no marker, so a Python API user's traceback shows the message alone.
+
+Example:
+    try:
+        run()
+    except Exception as e:
+        error = classify(e)  # the EasyDataError inside, wherever it was raised; None: a bug
 """
 
 from __future__ import annotations
 
+import base64
 import errno
+import json
 import logging
-import re
+import os
+import sys
 from typing import Optional
 
 __all__ = [
@@ -26,49 +39,83 @@ __all__ = [
     "is_transient",
     "TokenizerError",
     "OutputError",
+    "EnvironmentFailure",
     "RunInconsistent",
     "ValidationFailed",
     "DropUserErrors",
-    "environment_error_in",
-    "user_error_in",
-    "as_user_error",
+    "MARKER",
+    "classify",
+    "from_text",
     "ends_in_user_error",
-    "user_error_repr_prefixes",
 ]
 
+#: What starts the marker of an `EasyDataError` in a text a runner reports.
+MARKER = "easydata-error:"
+_MARKER_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=")
+#: What Beam appends to the message of an error raised in a step (`... [while running 'Mix/Plan']`).
+_STEP_NOTE = " [while running '"
+
 # Environment failures a run can meet in any worker: errno -> what to tell the user.
-_ENVIRONMENT_ERRNOS = {28: "the disk is full", 122: "the disk quota is exceeded", 13: "permission denied",
-                       30: "the filesystem is read-only", 24: "too many open files",
-                       27: "a file reached the size limit of this process (ulimit -f)"}
-_ERRNO = re.compile(r"\[Errno (\d+)\] ([^\n\\:\]]{1,80})(?:: '([^'\n\\]{1,300})')?")
-_ERRNO_DETAIL = re.compile(r"\[errno (\d+)\] ([^\n\\\]\[]{1,80})")
-
-
-def environment_error_in(text: str) -> Optional[str]:
-    """`what happened (the system's words) at 'path'` for an OS-level failure such as a full disk, found
-    in the text of an exception (Beam wraps a worker's failure in its own), else None."""
-    for number, words, path in _ERRNO.findall(text):
-        if int(number) in _ENVIRONMENT_ERRNOS:
-            detail = next((w.strip() for n, w in _ERRNO_DETAIL.findall(text) if n == number), None)
-            words = detail or words.strip()
-            return f"{_ENVIRONMENT_ERRNOS[int(number)]} ({words})" + (f" at '{path}'" if path else "")
-    return None
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                       errno.EACCES: "permission denied", errno.EROFS: "the filesystem is read-only",
+                       errno.EMFILE: "too many open files",
+                       errno.EFBIG: "a file reached the size limit of this process (ulimit -f)"}
 
 
 class EasyDataError(Exception):
-    """Base class for errors caused by user input; reported as one line by the CLI."""
+    """Base class for errors caused by user input or the environment; reported as one line by the CLI.
+
+    Subclasses pass their message as the first argument. `mark()` gives the error its marker when it
+    leaves a worker's step (`transforms.failures`); an error built with a marker argument (Beam rebuilds
+    a step's error as `type(e)(e.args[0] + note, *e.args[1:])`, unpickling calls `type(e)(*e.args)`)
+    keeps it. `str()` is the message alone (and the marker's line on Python 3.10, which prints no notes).
+    """
+
+    def __init__(self, *args: object):
+        super().__init__(*args)
+        self._marker: Optional[str] = None
+        marker = next((a for a in args[1:] if isinstance(a, str) and a.startswith(MARKER)), None)
+        if marker is not None:
+            self._attach(marker)
+
+    def mark(self) -> "EasyDataError":
+        """Gives the error its marker (once), so that it is recognised in a runner's text; returns it."""
+        if self._marker is None:
+            marker = _encode(type(self).__name__, self.message)
+            self.args = (*self.args, marker)
+            self._attach(marker)
+        return self
+
+    def _attach(self, marker: str) -> None:
+        self._marker = marker
+        if _HAS_NOTES and marker not in getattr(self, "__notes__", ()):
+            self.add_note(marker)  # printed on its own line after the error's in every traceback
+
+    def __str__(self) -> str:
+        message = str(self.args[0]) if self.args else ""
+        return f"{message}\n{self._marker}" if self._marker and not _HAS_NOTES else message
+
+    def __repr__(self) -> str:  # Dask reports a failed task by the exception's repr
+        return f"{type(self).__name__}({self.message!r})" + (f" {self._marker}" if self._marker else "")
+
+    @property
+    def message(self) -> str:
+        """What the CLI prints: the message as raised, without the marker or Beam's note of the step."""
+        return _plain(str(self.args[0]) if self.args else "")
 
 
 class ConfigError(EasyDataError, ValueError):
     """The pipeline configuration is invalid. `problems` lists every issue found."""
 
-    def __init__(self, problems: list[str] | str):
+    def __init__(self, problems: list[str] | str, *marker: str):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
-        if len(self.problems) == 1:
+        if len(self.problems) == 1 and self.problems[0].startswith("invalid config"):  # rebuilt from its message
+            message = self.problems[0]
+        elif len(self.problems) == 1:
             message = f"invalid config: {self.problems[0]}"
         else:
             message = f"invalid config ({len(self.problems)} problems): " + "; ".join(self.problems)
-        super().__init__(message)
+        super().__init__(message, *marker)
 
 
 class InputError(EasyDataError):
@@ -116,6 +163,25 @@ class OutputError(EasyDataError):
     """The output location is unusable (exists without overwrite, not writable, ...)."""
 
 
+class EnvironmentFailure(EasyDataError):
+    """The machine refused a write or an open: a full disk, a quota, permissions, a read-only filesystem,
+    too many open files, `ulimit -f`. Not a bug and not bad data; the run stops and its finished work is
+    kept for `--resume`. Made from the `OSError` by `EnvironmentFailure.of`."""
+
+    @classmethod
+    def of(cls, error: BaseException) -> Optional["EnvironmentFailure"]:
+        """The failure `error` is (or was caused by), as `what happened (the system's words) at 'path'`;
+        None when it is no environment failure. Decided by `errno`, never by text."""
+        for link in _chain(error):
+            if isinstance(link, EnvironmentFailure):
+                return link
+            if isinstance(link, OSError) and link.errno in _ENVIRONMENT_ERRNOS:
+                words = os.strerror(link.errno)  # the system's words (a library's strerror may wrap them)
+                where = f" at '{link.filename}'" if link.filename else ""
+                return cls(f"{_ENVIRONMENT_ERRNOS[link.errno]} ({words}){where}")
+        return None
+
+
 class RunInconsistent(EasyDataError):
     """A run's counters do not add up at its commit (documents, rows or a mix's selection against what the
     output holds): a bug, never a user's doing, but nothing was committed and the run's tokenized work is
@@ -127,82 +193,109 @@ class ValidationFailed(EasyDataError):
 
 
 class DropUserErrors(logging.Filter):
-    """Drops log records that carry a user error (an `EasyDataError` as their exception), e.g. Beam's
-    traceback log of a step that raised one, or an environment failure (a full disk): whoever runs
-    the job reports it in one line. Workers extend it for the other forms their runtime reports the
-    same error in."""
+    """Drops log records that carry a user or environment error: Beam's log of a step that raised one
+    (the exception, or its traceback as text): whoever runs the job reports it in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], EasyDataError):
+        if record.exc_info and record.exc_info[1] is not None and classify(record.exc_info[1]) is not None:
             return False
-        # A full disk (or another environment failure) is reported in one line by the launcher too.
-        return not (record.levelno >= logging.ERROR and environment_error_in(
-            f"{record.getMessage()} {record.exc_info[1] if record.exc_info else ''}"))
+        return not (record.levelno >= logging.ERROR and ends_in_user_error(record.getMessage()))
 
 
-def _error_names() -> list[str]:
+_HAS_NOTES = sys.version_info >= (3, 11)
+
+
+def _plain(message: str) -> str:
+    """`message` without a marker line (Python 3.10 keeps it in the message) or Beam's note of the step
+    (added when Beam rebuilt the error: `... [while running 'Mix/Plan']`)."""
+    message = message.split("\n" + MARKER)[0]
+    note = message.rfind(_STEP_NOTE)
+    return message[:note] if note >= 0 and message.endswith("']") else message
+
+
+def _encode(name: str, message: str) -> str:
+    payload = json.dumps({"class": name, "message": message}, ensure_ascii=True).encode()
+    return MARKER + base64.urlsafe_b64encode(payload).decode("ascii")
+
+
+def _error_classes() -> dict[str, type]:
     """`EasyDataError` and every subclass of it, by class name."""
-    names, todo = [], [EasyDataError]
-    while todo:
-        cls = todo.pop()
-        names.append(cls.__name__)
-        todo.extend(cls.__subclasses__())
-    return sorted(set(names))
-
-
-def _error_line() -> "re.Pattern[str]":
-    names = "|".join(map(re.escape, _error_names()))
-    return re.compile(rf"(?:\beasydata\.errors\.|(?<![\w.]))(?:{names}): ([^\n]+)")
-
-
-def user_error_in(text: str) -> Optional[str]:
-    """The message of the last easydata error named in `text` (a traceback, or the message of an
-    exception a runner wrapped around it: the last one names the step, `... [while running 'X']`)."""
-    found = _error_line().findall(text)
-    return found[-1].strip() if found else None
-
-
-def as_user_error(exc: BaseException) -> Optional[EasyDataError]:
-    """The easydata error a runner wrapped in an error of its own (Beam's `RuntimeError` around a worker's
-    traceback), rebuilt as its own class with its message, for the Python API to raise: callers catch
-    `EasyDataError` (or `ConfigError`, ...) and see one clear line. None when `exc` holds none."""
-    if isinstance(exc, EasyDataError) and not _STEP_NOTE.search(str(exc)):
-        return exc
-    text = f"{type(exc).__name__}: {exc}" if isinstance(exc, EasyDataError) else f"{exc}"
-    found = list(_error_class_line().finditer(text))
-    if not found:
-        return None
-    name, message = found[-1].group(1), found[-1].group(2).strip()
-    message = _STEP_NOTE.sub("", message)  # Beam's note of the step
     classes, todo = {}, [EasyDataError]
     while todo:
         cls = todo.pop()
-        classes[cls.__name__] = cls
+        classes.setdefault(cls.__name__, cls)
         todo.extend(cls.__subclasses__())
-    cls = classes.get(name, EasyDataError)
+    return classes
+
+
+def _decode(token: str) -> Optional[EasyDataError]:
+    try:
+        fields = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+        name, message = str(fields["class"]), str(fields["message"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    message = _plain(message)
+    cls = _error_classes().get(name, EasyDataError)
     error = cls.__new__(cls)
-    Exception.__init__(error, message)  # the message as it was (a ConfigError's is already worded)
+    EasyDataError.__init__(error, message)  # the message as it was worded (a ConfigError's already is); unmarked
     if isinstance(error, ConfigError):
         error.problems = [message]
     return error
 
 
-#: What Beam appends to an error raised in a step (`... [while running 'Mix/Plan']`).
-_STEP_NOTE = re.compile(r" \[while running '[^']*'\]$")
+def _markers(text: str) -> list[tuple[int, str]]:
+    """Every marker in `text`: (where it starts, its base64 token)."""
+    found, start = [], text.find(MARKER)
+    while start >= 0:
+        end = start + len(MARKER)
+        while end < len(text) and text[end] in _MARKER_CHARS:
+            end += 1
+        found.append((start, text[start + len(MARKER):end]))
+        start = text.find(MARKER, end)
+    return found
 
 
-def _error_class_line() -> "re.Pattern[str]":
-    names = "|".join(map(re.escape, _error_names()))
-    return re.compile(rf"(?:\beasydata\.errors\.|(?<![\w.]))({names}): ([^\n]+)")
+def from_text(text: str) -> Optional[EasyDataError]:
+    """The error of the last marker in `text` (a worker's traceback, or the message of the error a runner
+    raised around it), rebuilt as its own class with its message (without Beam's note of the step);
+    None when `text` holds no marker."""
+    for _, token in reversed(_markers(text)):
+        error = _decode(token)
+        if error is not None:
+            return error
+    return None
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """`error` and the errors it was raised from (`raise ... from`), outermost first. Not the errors it was
+    raised while handling: a bug met while handling a full disk is a bug."""
+    chain: list[BaseException] = []
+    link: Optional[BaseException] = error
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__
+    return chain
+
+
+def classify(error: BaseException) -> Optional[EasyDataError]:
+    """The user or environment error behind `error`, None for a bug.
+
+    In order: `error` itself or an error it was raised from that is an `EasyDataError` (raised in this
+    process); such an `OSError` with an environment `errno` (`EnvironmentFailure.of`); the marker
+    of a worker's error in `error`'s text (a runner's wrapping of a failure elsewhere: `from_text`).
+    """
+    for link in _chain(error):
+        if isinstance(link, EasyDataError):
+            return link
+    environment = EnvironmentFailure.of(error)
+    if environment is not None:
+        return environment
+    notes = "\n".join(str(n) for n in getattr(error, "__notes__", ()) or ())
+    return from_text(f"{error}\n{notes}")
 
 
 def ends_in_user_error(text: str) -> bool:
-    """Whether a formatted traceback ends in an easydata error or an environment failure (a full disk)."""
+    """Whether a formatted traceback (or a runner's message holding one) ends in a user or environment
+    error: its last line holds a marker. A bug raised while one was handled ends in the bug's line."""
     lines = [line for line in text.splitlines() if line.strip()]
-    return bool(lines) and (_error_line().match(lines[-1].strip()) is not None
-                            or environment_error_in(lines[-1]) is not None)
-
-
-def user_error_repr_prefixes() -> tuple[str, ...]:
-    """How an easydata error's `repr` starts (`ConfigError(`, ...): dask reports failed tasks so."""
-    return tuple(f"{name}(" for name in _error_names())
+    return bool(lines) and MARKER in lines[-1] and from_text(lines[-1]) is not None

@@ -330,7 +330,8 @@ def test_a_workers_user_error_is_not_logged_or_printed_but_other_errors_are():
     from beam_pipelines.local.local_worker import _QuietUserErrors, _StderrWithoutUserErrorTracebacks
     from easydata.errors import InputError
 
-    user = "Traceback (most recent call last):\n  File \"x.py\", line 1\neasydata.errors.InputError: bad input\n"
+    marker = InputError("bad input").mark().__notes__[-1]  # the error's marker, added as it left the step
+    user = f"Traceback (most recent call last):\n  File \"x.py\", line 1\neasydata.errors.InputError: bad input\n{marker}\n"
     other = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'text'\n"
     stream = io.StringIO()
     stderr = _StderrWithoutUserErrorTracebacks(stream)

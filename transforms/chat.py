@@ -27,10 +27,12 @@ from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.io.sources import DocumentBatch
 from easydata.text.tokenizer import shared_tokenizer
 from transforms.read import REJECTED_TAG, STATS_TAG
+from transforms.failures import classified_failures
 
 __all__ = ["ChatTemplate"]
 
 
+@classified_failures
 class _RenderFn(beam.DoFn):
     def __init__(self, dataset: str, tokenizer: TokenizerConfig, template: Optional[str], assistant_only_loss: bool,
                  staging: str):

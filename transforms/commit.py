@@ -15,10 +15,12 @@ import apache_beam as beam
 from easydata.config import PipelineConfig
 from easydata.run.finalize import finalize_output
 from easydata.run.run_plan import RunPlan
+from transforms.failures import classified_failures
 
 __all__ = ["CommitOutput"]
 
 
+@classified_failures
 class _CommitFn(beam.DoFn):
     def __init__(self, config: PipelineConfig, plan: RunPlan, started_at: float):
         self._config, self._plan, self._started_at = config, plan, started_at

@@ -17,10 +17,12 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from easydata.io.group_files import GroupFileWriter, read_group_files
+from transforms.failures import classified_failures
 
 __all__ = ["GroupViaFiles"]
 
 
+@classified_failures
 class _WriteGroupFilesFn(beam.DoFn):
     def __init__(self, directory: str):
         self._directory = directory
@@ -38,6 +40,7 @@ class _WriteGroupFilesFn(beam.DoFn):
             yield WindowedValue((group, path), MAX_TIMESTAMP, (GlobalWindow(),))
 
 
+@classified_failures
 def _read_group(element: tuple[int, Iterable[str]], decode: Callable[[memoryview], Any]) -> tuple[int, list[Any]]:
     group, paths = element
     return group, [decode(e) for e in read_group_files(paths)]

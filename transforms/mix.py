@@ -36,6 +36,7 @@ import pyarrow as pa
 from easydata.errors import RunInconsistent
 from easydata.ops.mixing import MIXED_NAME, MixPlan, measure_batch, plan_mix, select_batch
 from easydata.run.checkpoint import completed_units, read_batch
+from transforms.failures import classified_failures
 
 __all__ = ["WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME"]
 
@@ -43,6 +44,7 @@ MIX_STATS_TAG = "mix_stats"
 MIX_PLAN_TAG = "mix_plan"
 
 
+@classified_failures
 class _MeasureFn(beam.DoFn):
     """Token histogram over selection buckets of one batch: `(dataset, histogram)`."""
 
@@ -54,6 +56,7 @@ class _MeasureFn(beam.DoFn):
             yield self._dataset, measure_batch(batch, self._dataset, self._seed)
 
 
+@classified_failures
 class _SumArrays(beam.CombineFn):
     """Sums int64 histograms (exact, order-independent)."""
 
@@ -74,11 +77,13 @@ class _SumArrays(beam.CombineFn):
         return total
 
 
+@classified_failures
 def _plan(histograms: list[tuple[str, np.ndarray]], weights: Mapping[str, float], stop_strategy: str,
           total_tokens: Optional[int]) -> MixPlan:
     return plan_mix(dict(histograms), weights, stop_strategy=stop_strategy, total_tokens=total_tokens)
 
 
+@classified_failures
 class _SelectUnitFn(beam.DoFn):
     """Reads one work unit's checkpointed batches and repeats or drops each document as the plan says."""
 

@@ -28,12 +28,14 @@ from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_ta
 from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
 from easydata.rows import HIDDEN_COLUMNS
 from transforms.write import sorted_group_path
+from transforms.failures import classified_failures
 
 __all__ = ["Pack", "PACK_STATS_TAG"]
 
 PACK_STATS_TAG = "pack_stats"
 
 
+@classified_failures
 class _PackGroupFn(beam.DoFn):
     def __init__(self, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int, staging: str):
         self._name, self._config, self._pad_id, self._seed = name, config, pad_id, seed

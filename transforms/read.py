@@ -27,6 +27,7 @@ from easydata.run.manifest import PARTIAL_INPUTS
 from easydata.run.machine import return_free_memory
 from easydata.run.progress import ProgressSink
 from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split, work_units
+from transforms.failures import classified_failures
 
 __all__ = ["ReadDocuments", "STATS_TAG", "REJECTED_TAG"]
 
@@ -47,6 +48,7 @@ class _ReadSettings:
     checkpoint: bool
 
 
+@classified_failures
 class _ReadSplitsFn(beam.DoFn):
     """Reads a work unit (splits read in order, sharing one `num_rows` limit)."""
 

@@ -21,10 +21,12 @@ import pyarrow as pa
 from easydata.run.checkpoint import UnitCheckpoint
 from easydata.run.progress import ProgressSink
 from transforms.read import REJECTED_TAG, STATS_TAG
+from transforms.failures import classified_failures
 
 __all__ = ["LoadCheckpoints"]
 
 
+@classified_failures
 class _LoadUnitFn(beam.DoFn):
     def __init__(self, progress_dir: Optional[str]):
         self._progress_dir = progress_dir

@@ -26,6 +26,7 @@ from easydata.io.compact_rows import decode_rows, encode_row_ranges
 from easydata.ops.sharding import group_ranges
 from easydata.run.manifest import SHUFFLE_BYTES_PREFIX
 from transforms.group_files import GroupViaFiles
+from transforms.failures import classified_failures
 
 __all__ = ["ShuffleRows", "SHUFFLE_STATS_TAG", "KEYED_ROWS_CODER", "KeyedRows"]
 
@@ -39,12 +40,14 @@ GroupedRows = Tuple[int, List[pa.RecordBatch]]
 KEYED_ROWS_CODER = coders.registry.get_coder(typehints.Tuple[int, bytes])
 
 
+@classified_failures
 def _route(batch: pa.RecordBatch, num_groups: int, dictionary: Optional[bytes] = None) -> Iterator[KeyedRows]:
     """Splits a batch by hash group and encodes each part (`encode_rows` of each, in one pass)."""
     rows, groups, starts, stops = group_ranges(batch, num_groups)
     yield from zip(groups, encode_row_ranges(rows, starts, stops, dictionary=dictionary))
 
 
+@classified_failures
 class _CountFn(beam.DoFn):
     """Counts the encoded size of the elements entering the shuffle, reported once per bundle."""
 
@@ -64,6 +67,7 @@ class _CountFn(beam.DoFn):
             yield WindowedValue((self._name, {self._key: self._bytes}), MAX_TIMESTAMP, (GlobalWindow(),))
 
 
+@classified_failures
 def _decode(element: tuple[int, Any], dictionary: Optional[bytes] = None) -> tuple[int, list[pa.RecordBatch]]:
     group, encoded = element
     return group, [decode_rows(e, dictionary) for e in encoded]

@@ -12,10 +12,12 @@ import apache_beam as beam
 import pyarrow as pa
 
 from easydata.ops.splits import partition_rows
+from transforms.failures import classified_failures
 
 __all__ = ["SplitRows"]
 
 
+@classified_failures
 class _PartitionFn(beam.DoFn):
     def __init__(self, dataset: str, fractions: dict[str, float], split_seed: int):
         self._dataset, self._split_seed = dataset, split_seed

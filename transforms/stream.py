@@ -40,6 +40,7 @@ from easydata.run.finalize import engine_entry
 from easydata.run.streaming import commit_window, parse_message, window_id
 from easydata.text.tokenization import tokenize_documents
 from easydata.text.tokenizer import shared_tokenizer
+from transforms.failures import classified_failures
 
 __all__ = ["WindowMessages", "ProcessWindow", "CommitWindows"]
 
@@ -55,6 +56,7 @@ def windowing(settings: StreamingConfig) -> beam.WindowInto:
                            accumulation_mode=trigger.AccumulationMode.DISCARDING)
 
 
+@classified_failures
 class _FindDroppedLateFn(beam.DoFn):
     """Emits the messages the window's GroupByKey will drop as too late (Python Beam drops them
     without a metric).
@@ -99,6 +101,7 @@ class _FindDroppedLateFn(beam.DoFn):
             deadline.set(min(deadlines))
 
 
+@classified_failures
 class _CountDroppedLateFn(beam.DoFn):
     """`stream_late_messages_dropped`: one per message `_FindDroppedLateFn` emits."""
 
@@ -137,6 +140,7 @@ class WindowMessages(beam.PTransform):
                 | "GroupWindow" >> beam.GroupByKey())
 
 
+@classified_failures
 class _ProcessWindowFn(beam.DoFn):
     def __init__(self, config: PipelineConfig, dataset: DatasetConfig, tokenizer: TokenizerConfig,
                  template: Optional[str], pad_id: int, staging: str):
@@ -261,6 +265,7 @@ class ProcessWindow(beam.PTransform):
         return grouped | "Process" >> beam.ParDo(self._fn)
 
 
+@classified_failures
 class _CommitFn(beam.DoFn):
     """Serial per key (a stateful DoFn): one commit at a time rewrites the manifest."""
 

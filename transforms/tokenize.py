@@ -33,6 +33,7 @@ from easydata.io.sources import DocumentBatch
 from easydata.text.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
 from easydata.text.engines import VerifiedEngine
 from easydata.text.tokenizer import TokenizerHandle, shared_tokenizer
+from transforms.failures import classified_failures
 
 __all__ = ["Tokenize", "ENGINE_STATS_TAG"]
 
@@ -41,6 +42,7 @@ __all__ = ["Tokenize", "ENGINE_STATS_TAG"]
 ENGINE_STATS_TAG = "engine_stats"
 
 
+@classified_failures
 class _TokenizeFn(beam.DoFn):
     def __init__(self, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
                  progress_dir: Optional[str], checkpoint_staging: Optional[str], engine: str = "hf",

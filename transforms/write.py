@@ -31,6 +31,7 @@ from easydata.ops.sharding import PieceInfo, ShardInfo, SortedGroup, cut_ranges,
 from easydata.run.machine import return_free_memory
 from easydata.io.token_files import TokenFileSpec
 from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
+from transforms.failures import classified_failures
 
 __all__ = ["SortGroups", "WriteShards", "sorted_group_path", "HIDDEN_COLUMNS"]
 
@@ -41,6 +42,7 @@ def sorted_group_path(staging: str, name: str, group: int) -> str:
     return Staging(staging).sorted_group(name, group)
 
 
+@classified_failures
 class _SortGroupFn(beam.DoFn):
     """Sorts one group's rows by (hash, key) and stages them in one file."""
 
@@ -89,10 +91,12 @@ class SortGroups(beam.PTransform):
                 SHUFFLE_STATS_TAG: shuffled[SHUFFLE_STATS_TAG]}
 
 
+@classified_failures
 def _group_counts(group: SortedGroup) -> tuple[int, tuple[int, int]]:
     return group.group, (group.rows, group.data_bytes)
 
 
+@classified_failures
 class _CutFn(beam.DoFn):
     """Cuts one sorted group at the shard boundaries: one piece (row range of its file) per shard it overlaps."""
 
@@ -108,6 +112,7 @@ class _CutFn(beam.DoFn):
                             path=group.path, rows=stop - start, schema=group.schema, start=start)
 
 
+@classified_failures
 class _AssembleShardFn(beam.DoFn):
     """Concatenates a shard's pieces in group order into the output format."""
 
@@ -136,6 +141,7 @@ class _AssembleShardFn(beam.DoFn):
                         documents=done.documents, cut_documents=done.cut_documents, companions=companions)
 
 
+@classified_failures
 def _unify(serialized: list[bytes]) -> pa.Schema:
     return unify_schemas(serialized) if serialized else pa.schema([])
 

@@ -16,17 +16,13 @@ __all__ = ["dask_setup"]
 
 class _DropUserErrors(errors.DropUserErrors):
     """Drops the reports of an `EasyDataError` raised by a task: Beam's log of the failed DoFn and
-    dask's "Compute Failed" (which holds only the exception's repr)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._prefixes = errors.user_error_repr_prefixes()
+    dask's "Compute Failed" (which holds the exception's repr, and so its marker)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not super().filter(record):
             return False
         if str(record.msg).startswith("Compute Failed") and isinstance(record.args, tuple) and len(record.args) > 3:
-            return not str(record.args[3]).startswith(self._prefixes)
+            return errors.from_text(str(record.args[3])) is None
         return True
 
 
