@@ -76,3 +76,34 @@ def test_the_architecture_table_names_real_modules_and_every_core_module() -> No
                      if p.name != "__init__.py")
     unnamed = [m for m in modules if m not in named and not any(n.endswith("/") and m.startswith(n) for n in named)]
     assert unnamed == []
+
+
+def _concept_rows() -> list[tuple[str, list[str]]]:
+    """docs/architecture.md's concept table: (concept, the paths its module cell names). A path names the
+    module (or folder) that owns the concept; other modules are referred to by dotted name."""
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Where each concept lives", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| concept")]
+    return [(row.split(" | ")[0][2:], re.findall(r"`((?:easydata|transforms|beam_pipelines)/[\w/]*(?:\.py)?)`", row))
+            for row in rows]
+
+
+def test_the_architecture_names_modules_that_exist_and_every_module_has_one_concept_row() -> None:
+    """Every path the concept table names exists, and every product module is owned by exactly one row: the
+    row naming its path, else the one naming the nearest folder holding it."""
+    rows = _concept_rows()
+    assert len(rows) > 30
+    missing = [path for _, paths in rows for path in paths if not (REPO_ROOT / path).exists()]
+    assert missing == []
+    modules = sorted(p.relative_to(REPO_ROOT).as_posix() for package in ("easydata", "transforms", "beam_pipelines")
+                     for p in (REPO_ROOT / package).rglob("*.py") if p.name != "__init__.py")
+    problems = []
+    for module in modules:
+        owners = {concept for concept, paths in rows if module in paths}
+        if not owners:
+            folders = [p for _, paths in rows for p in paths if p.endswith("/") and module.startswith(p)]
+            nearest = max(folders, key=len, default=None)
+            owners = {concept for concept, paths in rows if nearest in paths}
+        if len(owners) != 1:
+            problems.append(f"{module}: {sorted(owners) or 'no row'}")
+    assert problems == []
