@@ -3,10 +3,11 @@
 Without a `mix` section every dataset becomes its own output `OUT/<name>/`; with one, the datasets'
 token rows are mixed by share of output tokens into a single output `OUT/mixed/`.
 
-`build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` prepares the run
-(checks, splits, tokenizers, output directory), runs it on the chosen runner with a progress report
-for local runs, and returns the committed manifest. `build_batch_job` does the same preparation and
-construction without running (the job graph can then be inspected or serialised offline), and
+`build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` takes the output's lock,
+plans the run (checks, splits, tokenizers: `easydata.run.run_plan.plan_run`, no side effect), opens the
+output (`open_output`: journal recovery, staging, `run.json`), runs the job on the chosen runner with a
+progress report for local runs, and returns the committed manifest. `build_batch_job` plans and builds
+without writing anything or running (the job graph can then be inspected or serialised offline), and
 `launch_batch` submits it and returns at once (the Dataflow Flex Template entry).
 """
 
@@ -32,7 +33,8 @@ from easydata.run.lock import OutputLock
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
 from easydata.run.progress import ProgressMonitor
-from easydata.run.run_plan import RunPlan, check_reachable_by_workers, check_shared_by_processes, prepare_run
+from easydata.run.run_plan import RunPlan, check_reachable_by_workers, check_shared_by_processes, plan_run
+from easydata.run.run_plan import open_output as open_run_output
 from easydata.ops.splits import split_output_name
 from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
@@ -151,10 +153,12 @@ def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = Non
                     **plan_options: int) -> tuple[beam.Pipeline, RunPlan]:
     """Prepares the run and builds the whole batch job on the runner `beam_args` name, without running it.
 
-    Preparation is `run_batch`'s: config, inputs and tokenizers are checked, input files listed and
-    the output directory's staging area created. No runner is contacted, so the job graph of a
-    remote runner (`--runner=DataflowRunner ...`) can be built, inspected and serialised
-    (`pipeline.to_runner_api()`) offline. Workers report no local progress.
+    Planning is `run_batch`'s (`easydata.run.run_plan.plan_run`): config, inputs and tokenizers are
+    checked, input files listed, the output checked. Nothing is written and no runner is contacted, so
+    the job graph of a remote runner (`--runner=DataflowRunner ...`) can be built, inspected and
+    serialised (`pipeline.to_runner_api()`) offline. To run the graph yourself, first take the output's
+    lock and make the plan's changes to the output (`easydata.run.run_plan.open_output`), as `run_batch`
+    does. Workers report no local progress.
 
     Returns:
       The constructed pipeline and its `RunPlan`.
@@ -162,7 +166,7 @@ def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = Non
     Raises:
       EasyDataError: user-caused problems (config, inputs, tokenizer, output, a mistyped Beam flag).
     """
-    pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, start_workers=False)
+    pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, start_workers=False, open_output=False)
     return pipeline, plan
 
 
@@ -183,13 +187,15 @@ def _check_launch(config: PipelineConfig, beam_args: list[str]) -> bool:
 def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: bool, plan_options: dict[str, int], *,
                started: Optional[float] = None, progress_dir: Optional[str] = None,
                announce_resume: bool = False, start_workers: bool = True,
-               lock_id: Optional[str] = None) -> tuple[beam.Pipeline, RunPlan, bool]:
+               lock_id: Optional[str] = None, open_output: bool = True) -> tuple[beam.Pipeline, RunPlan, bool]:
     """`build_batch_job`, and whether the workers run on this machine (then, with `progress_dir`, they
     report progress there); `announce_resume` says on stderr whether an unfinished run is resumed.
 
     With `start_workers`, the local worker processes a multi-process run needs start first, and
     import their libraries while this process plans and builds the job (`beam_pipelines.local.worker_pool`);
     the caller then ends any the runner did not take (`discard_prestarted`), also when this raises.
+    With `open_output` (the caller holds the output's lock), the plan's changes to the output are made
+    (`easydata.run.run_plan.open_output`) before the job is built.
     """
     beam_args = list(beam_args or [])
     if start_workers:
@@ -197,8 +203,10 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     _check_beam_flags(beam_args)
     runner, options = make_runner_and_options(beam_args)
     local = runs_on_this_machine(runner, options)
-    plan = dataclasses.replace(prepare_run(config, resume=resume, engine_chooser=prestarted_engine_chooser(),
-                                           ship_tokenizers=not local, **plan_options), lock_id=lock_id)
+    plan = dataclasses.replace(plan_run(config, resume=resume, engine_chooser=prestarted_engine_chooser(),
+                                        ship_tokenizers=not local, **plan_options), lock_id=lock_id)
+    if open_output:
+        open_run_output(config, plan)
     if announce_resume:  # a fast engine asked for but not used: said once per tokenizer
         for note in sorted({f"tokenizer '{d.tokenizer.name_or_path}' encodes with hf: {d.engine_choice['reason']}"
                             for d in plan.datasets if d.engine_choice and d.engine == "hf"

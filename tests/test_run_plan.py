@@ -108,3 +108,31 @@ def test_resume_refuses_an_input_edited_in_place(tmp_path, tokenizer_dir):
     os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     with pytest.raises(InputError, match=f"cannot resume run {interrupted.run_id}: input '{data}' changed"):
         prepare_run(config, resume=True)
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.slow
+def test_planning_and_building_a_job_write_nothing_and_opening_the_output_is_one_repeatable_step(tmp_path,
+                                                                                                 tokenizer_dir):
+    """`plan_run` and `build_batch_job` read only (before: planning created the output and its staging and
+    wrote run.json, and `build_batch_job` with it); `open_output` is the step that writes, safe to repeat."""
+    from beam_pipelines.batch import build_batch_job
+    from easydata.run.run_plan import open_output, plan_run
+
+    config = _config(tmp_path, tokenizer_dir)
+    before = _tree(tmp_path)
+    plan = plan_run(config)
+    pipeline, built = build_batch_job(config, [])
+    assert _tree(tmp_path) == before and not (tmp_path / "out").exists()
+    assert pipeline is not None and built.run_id != plan.run_id  # each plan is a new run until opened
+    open_output(config, plan)
+    opened = _tree(tmp_path)
+    assert (Path(plan.staging) / "run.json").is_file()
+    open_output(config, plan)  # again (a retried launch): the same output
+    assert _tree(tmp_path) == opened
+    (tmp_path / "out" / "manifest.json").write_text("{}")
+    with pytest.raises(Exception, match="already exists"):  # planning refuses an output in the way, reading it
+        plan_run(config)

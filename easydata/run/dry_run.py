@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from easydata.run.machine import splits_per_dataset, usable_cores
+from easydata.run.machine import usable_cores
 from easydata.config import PipelineConfig
 
 __all__ = ["DatasetReport", "DryRunReport", "plan_report", "PIPELINE_SHARE_OF_TOKENIZER", "STARTUP_SECONDS"]
@@ -257,33 +257,19 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     """
     from easydata.io.filesystems import get_fs, join
     from easydata.run.manifest import MANIFEST_NAME
-    from easydata.io.sources import plan_input
-    from easydata.run.run_plan import (check_batch_job, check_content_field, check_shared_vocabulary, check_tokenizer,
-                                       dataset_settings, load_chat_template)
-    from easydata.text.tokenizer import load_tokenizer
+    from easydata.run.run_plan import plan_datasets
 
-    check_batch_job(config)  # the run's own checks, from the one place that owns them (easydata.run.run_plan)
-    reports, handles = [], {}
-    configured_template = load_chat_template(config.chat.template)
-    for ds in config.datasets:
-        plan = plan_input(ds, splits_wanted=splits_per_dataset())
-        key = config.tokenizer_for(ds)
-        if key not in handles:
-            handles[key] = load_tokenizer(key)
-            check_tokenizer(config, handles[key])
-        handle = handles[key]
+    # The run's own checks and per-dataset plan, from the one place that owns them (easydata.run.run_plan).
+    plans, handles = plan_datasets(config)
+    reports = []
+    for ds, plan in zip(config.datasets, plans):
+        handle = handles[plan.tokenizer]
         files = sorted({s.path for s in plan.splits})
-        input_bytes = sum(s.size for s in plan.splits)
-        template, _ = dataset_settings(config, ds, key, handle.info, configured_template)
-        check_content_field(config, ds, plan.splits)
-        tokens, sampled, speed = _estimate(config, ds, plan.splits, handle, template)
-        reports.append(DatasetReport(ds.name, files, input_bytes, len(plan.splits), handle.info.to_manifest(), tokens,
-                                     sampled, speed))
+        tokens, sampled, speed = _estimate(config, ds, plan.splits, handle, plan.chat_template)
+        reports.append(DatasetReport(ds.name, files, plan.input_bytes, len(plan.splits), handle.info.to_manifest(),
+                                     tokens, sampled, speed))
     mix = config.static_mix
-    mix_estimate = None
-    if mix is not None:
-        check_shared_vocabulary(config, handles)
-        mix_estimate = _mix_estimate(mix, reports)
+    mix_estimate = _mix_estimate(mix, reports) if mix is not None else None
     packed = config.pack.enabled
     names = ["mixed"] if mix is not None else [d.name for d in config.datasets]
     fractions = config.save.split_fractions()

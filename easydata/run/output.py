@@ -30,7 +30,7 @@ from easydata.run.lock import LOCK_NAME
 from easydata.run.manifest import (COMMIT_MARKER, MANIFEST_NAME, is_easydata_manifest, member_path, owned_files,
                                    resolves_inside, write_manifest)
 
-__all__ = ["check_not_replaced", "TEMP_PREFIX", "new_run_id", "prepare_output", "foreign_file", "previous_run_files", "staging_dir", "commit_output", "recover_commit",
+__all__ = ["check_not_replaced", "TEMP_PREFIX", "new_run_id", "check_output", "prepare_output", "foreign_file", "previous_run_files", "staging_dir", "commit_output", "recover_commit",
            "finish_commit", "move_into_place"]
 
 #: The copy of a commit's journal inside its staging directory (`Staging.journal_copy`): the proof that the journal
@@ -46,8 +46,8 @@ def staging_dir(output_dir: str, run_id: str) -> str:
     return Staging.of_run(output_dir, run_id).root
 
 
-def prepare_output(output_dir: str, overwrite: bool) -> None:
-    """Checks that `output_dir` may be written and creates it.
+def check_output(output_dir: str, overwrite: bool) -> None:
+    """Checks that `output_dir` may be written, reading only (planning and `prepare_output` call it).
 
     Raises:
       OutputError: when it exists and is not empty without `overwrite` (a directory holding only
@@ -55,7 +55,11 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
         anything an easydata run did not write (`foreign_file`).
     """
     fs, root = get_fs(output_dir)
-    recover_commit(output_dir)  # a commit a killed run left half done is finished first, never mixed with ours
+    try:
+        if _read_journal(fs, root):  # a half-done commit: `prepare_output` finishes it, then checks
+            return
+    except Exception:  # an unreadable journal: the checks below (and recovery) say what is wrong
+        pass
     try:
         exists = fs.exists(root)
         if exists and not fs.isdir(root):
@@ -76,6 +80,18 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
             raise OutputError(f"refusing to overwrite '{output_dir}': '{foreign}' was not written by an easydata run"
                               " (overwrite replaces only a previous run's own files); move it away or choose"
                               " another --output")
+
+
+def prepare_output(output_dir: str, overwrite: bool) -> None:
+    """Finishes a commit a killed run left half done (never mixed with ours), checks that `output_dir` may
+    be written (`check_output`) and creates it.
+
+    Raises:
+      OutputError: as `check_output`, or when it cannot be created.
+    """
+    fs, root = get_fs(output_dir)
+    recover_commit(output_dir)
+    check_output(output_dir, overwrite)
     try:
         fs.makedirs(root, exist_ok=True)
     except Exception as e:

@@ -1,8 +1,11 @@
-"""Everything decided before a batch job starts: input splits, tokenizers, staging, group counts.
+"""Everything decided before a batch job starts: input splits, tokenizers, engines, staging, group counts.
 
-`prepare_run` does all checks a user can fail (config, files, tokenizers, output directory) in the
+`plan_run` does all checks a user can fail (config, files, tokenizers, output directory) in the
 launching process, so mistakes end with one clear line before any worker starts, and records what
-the workers and the final commit need in a small, picklable `RunPlan`.
+the workers and the final commit need in a small, picklable `RunPlan`; it writes nothing. The dry
+run shares its checks and per-dataset plan (`plan_datasets`). `open_output` is the one step with side
+effects on the output (journal recovery, the output and staging directories, `run.json`, shipped
+tokenizers), which the launcher runs under the output's lock before the job starts.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from easydata.io.group_files import discard_group_files
 from easydata.io.staging import Staging
 from easydata.ops.mixing import mix_budget, normalise_weights
 from easydata.ops.pack_stage import resolve_pad_id
-from easydata.run.output import new_run_id, prepare_output, staging_dir
+from easydata.run.output import check_output, new_run_id, prepare_output, staging_dir
 from easydata.ops.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
 from easydata.io.sources import InputSplit, plan_input, plan_splits, total_input_bytes
 from easydata.run.machine import splits_per_dataset
 from easydata.text.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
-__all__ = ["DatasetPlan", "RunPlan", "prepare_run", "work_units"]
+__all__ = ["DatasetPlan", "RunPlan", "plan_datasets", "plan_run", "open_output", "prepare_run", "work_units"]
 
 # Uncompressed Arrow bytes of token rows per input byte: ~1 token per 3-4 bytes of text, 4 bytes per
 # id, 4 per mask. Only sizes the hash groups, so a rough figure is enough.
@@ -68,6 +71,9 @@ class RunPlan:
     unit_count: int = 0  # work units of all datasets
     lock_id: Optional[str] = None  # the run id in the output's lock (easydata.run.lock), checked before the commit
     shuffle_dictionary: Optional[bytes] = None  # zstd dictionary of the shuffle (easydata.ops.shuffle_dictionary)
+    signature: str = ""  # what a resumed run must share with this one (`run.json`)
+    input_versions: dict[str, str] = dataclasses.field(default_factory=dict)  # every input file's version
+    shipped_tokenizers: tuple[tuple[str, str], ...] = ()  # (local directory, staged copy) `open_output` makes
 
     @property
     def resumed_unit_count(self) -> int:
@@ -248,10 +254,59 @@ def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerCo
     return template, pad_id
 
 
-def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
-                group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False,
-                engine_chooser: Optional[EngineChooser] = None, ship_tokenizers: bool = False) -> RunPlan:
-    """Validates inputs, loads tokenizers once, plans splits and prepares the output directory.
+def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
+                  group_bytes: int = DEFAULT_GROUP_BYTES, prefetch_engines: bool = False
+                  ) -> tuple[list[DatasetPlan], dict[TokenizerConfig, TokenizerHandle]]:
+    """The run's checks and each dataset's part of the plan, shared by the run and `--dry-run`: the config
+    (`check_batch_job`), each tokenizer loaded once and checked (`check_tokenizer`), the input files listed
+    and split (`easydata.io.sources.plan_input`), the dataset's template and padding (`dataset_settings`),
+    its content field (`check_content_field`) and, for a mix, one vocabulary (`check_shared_vocabulary`).
+    Reads, never writes. Engines are not chosen yet (`plan_run` does); with `prefetch_engines`, a fast
+    engine the config asks for starts loading while the inputs are planned.
+
+    Returns:
+      The datasets' plans (engine `hf` until chosen) and the loaded tokenizers.
+
+    Raises:
+      ConfigError, InputError, TokenizerError: what the run would stop with first, one line each.
+    """
+    check_batch_job(config)
+    configured_template = load_chat_template(config.chat.template)
+    handles: dict[TokenizerConfig, TokenizerHandle] = {}
+    datasets = []
+    for ds in config.datasets:
+        tok = config.tokenizer_for(ds)
+        if tok not in handles:
+            handle = load_tokenizer(tok)
+            check_tokenizer(config, handle)
+            handles[tok] = handle
+            requested = config.tokenize_for(ds).engine
+            if requested != "hf" and prefetch_engines:  # loads while the inputs are planned and sampled
+                from easydata.text.engines import prefetch_engine
+
+                prefetch_engine(requested, handle.tokenizer_file, handle.tokenizer)
+        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
+                                                 splits_wanted=splits_per_dataset())
+        input_bytes = total_input_bytes(splits)
+        info = handles[tok].info
+        template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
+        check_content_field(config, ds, splits)
+        datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
+                                    input_bytes=input_bytes, pad_id=pad_id, chat_template=template,
+                                    split_bytes=planned_split_bytes,
+                                    num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
+                                                                 group_bytes)))
+    if config.static_mix is not None:
+        check_shared_vocabulary(config, handles)
+    return datasets, handles
+
+
+def plan_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
+             group_bytes: int = DEFAULT_GROUP_BYTES, resume: bool = False,
+             engine_chooser: Optional[EngineChooser] = None, ship_tokenizers: bool = False) -> RunPlan:
+    """Everything decided before a batch job starts, without a side effect: nothing is written, the output
+    is only read (`easydata.run.output.check_output`; with `resume`, its unfinished runs). `open_output`
+    then makes the plan's changes to the output, in the launching process, under the output's lock.
 
     Args:
       config: the job.
@@ -264,47 +319,17 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         the engine loaded already (`beam_pipelines.local.worker_pool`); when it returns None, or without
         one, this process chooses (`easydata.text.engines.choose_engine`).
       ship_tokenizers: the workers run elsewhere: tokenizers given as local files are copied into the
-        run's staging too, as hub tokenizers are for a remote output (`_ship_tokenizers`).
+        run's staging too, as hub tokenizers are for a remote output (`_shipped_tokenizers`).
 
     Raises:
       ConfigError, InputError, TokenizerError, OutputError: user-caused problems, one line each.
     """
-    check_batch_job(config)
-    configured_template = load_chat_template(config.chat.template)
+    datasets, handles = plan_datasets(config, split_bytes=split_bytes, group_bytes=group_bytes,
+                                      prefetch_engines=engine_chooser is None)
     by_name = {ds.name: ds for ds in config.datasets}
-    loaded: dict[TokenizerConfig, TokenizerInfo] = {}
-    handles: dict[TokenizerConfig, TokenizerHandle] = {}
-    datasets = []
-    for ds in config.datasets:
-        tok = config.tokenizer_for(ds)
-        if tok not in loaded:
-            handle = load_tokenizer(tok)
-            check_tokenizer(config, handle)
-            loaded[tok] = handle.info
-            handles[tok] = handle
-            requested = config.tokenize_for(ds).engine
-            if requested != "hf" and engine_chooser is None:  # loads while the inputs are planned and sampled
-                from easydata.text.engines import prefetch_engine
-
-                prefetch_engine(requested, handle.tokenizer_file, handle.tokenizer)
-        splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
-                                                 splits_wanted=splits_per_dataset())
-        input_bytes = total_input_bytes(splits)
-        info = loaded[tok]
-        template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
-        check_content_field(config, ds, splits)
-        datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
-                                    input_bytes=input_bytes,
-                                    pad_id=pad_id,
-                                    chat_template=template, split_bytes=planned_split_bytes,
-                                    num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
-                                                                           group_bytes)))
     datasets = _choose_engines(config, datasets, handles, by_name, engine_chooser)
-    mix_num_groups = None
-    if config.static_mix is not None:
-        check_shared_vocabulary(config, handles)
-        mix_num_groups = _mix_num_groups(config, datasets, group_bytes)
-    prepare_output(config.save.output_dir, config.save.overwrite)
+    mix_num_groups = _mix_num_groups(config, datasets, group_bytes) if config.static_mix is not None else None
+    check_output(config.save.output_dir, config.save.overwrite)
     signature = _signature(config, datasets)
     previous = None
     if resume:
@@ -312,18 +337,47 @@ def prepare_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     run_id = previous or new_run_id()
     staging = staging_dir(config.save.output_dir, run_id)
     if previous:
-        discard_group_files(staging)  # the interrupted attempt's: never read again
         datasets = [dataclasses.replace(d, resumed_units=tuple(completed_units(
             staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
-    else:
-        write_run_info(staging, signature, run_id, {d.name: d.split_bytes for d in datasets},
-                       fingerprint=config.fingerprint(), inputs=_input_versions(datasets),
-                       id_sources=_id_sources(datasets))
     dictionary = _shuffle_dictionary(config, datasets, handles, by_name, mix_num_groups)
-    datasets = _ship_tokenizers(datasets, config.save.output_dir, staging, local_files=ship_tokenizers)
+    datasets, shipped = _shipped_tokenizers(datasets, config.save.output_dir, staging, local_files=ship_tokenizers)
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
                    mix_num_groups=mix_num_groups, resumed=previous is not None, shuffle_dictionary=dictionary,
-                   unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets))
+                   unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets),
+                   signature=signature, input_versions=_input_versions(datasets), shipped_tokenizers=shipped)
+
+
+def open_output(config: PipelineConfig, plan: RunPlan) -> None:
+    """Makes the plan's changes to the output, for the launcher to call under the output's lock: finishes a
+    commit a killed run left (its journal) and creates the output directory (`prepare_output`, which checks
+    it again); a resumed run's interrupted attempt leaves its group files behind (never read again); a new
+    run is recorded for `--resume` (`run.json`); tokenizers the workers cannot reach are copied into the
+    staging directory. Safe to run twice for the same plan.
+
+    Raises:
+      OutputError: the output is in the way (exists without overwrite, foreign files) or cannot be written.
+    """
+    from pathlib import Path
+
+    from easydata.text.tokenizer import stage_tokenizer_files
+
+    prepare_output(config.save.output_dir, config.save.overwrite)
+    if plan.resumed:
+        discard_group_files(plan.staging)
+    else:
+        write_run_info(plan.staging, plan.signature, plan.run_id, {d.name: d.split_bytes for d in plan.datasets},
+                       fingerprint=config.fingerprint(), inputs=plan.input_versions,
+                       id_sources=_id_sources(plan.datasets))
+    for source, target in plan.shipped_tokenizers:
+        stage_tokenizer_files(Path(source), target)
+
+
+def prepare_run(config: PipelineConfig, **options: Any) -> RunPlan:
+    """`plan_run`, then `open_output`: what a launcher does before it builds the job (tests and tools that
+    need a ready output without a runner). Takes `plan_run`'s options."""
+    plan = plan_run(config, **options)
+    open_output(config, plan)
+    return plan
 
 
 def _choose_engines(config: PipelineConfig, datasets: list[DatasetPlan],
@@ -381,29 +435,33 @@ def _shuffle_dictionary(config: PipelineConfig, datasets: list[DatasetPlan],
     return shuffle_dictionary.train_shuffle_dictionary(shuffle_dictionary.sample_routed_rows(rows, groups))
 
 
-def _ship_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str, *,
-                     local_files: bool = False) -> list[DatasetPlan]:
+def _shipped_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: str, *, local_files: bool = False
+                        ) -> tuple[list[DatasetPlan], tuple[tuple[str, str], ...]]:
     """Hub tokenizers of a job whose output is remote (gs://, s3://: workers on other machines, e.g.
-    Dataflow) are resolved here, once, and their files copied into the run's staging directory;
-    the workers load them from there and never ask the Hub. Local jobs share this machine's cache.
-    With `local_files` (a runner whose workers are elsewhere), tokenizers given as local files go the
-    same way: the workers could not read this machine's path."""
+    Dataflow) are resolved here, once, and planned to be copied into the run's staging directory (by
+    `open_output`); the workers load them from there and never ask the Hub. Local jobs share this
+    machine's cache. With `local_files` (a runner whose workers are elsewhere), tokenizers given as local
+    files go the same way: the workers could not read this machine's path.
+
+    Returns:
+      The datasets with their tokenizers' staged locations, and the copies to make: (local directory, target).
+    """
     from easydata.io.filesystems import local_path
-    from easydata.text.tokenizer import is_hub_id, resolve_tokenizer_files, stage_tokenizer_files
+    from easydata.text.tokenizer import is_hub_id, resolve_tokenizer_files
 
     if local_path(output_dir) is not None:
-        return datasets
-    shipped: dict[str, str] = {}
+        return datasets, ()
+    shipped: dict[str, tuple[str, str]] = {}
     out = []
     for d in datasets:
         name = d.tokenizer.name_or_path
         if is_hub_id(name) or (local_files and local_path(name) is not None):
             if name not in shipped:
                 tokenizer_file, _ = resolve_tokenizer_files(name)
-                shipped[name] = stage_tokenizer_files(tokenizer_file.parent, Staging(staging).tokenizer(name))
-            d = dataclasses.replace(d, tokenizer=dataclasses.replace(d.tokenizer, name_or_path=shipped[name]))
+                shipped[name] = (str(tokenizer_file.parent), Staging(staging).tokenizer(name))
+            d = dataclasses.replace(d, tokenizer=dataclasses.replace(d.tokenizer, name_or_path=shipped[name][1]))
         out.append(d)
-    return out
+    return out, tuple(shipped.values())
 
 
 def _signature(config: PipelineConfig, datasets: list[DatasetPlan]) -> str:
