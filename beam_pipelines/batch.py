@@ -40,9 +40,8 @@ from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags
 from beam_pipelines.local.worker_pool import discard_prestarted, prestart, prestarted_engine_chooser
-from transforms import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, PACK_STATS_TAG, REJECTED_TAG, SHUFFLE_STATS_TAG, \
-    STATS_TAG, ENGINE_STATS_TAG, ChatTemplate, CommitOutput, LoadCheckpoints, Pack, ReadDocuments, SortGroups, SplitRows, Tokenize, WeightedMix, \
-    WriteShards
+from transforms import MIX_PLAN_TAG, MIXED_NAME, REJECTED_TAG, STATS_TAG, ChatTemplate, CommitOutput, LoadCheckpoints, \
+    Pack, ReadDocuments, SortGroups, SplitRows, SumCounters, Tokenize, WeightedMix, WriteShards
 
 __all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch", "BatchResult"]
 
@@ -75,7 +74,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
             tokenizer=ds_plan.tokenizer, config=config.tokenize_for(datasets[name]), seed=config.seed, progress_dir=progress_dir,
             checkpoint_staging=plan.staging, engine=ds_plan.engine, dataset=name)
         tokenized[name] = encoded.rows
-        stats.append(encoded[ENGINE_STATS_TAG])
+        stats.append(encoded[STATS_TAG])
         if ds_plan.resumed_units:  # a resumed run: done work units come from their checkpoints
             loaded = pipeline | f"Resume[{name}]" >> LoadCheckpoints(units=list(ds_plan.resumed_units),
                                                                      progress_dir=progress_dir)
@@ -91,7 +90,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         mixed = tokenized | "Mix" >> WeightedMix(weights=config.mix.weights, stop_strategy=config.mix.stop_strategy,
                                                  total_tokens=config.mix.total_tokens, seed=config.mix_seed,
                                                  staging=plan.staging, units=units)
-        stats.append(mixed[MIX_STATS_TAG])
+        stats.append(mixed[STATS_TAG])
         mix_plan = mixed[MIX_PLAN_TAG]
         outputs = {MIXED_NAME: (mixed["rows"], plan.mix_num_groups, plan.datasets[0].pad_id)}
     fractions = config.save.split_fractions()
@@ -110,19 +109,19 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
                                                     group_dir=group_dir("pack", name),
                                                     dictionary=plan.shuffle_dictionary)
             groups = packed["groups"]
-            stats.append(packed[PACK_STATS_TAG])
+            stats.append(packed[STATS_TAG])
         else:
             sorted_groups = rows | f"Sort[{name}]" >> SortGroups(name=name, num_groups=num_groups, staging=plan.staging,
                                                                  group_dir=group_dir("sort", name),
                                                                  dictionary=plan.shuffle_dictionary)
             groups = sorted_groups["groups"]
-            stats.append(sorted_groups[SHUFFLE_STATS_TAG])
+            stats.append(sorted_groups[STATS_TAG])
         shards.append(groups | f"Write[{name}]" >> WriteShards(
             name=name, num_groups=num_groups, save=config.save, staging=plan.staging,
             token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id)))
     commit_inputs = {
         "shards": shards | "AllShards" >> beam.Flatten(),
-        "stats": stats | "AllStats" >> beam.Flatten(),
+        "counters": stats | "AllStats" >> beam.Flatten() | "SumCounters" >> beam.CombineGlobally(SumCounters()),
         "rejected": rejected | "AllRejected" >> beam.Flatten(),
     }
     if mix_plan is not None:

@@ -63,21 +63,6 @@ def test_the_quickstart_is_two_commands_that_exist() -> None:
     assert 'pip install --quiet -e .\neasydata run' in ci and 'pip install --quiet -e ".[dev]"\npython -m pytest' in ci
 
 
-def test_the_architecture_table_names_real_modules_and_every_core_module() -> None:
-    """docs/architecture.md's "Where each concept lives": every path it names exists, and every module of the
-    core (`easydata/`) is named there (by path, or under a folder it names), so a newcomer finds each one."""
-    import re
-
-    text = (REPO_ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    table = text[text.index("## Where each concept lives"):text.index("## Words with more than one use")]
-    named = set(re.findall(r"`((?:easydata|transforms|beam_pipelines)/[A-Za-z0-9_/.]*)`", table))
-    assert named and [p for p in sorted(named) if not (REPO_ROOT / p).exists()] == []
-    modules = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "easydata").rglob("*.py")
-                     if p.name != "__init__.py")
-    unnamed = [m for m in modules if m not in named and not any(n.endswith("/") and m.startswith(n) for n in named)]
-    assert unnamed == []
-
-
 def _concept_rows() -> list[tuple[str, list[str]]]:
     """docs/architecture.md's concept table: (concept, the paths its module cell names). A path names the
     module (or folder) that owns the concept; other modules are referred to by dotted name."""

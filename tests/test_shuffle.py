@@ -20,7 +20,8 @@ from easydata.io.formats import documents_to_batch
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN
 from tests.conftest import split_by_group
 from tests.conftest import make_texts, write_jsonl
-from transforms.shuffle import KEYED_ROWS_CODER, SHUFFLE_STATS_TAG, ShuffleRows
+from transforms.counters import STATS_TAG, SumCounters
+from transforms.shuffle import KEYED_ROWS_CODER, ShuffleRows
 
 
 def _batches(count: int, seed: int) -> list[pa.RecordBatch]:
@@ -46,11 +47,10 @@ def test_counted_bytes_equal_the_coders_encoded_sizes(tmp_path: Path, via_files:
                       for g in range(num_groups)}
     with beam.Pipeline(runner=OfflineDirectRunner()) as pipeline:
         shuffled = (pipeline | beam.Create(batches)
-                    | ShuffleRows(name="web", num_groups=num_groups, stage="pack",
+                    | ShuffleRows(num_groups=num_groups, stage="pack",
                                   group_dir=str(tmp_path / "groups") if via_files else None))
-        totals = (shuffled[SHUFFLE_STATS_TAG] | beam.Map(lambda s: (s[0], s[1]["shuffle_bytes.pack"]))
-                  | beam.CombinePerKey(sum))
-        assert_that(totals, equal_to([("web", encoded)]), label="bytes")
+        totals = (shuffled[STATS_TAG] | beam.CombineGlobally(SumCounters()) | beam.Map(lambda c: c.shuffled_bytes))
+        assert_that(totals, equal_to([{"pack": encoded}]), label="bytes")
         rows = shuffled["groups"] | beam.Map(lambda g: (g[0], sum(b.num_rows for b in g[1])))
         assert_that(rows, equal_to([(g, n) for g, n in rows_per_group.items() if n]), label="rows")
 

@@ -15,7 +15,9 @@ from beam_pipelines.runners import OfflineDirectRunner
 from easydata.run.checkpoint import batch_path, write_batch, write_unit
 from easydata.ops.mixing import mixed_keys, plan_mix, select_copies, selection_buckets, token_histogram
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
-from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, WeightedMix
+from easydata.run.counters import RunCounters
+from transforms.counters import STATS_TAG, SumCounters
+from transforms.mix import MIX_PLAN_TAG, WeightedMix
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +59,7 @@ def _checkpoint(staging: str, data, batch_size: int) -> dict[str, list[int]]:
             part = batches[start:start + 3]
             for i, b in enumerate(part):
                 write_batch(batch_path(staging, n, u, i), b, {})
-            write_unit(staging, n, u, batches=len(part), stats={}, rejected_file=None)
+            write_unit(staging, n, u, batches=len(part), stats=RunCounters().to_json(), rejected_file=None)
             units.setdefault(n, []).append(u)
     return units
 
@@ -78,9 +80,8 @@ def _run(data, weights, batch_size: int, staging: str):
         mixed = inputs | WeightedMix(weights=weights, stop_strategy="all_exhausted", total_tokens=None, seed=SEED,
                                      staging=staging, units=units)
         assert_that(mixed["rows"] | beam.FlatMap(rows_of), equal_to(expected), label="Rows")
-        stats = (mixed[MIX_STATS_TAG]
-                 | beam.Map(lambda kv: (kv[0], kv[1]["mix_tokens_out"]))
-                 | beam.CombinePerKey(sum))
+        stats = (mixed[STATS_TAG] | beam.CombineGlobally(SumCounters())
+                 | beam.FlatMap(lambda c: [(n, c.count(n)["mix_tokens_out"]) for n in c.counts]))
         assert_that(stats, equal_to(sorted(tokens_out.items())), label="Stats")
         assert_that(mixed[MIX_PLAN_TAG], equal_to([plan]), label="Plan")
     return expected

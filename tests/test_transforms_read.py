@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from easydata.config import DatasetConfig
 from easydata.io.sources import plan_splits
 from tests.conftest import write_jsonl
-from transforms import REJECTED_TAG, STATS_TAG, ReadDocuments
+from transforms import REJECTED_TAG, STATS_TAG, ReadDocuments, SumCounters
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +29,8 @@ def test_documents_stats_and_dead_letters(tmp_path):
                                  staging=str(staging))
         texts = read.documents | beam.FlatMap(lambda batch: batch.texts)
         assert_that(texts, equal_to([f"doc {i}" for i in range(30)]), label="AllDocuments")
-        totals = (read[STATS_TAG]
-                  | beam.Map(lambda kv: (kv[1]["documents_in"], kv[1]["documents_rejected"]))
-                  | beam.CombineGlobally(lambda pairs: tuple(map(sum, zip(*pairs))) if pairs else (0, 0)))
+        totals = (read[STATS_TAG] | beam.CombineGlobally(SumCounters())
+                  | beam.Map(lambda c: (c.count("d")["documents_in"], c.count("d")["documents_rejected"])))
         assert_that(totals, equal_to([(32, 2)]), label="Counters")
         assert_that(read[REJECTED_TAG] | beam.combiners.Count.Globally(), equal_to([1]), label="OneRejectFile")
     rejected = [json.loads(line) for f in staging.rglob("*.jsonl") for line in f.read_text().splitlines()]

@@ -17,16 +17,16 @@
 
 from transforms.coders import DocumentBatchCoder, RecordBatchCoder  # registers them with Beam
 from transforms.chat import ChatTemplate
-from transforms.mix import MIX_PLAN_TAG, MIX_STATS_TAG, MIXED_NAME, WeightedMix
+from transforms.mix import MIX_PLAN_TAG, MIXED_NAME, WeightedMix
 from transforms.commit import CommitOutput
-from transforms.pack import PACK_STATS_TAG, Pack
-from transforms.read import REJECTED_TAG, STATS_TAG, ReadDocuments
+from transforms.pack import Pack
+from transforms.counters import STATS_TAG, SumCounters
+from transforms.read import REJECTED_TAG, ReadDocuments
 from transforms.resume import LoadCheckpoints
 from transforms.split import SplitRows
-from transforms.tokenize import ENGINE_STATS_TAG, Tokenize
-from transforms.shuffle import SHUFFLE_STATS_TAG
+from transforms.tokenize import Tokenize
 from transforms.write import SortGroups, WriteShards
 
 __all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
-           "PACK_STATS_TAG", "WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints",
-           "SplitRows", "SortGroups", "SHUFFLE_STATS_TAG", "ENGINE_STATS_TAG", "RecordBatchCoder", "DocumentBatchCoder"]
+           "WeightedMix", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints", "SplitRows", "SortGroups",
+           "SumCounters", "RecordBatchCoder", "DocumentBatchCoder"]

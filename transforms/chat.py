@@ -8,7 +8,7 @@ it) and counted; it never falls back to another format.
 
 Outputs (tagged):
   main: `DocumentBatch` with rendered `texts` and `spans`
-  `stats`: `(dataset, {"documents_rejected": n})` for batches that lost records
+  `stats`: a `RunCounters` (`documents_rejected`) for batches that lost records
   `rejected_files`: relative paths of dead-letter files written
 """
 
@@ -26,7 +26,9 @@ from easydata.config import TokenizerConfig
 from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.io.sources import DocumentBatch
 from easydata.text.tokenizer import shared_tokenizer
-from transforms.read import REJECTED_TAG, STATS_TAG
+from easydata.run.counters import RunCounters
+from transforms.counters import STATS_TAG
+from transforms.read import REJECTED_TAG
 from transforms.failures import classified_failures
 
 __all__ = ["ChatTemplate"]
@@ -54,7 +56,7 @@ class _RenderFn(beam.DoFn):
             batch_id = hashlib.sha1(batch.keys[0].encode()).hexdigest()[:16]
             rel = write_dead_letters(self._staging, dead_letter_path(self._dataset, f"chat-{batch_id}"), rejects)
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
-            yield beam.pvalue.TaggedOutput(STATS_TAG, (self._dataset, {"documents_rejected": len(rejects)}))
+            yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(self._dataset, documents_rejected=len(rejects)))
         # An emptied batch still goes on: its checkpoint records the rejects (`easydata.run.checkpoint`).
         yield dataclasses.replace(rendered, chat_rejected=len(rejects), chat_rejected_file=rel)
 

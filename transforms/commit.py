@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 
 from easydata.config import PipelineConfig
+from easydata.run.counters import RunCounters
 from easydata.run.finalize import finalize_output
 from easydata.run.run_plan import RunPlan
 from transforms.failures import classified_failures
@@ -25,14 +26,15 @@ class _CommitFn(beam.DoFn):
     def __init__(self, config: PipelineConfig, plan: RunPlan, started_at: float):
         self._config, self._plan, self._started_at = config, plan, started_at
 
-    def process(self, _: Any, shards: list, stats: list, rejected: list, mix_plan: list) -> Iterator[dict[str, Any]]:
-        yield finalize_output(self._config, self._plan, shards, stats, rejected, self._started_at,
+    def process(self, _: Any, shards: list, counters: RunCounters, rejected: list, mix_plan: list
+                ) -> Iterator[dict[str, Any]]:
+        yield finalize_output(self._config, self._plan, shards, counters, rejected, self._started_at,
                               mix_plan=mix_plan[0] if mix_plan else None)
 
 
 class CommitOutput(beam.PTransform):
-    """Commits the run: input is a dict of PCollections `shards`, `stats`, `rejected` (and `mix_plan`
-    for a mixed run).
+    """Commits the run: input is a dict of PCollections `shards`, `counters` (one `RunCounters`, every
+    step's summed: `transforms.counters.SumCounters`), `rejected` (and `mix_plan` for a mixed run).
 
     Returns a PCollection holding the manifest written.
     """
@@ -48,6 +50,6 @@ class CommitOutput(beam.PTransform):
                 | "Once" >> beam.Create([None])
                 | "Commit" >> beam.ParDo(_CommitFn(self._config, self._plan, self._started_at),
                                          shards=beam.pvalue.AsList(inputs["shards"]),
-                                         stats=beam.pvalue.AsList(inputs["stats"]),
+                                         counters=beam.pvalue.AsSingleton(inputs["counters"]),
                                          rejected=beam.pvalue.AsList(inputs["rejected"]),
                                          mix_plan=beam.pvalue.AsList(mix_plan)))

@@ -19,8 +19,8 @@ same whatever the runner, worker count or bundle sizes. The mixed rows then go t
 
 Outputs (a dict):
   `rows`: mixed `pa.RecordBatch`es (with the hidden shuffle columns)
-  `mix_stats`: `(dataset, counters)` with `mix_documents`, `mix_tokens`, `mix_copies`,
-    `mix_selected`, `mix_tokens_out` for the manifest
+  `stats`: a `RunCounters` per work unit: `mix_documents`, `mix_tokens`, `mix_copies`, `mix_selected`,
+    `mix_tokens_out` for the manifest
   `mix_plan`: the `MixPlan` (one element)
 """
 
@@ -36,11 +36,12 @@ import pyarrow as pa
 from easydata.errors import RunInconsistent
 from easydata.ops.mixing import MIXED_NAME, MixPlan, measure_batch, plan_mix, select_batch
 from easydata.run.checkpoint import completed_units, read_batch
+from easydata.run.counters import RunCounters
+from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
-__all__ = ["WeightedMix", "MIX_STATS_TAG", "MIX_PLAN_TAG", "MIXED_NAME"]
+__all__ = ["WeightedMix", "MIX_PLAN_TAG", "MIXED_NAME"]
 
-MIX_STATS_TAG = "mix_stats"
 MIX_PLAN_TAG = "mix_plan"
 
 
@@ -106,7 +107,7 @@ class _SelectUnitFn(beam.DoFn):
             del batch
             if rows is not None:
                 yield rows
-        yield beam.pvalue.TaggedOutput(MIX_STATS_TAG, (dataset, dict(totals)))
+        yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(dataset, totals))
 
 
 class WeightedMix(beam.PTransform):
@@ -146,8 +147,8 @@ class WeightedMix(beam.PTransform):
                     | "DistributeUnits" >> beam.Reshuffle()
                     | "Select" >> beam.ParDo(_SelectUnitFn(self._staging, self._seed),
                                              plan=beam.pvalue.AsSingleton(plan))
-                    .with_output_types(pa.RecordBatch).with_outputs(MIX_STATS_TAG, main="rows"))
-        return {"rows": selected.rows, MIX_STATS_TAG: selected[MIX_STATS_TAG], MIX_PLAN_TAG: plan}
+                    .with_output_types(pa.RecordBatch).with_outputs(STATS_TAG, main="rows"))
+        return {"rows": selected.rows, STATS_TAG: selected[STATS_TAG], MIX_PLAN_TAG: plan}
 
     def display_data(self) -> dict[str, Any]:
         return {"weights": str(self._weights), "stop_strategy": self._stop_strategy,

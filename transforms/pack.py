@@ -9,8 +9,8 @@ their final order, so each group's rows are staged at once as a sorted group fil
 
 Outputs:
   `groups`: `SortedGroup`, one per group
-  `pack_stats`: `(dataset, PackStats.as_dict())` per group, and the shuffle's byte counts
-    (`transforms.shuffle`)
+  `stats`: a `RunCounters` per group (`PackStats.as_dict()` under the output's name), and the
+    shuffle's byte counts (`transforms.shuffle`)
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from easydata.ops.pack_stage import pack_group
 from easydata.io.formats import write_staged_batches
 from easydata.run.machine import return_free_memory
 from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema
-from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
+from transforms.shuffle import ShuffleRows
 from easydata.rows import HIDDEN_COLUMNS
 from transforms.write import sorted_group_path
+from easydata.run.counters import RunCounters
+from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
-__all__ = ["Pack", "PACK_STATS_TAG"]
+__all__ = ["Pack"]
 
-PACK_STATS_TAG = "pack_stats"
 
 
 @classified_failures
@@ -63,7 +64,7 @@ class _PackGroupFn(beam.DoFn):
         self._rows.inc(stats.rows)
         del table, packed
         return_free_memory()
-        yield beam.pvalue.TaggedOutput(PACK_STATS_TAG, (self._name, stats.as_dict()))
+        yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(self._name, stats.as_dict()))
 
 
 class Pack(beam.PTransform):
@@ -89,13 +90,13 @@ class Pack(beam.PTransform):
         self._dictionary = dictionary
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
-        shuffled = rows | "GroupDocuments" >> ShuffleRows(name=self._name, num_groups=self._num_groups, stage="pack",
+        shuffled = rows | "GroupDocuments" >> ShuffleRows(num_groups=self._num_groups, stage="pack",
                                                           group_dir=self._group_dir, dictionary=self._dictionary)
         packed = shuffled["groups"] | "PackGroups" >> beam.ParDo(
             _PackGroupFn(self._name, self._config, self._pad_id, self._seed, self._num_groups, self._staging)
-        ).with_outputs(PACK_STATS_TAG, main="groups")
-        stats = (packed[PACK_STATS_TAG], shuffled[SHUFFLE_STATS_TAG]) | "AllPackStats" >> beam.Flatten()
-        return {"groups": packed.groups, PACK_STATS_TAG: stats}
+        ).with_outputs(STATS_TAG, main="groups")
+        stats = (packed[STATS_TAG], shuffled[STATS_TAG]) | "AllPackStats" >> beam.Flatten()
+        return {"groups": packed.groups, STATS_TAG: stats}
 
     def display_data(self) -> dict[str, Any]:
         return {"seq_length": self._config.seq_length, "strategy": self._config.strategy}

@@ -8,8 +8,8 @@ rewrites the same file) and counted.
 
 Outputs (tagged):
   main: `DocumentBatch`
-  `stats`: `(dataset, {"documents_in": n, "documents_rejected": r, "input_bytes": b})` per work unit, with
-    `"partial_inputs": [...]` when a file of the unit could be read only in part
+  `stats`: a `RunCounters` per work unit: `documents_in`, `documents_rejected`, `input_bytes`, and the
+    `partial_inputs` when a file of the unit could be read only in part
   `rejected_files`: relative paths of dead-letter files written
 """
 
@@ -23,15 +23,15 @@ import apache_beam as beam
 from easydata.run.checkpoint import write_unit
 from easydata.config import DatasetConfig
 from easydata.io.dead_letters import dead_letter_path, write_dead_letters
-from easydata.run.manifest import PARTIAL_INPUTS
+from easydata.run.counters import RunCounters
 from easydata.run.machine import return_free_memory
 from easydata.run.progress import ProgressSink
 from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split, work_units
+from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
 __all__ = ["ReadDocuments", "STATS_TAG", "REJECTED_TAG"]
 
-STATS_TAG = "stats"
 REJECTED_TAG = "rejected_files"
 
 
@@ -91,15 +91,16 @@ class _ReadSplitsFn(beam.DoFn):
                                      dead_letter_path(settings.dataset.name, f"split-{unit[0].index:05d}"), rejects)
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
         rejected = sum(r.records for r in rejects)
-        stats = {"documents_in": documents + rejected, "documents_rejected": rejected,
-                 "input_bytes": input_bytes}
+        name = settings.dataset.name
+        stats = RunCounters.of(name, documents_in=documents + rejected, documents_rejected=rejected,
+                               input_bytes=input_bytes)
         partial = [r.partial_entry() for r in rejects if r.partial_input]
         if partial:  # files read only in part: listed in the manifest (`easydata.run.finalize`)
-            stats[PARTIAL_INPUTS] = partial
+            stats.partial_inputs[name] = partial
         if settings.checkpoint:
-            write_unit(settings.staging, settings.dataset.name, unit[0].index, batches=batches, stats=stats,
+            write_unit(settings.staging, name, unit[0].index, batches=batches, stats=stats.to_json(),
                        rejected_file=rel)
-        yield beam.pvalue.TaggedOutput(STATS_TAG, (settings.dataset.name, stats))
+        yield beam.pvalue.TaggedOutput(STATS_TAG, stats)
 
     def teardown(self) -> None:
         if self._progress is not None:

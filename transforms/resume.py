@@ -20,7 +20,9 @@ import pyarrow as pa
 
 from easydata.run.checkpoint import UnitCheckpoint
 from easydata.run.progress import ProgressSink
-from transforms.read import REJECTED_TAG, STATS_TAG
+from easydata.run.counters import RunCounters
+from transforms.counters import STATS_TAG
+from transforms.read import REJECTED_TAG
 from transforms.failures import classified_failures
 
 __all__ = ["LoadCheckpoints"]
@@ -47,11 +49,11 @@ class _LoadUnitFn(beam.DoFn):
             if info.get("chat_rejected_file"):
                 yield beam.pvalue.TaggedOutput(REJECTED_TAG, info["chat_rejected_file"])
         if chat_rejected:
-            yield beam.pvalue.TaggedOutput(STATS_TAG, (unit.dataset, {"documents_rejected": chat_rejected}))
+            yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(unit.dataset, documents_rejected=chat_rejected))
         if unit.rejected_file:
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, unit.rejected_file)
         self._progress.flush()  # a resumed unit counts at once, not when the worker ends
-        yield beam.pvalue.TaggedOutput(STATS_TAG, (unit.dataset, dict(unit.stats)))
+        yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.from_json(unit.stats))
 
     def teardown(self) -> None:
         if self._progress is not None:

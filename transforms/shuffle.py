@@ -6,8 +6,8 @@
 The one place token data crosses a shuffle in a batch run (packing and the unpacked sort both group
 through it). Each routing bundle counts the encoded size of every element it emits, as the element's
 coder encodes it (`KEYED_ROWS_CODER`: what a remote runner's shuffle carries), and reports it on the
-`shuffle_stats` output as `(output name, {"shuffle_bytes.<stage>": n})`; the run adds them up in
-its manifest (`shuffle`). A retried bundle's report is dropped with its other outputs.
+`stats` output as a `RunCounters` (`shuffled_bytes` of its stage); the run adds them up in its
+manifest (`shuffle`). A retried bundle's report is dropped with its other outputs.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from easydata.io.compact_rows import decode_rows, encode_row_ranges
 from easydata.ops.sharding import group_ranges
-from easydata.run.manifest import SHUFFLE_BYTES_PREFIX
+from easydata.run.counters import RunCounters
 from transforms.group_files import GroupViaFiles
+from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
-__all__ = ["ShuffleRows", "SHUFFLE_STATS_TAG", "KEYED_ROWS_CODER", "KeyedRows"]
+__all__ = ["ShuffleRows", "KEYED_ROWS_CODER", "KeyedRows"]
 
-SHUFFLE_STATS_TAG = "shuffle_stats"
 #: `(hash group, encoded rows)`: what crosses the shuffle.
 KeyedRows = Tuple[int, bytes]
 #: `(hash group, all its rows)`: what comes out.
@@ -51,8 +51,8 @@ def _route(batch: pa.RecordBatch, num_groups: int, dictionary: Optional[bytes] =
 class _CountFn(beam.DoFn):
     """Counts the encoded size of the elements entering the shuffle, reported once per bundle."""
 
-    def __init__(self, name: str, stage: str):
-        self._name, self._key = name, f"{SHUFFLE_BYTES_PREFIX}{stage}"
+    def __init__(self, stage: str):
+        self._stage = stage
         self._bytes = 0
 
     def start_bundle(self) -> None:
@@ -64,7 +64,7 @@ class _CountFn(beam.DoFn):
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._bytes:
-            yield WindowedValue((self._name, {self._key: self._bytes}), MAX_TIMESTAMP, (GlobalWindow(),))
+            yield WindowedValue(RunCounters(shuffled_bytes={self._stage: self._bytes}), MAX_TIMESTAMP, (GlobalWindow(),))
 
 
 @classified_failures
@@ -77,7 +77,6 @@ class ShuffleRows(beam.PTransform):
     """Groups one output's token rows by hash group (see module docstring).
 
     Args:
-      name: the output's name (its stats are reported under it).
       num_groups: hash groups (`easydata.ops.sharding.choose_num_groups`).
       stage: the stage's name in the manifest's `shuffle` (`pack`, `sort`).
       group_dir: group through files in this directory (`GroupViaFiles`, for runners whose workers
@@ -85,19 +84,19 @@ class ShuffleRows(beam.PTransform):
       dictionary: the run's zstd dictionary for the elements (`easydata.ops.shuffle_dictionary`), if any.
 
     Returns:
-      Outputs `groups`, `(group, [RecordBatch, ...])` per non-empty group, and `shuffle_stats`.
+      Outputs `groups`, `(group, [RecordBatch, ...])` per non-empty group, and `stats` (`RunCounters`).
     """
 
-    def __init__(self, *, name: str, num_groups: int, stage: str, group_dir: Optional[str] = None,
+    def __init__(self, *, num_groups: int, stage: str, group_dir: Optional[str] = None,
                  dictionary: Optional[bytes] = None):
         super().__init__()
-        self._name, self._num_groups, self._stage, self._group_dir = name, num_groups, stage, group_dir
+        self._num_groups, self._stage, self._group_dir = num_groups, stage, group_dir
         self._dictionary = dictionary
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
         routed = rows | "RouteToGroups" >> beam.FlatMap(_route, self._num_groups,
                                                         self._dictionary).with_output_types(KeyedRows)
-        stats = routed | "CountShuffled" >> beam.ParDo(_CountFn(self._name, self._stage))
+        stats = routed | "CountShuffled" >> beam.ParDo(_CountFn(self._stage))
         if self._group_dir is None:
             grouped = (routed
                        | "Group" >> beam.GroupByKey()
@@ -105,4 +104,4 @@ class ShuffleRows(beam.PTransform):
         else:  # decoded as each group's files are read
             grouped = routed | "Group" >> GroupViaFiles(self._group_dir, functools.partial(
                 decode_rows, dictionary=self._dictionary), GroupedRows)
-        return {"groups": grouped, SHUFFLE_STATS_TAG: stats}
+        return {"groups": grouped, STATS_TAG: stats}

@@ -33,13 +33,13 @@ from easydata.io.sources import DocumentBatch
 from easydata.text.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
 from easydata.text.engines import VerifiedEngine
 from easydata.text.tokenizer import TokenizerHandle, shared_tokenizer
+from easydata.run.counters import RunCounters
+from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
-__all__ = ["Tokenize", "ENGINE_STATS_TAG"]
+__all__ = ["Tokenize"]
 
 
-#: Output tag of the engine counters, `(dataset, {"engine.documents": n, "engine.verified": v, ...})` per bundle.
-ENGINE_STATS_TAG = "engine_stats"
 
 
 @classified_failures
@@ -113,10 +113,10 @@ class _TokenizeFn(beam.DoFn):
         self._progress.flush()  # the launcher's counts are current at every bundle's end, not only at teardown
         return_free_memory()
         if self._engine is not None:  # what this bundle's engine did, for the manifest
-            counts = {f"engine.{key}": value for key, value in self._engine.take_counts().items() if value}
+            counts = {key: value for key, value in self._engine.take_counts().items() if value}
             if counts:
-                yield beam.pvalue.TaggedOutput(ENGINE_STATS_TAG, WindowedValue(
-                    (self._dataset, counts), MAX_TIMESTAMP, (GlobalWindow(),)))
+                yield beam.pvalue.TaggedOutput(STATS_TAG, WindowedValue(
+                    RunCounters(engines={self._dataset: counts}), MAX_TIMESTAMP, (GlobalWindow(),)))
 
     def teardown(self) -> None:
         if self._executor is not None:
@@ -149,11 +149,11 @@ class Tokenize(beam.PTransform):
         self._progress_dir = progress_dir
 
     def expand(self, documents: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        """Outputs `rows` (the record batches) and `engine_stats` (a fast engine's counters)."""
+        """Outputs `rows` (the record batches) and `stats` (a fast engine's counters, `RunCounters.engines`)."""
         return documents | "Encode" >> beam.ParDo(
             _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging,
                         self._engine, self._dataset)
-        ).with_output_types(pa.RecordBatch).with_outputs(ENGINE_STATS_TAG, main="rows")
+        ).with_output_types(pa.RecordBatch).with_outputs(STATS_TAG, main="rows")
 
     def display_data(self) -> dict[str, Any]:
         return {"tokenizer": self._tokenizer.name_or_path}

@@ -30,7 +30,8 @@ from easydata.ops.sharding import PieceInfo, ShardInfo, SortedGroup, cut_ranges,
     plan_shards, serialize_schema, sort_group, unify_schemas
 from easydata.run.machine import return_free_memory
 from easydata.io.token_files import TokenFileSpec
-from transforms.shuffle import SHUFFLE_STATS_TAG, ShuffleRows
+from transforms.shuffle import ShuffleRows
+from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
 __all__ = ["SortGroups", "WriteShards", "sorted_group_path", "HIDDEN_COLUMNS"]
@@ -75,7 +76,7 @@ class SortGroups(beam.PTransform):
       dictionary: the run's shuffle dictionary, if any (`easydata.ops.shuffle_dictionary`).
 
     Returns:
-      Outputs `groups`, `SortedGroup` per non-empty group, and `shuffle_stats` (`transforms.shuffle`).
+      Outputs `groups`, `SortedGroup` per non-empty group, and `stats` (`transforms.shuffle`).
     """
 
     def __init__(self, *, name: str, num_groups: int, staging: str, group_dir: Optional[str] = None,
@@ -85,10 +86,10 @@ class SortGroups(beam.PTransform):
         self._dictionary = dictionary
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
-        shuffled = rows | "GroupRows" >> ShuffleRows(name=self._name, num_groups=self._num_groups, stage="sort",
+        shuffled = rows | "GroupRows" >> ShuffleRows(num_groups=self._num_groups, stage="sort",
                                                      group_dir=self._group_dir, dictionary=self._dictionary)
         return {"groups": shuffled["groups"] | "SortGroup" >> beam.ParDo(_SortGroupFn(self._name, self._staging)),
-                SHUFFLE_STATS_TAG: shuffled[SHUFFLE_STATS_TAG]}
+                STATS_TAG: shuffled[STATS_TAG]}
 
 
 @classified_failures

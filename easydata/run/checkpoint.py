@@ -118,9 +118,10 @@ def read_batch(path: str) -> tuple[pa.RecordBatch, dict[str, Any]]:
     return batch.replace_schema_metadata(metadata or None), info
 
 
-def write_unit(staging: str, dataset: str, unit: int, *, batches: int, stats: dict[str, int],
+def write_unit(staging: str, dataset: str, unit: int, *, batches: int, stats: dict[str, Any],
                rejected_file: Optional[str]) -> None:
-    """Records that a unit was read to the end: its batch count, counters and dead-letter file."""
+    """Records that a unit was read to the end: its batch count, counters (`RunCounters.to_json`) and
+    dead-letter file."""
     info = {"batches": batches, "stats": stats, "rejected_file": rejected_file}
     write_atomic(join(_unit_dir(staging, dataset, unit), "unit.json"), json.dumps(info).encode())
 
@@ -132,7 +133,7 @@ class UnitCheckpoint:
     dataset: str
     unit: int
     batch_paths: tuple[str, ...]
-    stats: dict[str, int]
+    stats: dict[str, Any]  # its reader's counters (`easydata.run.counters.RunCounters.to_json`)
     rejected_file: Optional[str]
 
     def batches(self) -> Iterator[tuple[pa.RecordBatch, dict[str, Any]]]:
@@ -141,7 +142,8 @@ class UnitCheckpoint:
 
 
 def completed_units(staging: str, dataset: str, units: Iterable[int]) -> dict[int, UnitCheckpoint]:
-    """The units of `dataset` whose `unit.json` and every batch file exist."""
+    """The units of `dataset` whose `unit.json` and every batch file exist (a unit recorded by an older
+    version, whose counters are not a `RunCounters`, is read again)."""
     fs, _ = get_fs(staging)
     done = {}
     for unit in units:
@@ -149,6 +151,8 @@ def completed_units(staging: str, dataset: str, units: Iterable[int]) -> dict[in
             with open_file(join(_unit_dir(staging, dataset, unit), "unit.json"), "rb", decompress=False) as f:
                 info = json.load(f)
         except Exception:  # absent or unreadable: not done
+            continue
+        if not isinstance(info.get("stats"), dict) or "counts" not in info["stats"]:
             continue
         paths = tuple(batch_path(staging, dataset, unit, i) for i in range(int(info["batches"])))
         if all(fs.exists(get_fs(p)[1]) for p in paths):

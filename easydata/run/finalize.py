@@ -18,7 +18,8 @@ from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError, RunInconsistent
 from easydata.io.filesystems import open_file
 from easydata.io.formats import TOKEN_COLUMNS
-from easydata.run.manifest import PARTIAL_INPUTS, SHUFFLE_BYTES_PREFIX, build_manifest
+from easydata.run.counters import RunCounters
+from easydata.run.manifest import build_manifest
 from easydata.ops.mixing import MIXED_NAME, MixPlan
 from easydata.io.sources import check_unchanged
 from easydata.io.staging import Staging
@@ -226,12 +227,13 @@ def shuffle_entry(shuffled: dict[str, int], tokens: int) -> dict[str, Any]:
             "stages": {stage: {"bytes": n, "bytes_per_token": per_token(n)} for stage, n in sorted(shuffled.items())}}
 
 
-def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo],
-                    stats: Iterable[tuple[str, dict[str, int]]], rejected_files: Iterable[str],
-                    started_at: float, mix_plan: Optional[MixPlan] = None) -> dict[str, Any]:
+def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[ShardInfo], run_counters: RunCounters,
+                    rejected_files: Iterable[str], started_at: float, mix_plan: Optional[MixPlan] = None
+                    ) -> dict[str, Any]:
     """Commits the staged output and returns the manifest written.
 
     Args:
+      run_counters: every step's counters, summed (`transforms.counters.SumCounters`).
       mix_plan: the plan of a mixed run (its datasets' rows went to the single output `mixed`).
 
     Raises:
@@ -239,16 +241,10 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
       RunInconsistent: when counters do not add up (a bug: nothing is committed).
     """
     counters: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    partial: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    shuffled: collections.Counter = collections.Counter()
-    engines: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for name, values in stats:
-        values = dict(values)
-        partial[name].extend(values.pop(PARTIAL_INPUTS, ()))
-        engines[name].update({k[len("engine."):]: values.pop(k) for k in list(values) if k.startswith("engine.")})
-        shuffled.update({k[len(SHUFFLE_BYTES_PREFIX):]: values.pop(k) for k in list(values)
-                         if k.startswith(SHUFFLE_BYTES_PREFIX)})
-        counters[name].update(values)
+    counters.update({name: run_counters.count(name) for name in run_counters.counts})
+    partial = run_counters.partial_inputs
+    engines = {name: collections.Counter(values) for name, values in run_counters.engines.items()}
+    shuffled = run_counters.shuffled_bytes
     names = [MIXED_NAME] if mix_plan is not None else [d.name for d in plan.datasets]
     fractions = config.save.split_fractions()
     if fractions is not None:

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 from easydata.errors import InputError, ValidationFailed
 from easydata.io.filesystems import get_fs, join, local_path, open_file, open_regular, special_file
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "SHUFFLE_BYTES_PREFIX", "build_manifest", "write_manifest",
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "build_manifest", "write_manifest",
            "read_manifest", "structure_problems", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files", "packed_seq_length"]
 
 FORMAT_VERSION = 1
@@ -27,7 +27,6 @@ COMMIT_MARKER = ".easydata-committing"  # present while a run replaces the outpu
 #: Manifest key: per input dataset, the files read only in part (truncated or corrupt part-way).
 PARTIAL_INPUTS = "partial_inputs"
 #: Stats keys `shuffle_bytes.<stage>`: bytes of token data a stage sent through the shuffle (`transforms.shuffle`).
-SHUFFLE_BYTES_PREFIX = "shuffle_bytes."
 
 
 def member_path(output_dir: str, relative: Any, what: str = "path") -> str:
