@@ -1,4 +1,4 @@
-"""The batch pipeline: read -> chat template -> tokenize -> (mix) -> pack or sort groups -> shards -> commit.
+"""The batch pipeline: read -> chat template and tokenize -> (mix) -> pack or sort groups -> shards -> commit.
 
 Without a `mix` section every dataset becomes its own output `OUT/<name>/`; with one, the datasets'
 token rows are mixed by share of output tokens into a single output `OUT/mixed/`.
@@ -40,7 +40,7 @@ from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags
 from beam_pipelines.local.worker_pool import discard_prestarted, prestart, prestarted_engine_chooser
-from transforms import MIX_PLAN_TAG, MIXED_NAME, REJECTED_TAG, STATS_TAG, ChatTemplate, CommitOutput, LoadCheckpoints, \
+from transforms import MIX_PLAN_TAG, MIXED_NAME, REJECTED_TAG, STATS_TAG, CommitOutput, LoadCheckpoints, \
     Pack, ReadDocuments, SortGroups, SplitRows, SumCounters, Tokenize, WeightedMix, WriteShards
 
 __all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch", "BatchResult"]
@@ -65,16 +65,15 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
             max_document_bytes=config.tokenize.max_document_byte_limit, staging=plan.staging,
             progress_dir=progress_dir, messages_field=config.chat.messages_field, checkpoint=True,
             skip_units=[u.unit for u in ds_plan.resumed_units])
-        chat = read.documents | f"Chat[{name}]" >> ChatTemplate(
-            dataset=name, tokenizer=ds_plan.tokenizer, template=ds_plan.chat_template,
-            assistant_only_loss=config.chat.assistant_only_loss, staging=plan.staging)
-        stats.extend([read[STATS_TAG], chat[STATS_TAG]])
-        rejected.extend([read[REJECTED_TAG], chat[REJECTED_TAG]])
-        encoded = chat.documents | f"Tokenize[{name}]" >> Tokenize(
-            tokenizer=ds_plan.tokenizer, config=config.tokenize_for(datasets[name]), seed=config.seed, progress_dir=progress_dir,
-            checkpoint_staging=plan.staging, engine=ds_plan.engine, dataset=name)
-        tokenized[name] = encoded.rows
+        stats.append(read[STATS_TAG])
+        rejected.append(read[REJECTED_TAG])
+        encoded = read.documents | f"Tokenize[{name}]" >> Tokenize(
+            dataset=name, tokenizer=ds_plan.tokenizer, config=config.tokenize_for(datasets[name]), seed=config.seed,
+            template=ds_plan.chat_template, assistant_only_loss=config.chat.assistant_only_loss, staging=plan.staging,
+            progress_dir=progress_dir, checkpoint=True, engine=ds_plan.engine)
         stats.append(encoded[STATS_TAG])
+        rejected.append(encoded[REJECTED_TAG])
+        tokenized[name] = encoded.rows
         if ds_plan.resumed_units:  # a resumed run: done work units come from their checkpoints
             loaded = pipeline | f"Resume[{name}]" >> LoadCheckpoints(units=list(ds_plan.resumed_units),
                                                                      progress_dir=progress_dir)

@@ -34,7 +34,7 @@ from easydata.io.compact_rows import encode_row_ranges
 from easydata.ops.shuffle_dictionary import sample_routed_rows, train_shuffle_dictionary
 from easydata.io.sources import plan_splits, read_split
 from easydata.ops.sharding import choose_num_groups, group_ranges
-from easydata.text.tokenization import tokenize_documents
+from easydata.text.stages import DocumentStages
 from easydata.text.tokenizer import load_tokenizer
 from transforms.shuffle import KEYED_ROWS_CODER
 
@@ -66,7 +66,7 @@ def tokenized_batches(data: Path, tokenizer_dir: str, batch_size: int, max_mb: O
         for batch in read_split(split, dataset, batch_size=batch_size):
             if not len(batch):
                 continue
-            rows, _ = tokenize_documents(batch, tokenizer, config, seed=42)
+            rows = DocumentStages(tokenizer, config, seed=42).process(batch).rows
             yield rows
             read += batch.input_bytes
             if max_mb is not None and read >= max_mb * 1e6:

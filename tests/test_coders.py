@@ -82,7 +82,6 @@ def test_batch_job_declares_its_bulk_element_types(tmp_path: Path, tokenizer_dir
 
     pipeline.visit(Visit())
     assert isinstance(coders["Read[d]/Read/ParDo(_ReadSplitsFn)"], DocumentBatchCoder)
-    assert isinstance(coders["Chat[d]/Render/ParDo(_RenderFn)"], DocumentBatchCoder)
     assert isinstance(coders["Tokenize[d]/Encode/ParDo(_TokenizeFn)"], RecordBatchCoder)
     assert isinstance(coders["Pack[d]/GroupDocuments/Group/MapGroupFiles"].coders()[1].value_coder(), RecordBatchCoder)
     # What crosses the shuffle: (group, compactly encoded rows), Beam's own key and bytes coders.

@@ -167,12 +167,12 @@ import beam_pipelines.batch as batch
 import easydata.text.engines as engines
 
 state = {"planned": False}
-plan = batch.prepare_run
+plan = batch.plan_run
 def planned(*a, **k):
     result = plan(*a, **k)
     state["planned"] = True  # from now on the engine goes wrong: planning could not see it
     return result
-batch.prepare_run = planned
+batch.plan_run = planned
 encode = engines.FastokensEngine.encode
 def wrong(self, texts, add_special_tokens):
     flat, lengths = encode(self, texts, add_special_tokens)

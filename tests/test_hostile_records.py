@@ -114,12 +114,12 @@ def change():
 
 if when == "after-planning":
     import beam_pipelines.batch as batch
-    plan = batch.prepare_run
+    plan = batch.plan_run
     def planned_then_changed(*a, **k):
         result = plan(*a, **k)
         change()
         return result
-    batch.prepare_run = planned_then_changed
+    batch.plan_run = planned_then_changed
 else:  # after every split was read, just before the commit
     import easydata.run.finalize as finalize
     owner = finalize.check_owner

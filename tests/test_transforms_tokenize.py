@@ -27,7 +27,7 @@ def test_rows_match_tokenizer_and_carry_keys(tokenizer_dir):
     with TestPipeline() as p:
         rows = (p
                 | beam.Create(batches)
-                | Tokenize(tokenizer=TokenizerConfig(name_or_path=str(tokenizer_dir)),
+                | Tokenize(dataset="f", tokenizer=TokenizerConfig(name_or_path=str(tokenizer_dir)),
                            config=TokenizeStageConfig(), seed=1)).rows
         rows = (rows
                 | beam.FlatMap(lambda b: zip(b.column(KEY_COLUMN).to_pylist(), b.column("n").to_pylist(),

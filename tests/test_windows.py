@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from easydata.config import TokenizeStageConfig, TokenizerConfig
 from easydata.io.sources import DocumentBatch
-from easydata.text.tokenization import tokenize_documents
+from easydata.text.stages import DocumentStages
 from easydata.text.tokenizer import TokenizerHandle
 from easydata.text.windows import PIECE_COLUMN, cut_documents, piece_counts, plan_windows
 from tests.conftest import make_texts
@@ -102,7 +102,8 @@ def test_tokenize_stage_emits_one_row_per_window_with_document_fields(tokenizer_
     texts = ["short", " ".join(make_texts(1, seed=9, min_words=60, max_words=60))]
     batch = DocumentBatch(dataset="web", keys=["a.jsonl@0", "a.jsonl@7"], texts=texts, fields={"url": ["u0", "u1"]})
     config = TokenizeStageConfig(max_length=16, truncation="window", stride=4)
-    rows, stats = tokenize_documents(batch, handle, config, seed=1)
+    staged = DocumentStages(handle, config, seed=1).process(batch)
+    rows, stats = staged.rows, staged.stats
     full_ids, _ = handle.encode_batch(texts[1:], add_bos=None, add_eos=True)
     keys = rows.column("__key__").to_pylist()
     assert keys[:3] == ["a.jsonl@0", "a.jsonl@7", "a.jsonl@7#w2"]

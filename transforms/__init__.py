@@ -1,9 +1,8 @@
 """Beam PTransforms of easydata-beam: thin wrappers over the pure `easydata` core.
 
 - `ReadDocuments`: input splits -> document batches (+ dead letters, counters)
-- `ChatTemplate`: chat records -> rendered text with trained spans (+ dead letters)
 - `LoadCheckpoints`: a resumed run's already tokenized work units -> token rows
-- `Tokenize`: document batches -> token rows (with `loss_mask` for chat)
+- `Tokenize`: document batches -> chat records rendered -> token rows (with `loss_mask` for chat; + dead letters)
 - `WeightedMix`: several datasets' token rows -> one stream mixed by token share
 - `SplitRows`: token rows -> one stream per train / validation / ... split
 - `Pack`: token rows -> fixed-length packed rows, staged as sorted groups
@@ -16,7 +15,6 @@
 """
 
 from transforms.coders import DocumentBatchCoder, RecordBatchCoder  # registers them with Beam
-from transforms.chat import ChatTemplate
 from transforms.mix import MIX_PLAN_TAG, MIXED_NAME, WeightedMix
 from transforms.commit import CommitOutput
 from transforms.pack import Pack
@@ -27,6 +25,6 @@ from transforms.split import SplitRows
 from transforms.tokenize import Tokenize
 from transforms.write import SortGroups, WriteShards
 
-__all__ = ["ReadDocuments", "ChatTemplate", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
+__all__ = ["ReadDocuments", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
            "WeightedMix", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints", "SplitRows", "SortGroups",
            "SumCounters", "RecordBatchCoder", "DocumentBatchCoder"]

@@ -5,9 +5,9 @@
            --global window, one key--> CommitWindows (serial) --> files in place, manifest rewritten
 
 `ProcessWindow` runs the same core as the batch pipeline on a window's messages: the reader's record
-checks (`easydata.io.sources`), the chat stage (`easydata.text.chat_stage`), tokenization
-(`easydata.text.tokenization`) and packing (`easydata.ops.pack_stage`) over the window's documents in
-key-hash order, so no token is lost or duplicated across windows and a window's rows do not depend
+checks (`easydata.io.sources`), the chat and tokenize stages (`easydata.text.stages.DocumentStages`,
+the one composition the batch step runs too) and packing (`easydata.ops.pack_stage`) over the window's
+documents in key-hash order, so no token is lost or duplicated across windows and a window's rows do not depend
 on arrival order. Commits go through one key in the global window, so one worker at a time rewrites
 the manifest (`easydata.run.streaming.commit_window`).
 """
@@ -25,8 +25,6 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 
-from easydata.text.chat import ChatRenderer
-from easydata.text.chat_stage import render_batch
 from easydata.config import DatasetConfig, PipelineConfig, StreamingConfig, TokenizerConfig
 from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.io.filesystems import file_size, remove_file
@@ -38,7 +36,7 @@ from easydata.ops.sharding import sort_group
 from easydata.io.sources import collect_records
 from easydata.run.finalize import engine_entry
 from easydata.run.streaming import commit_window, parse_message, window_id
-from easydata.text.tokenization import tokenize_documents
+from easydata.text.stages import DocumentStages
 from easydata.text.tokenizer import shared_tokenizer
 from transforms.failures import classified_failures
 
@@ -154,7 +152,7 @@ class _ProcessWindowFn(beam.DoFn):
 
     def setup(self) -> None:
         self._tokenizer = shared_tokenizer(self._tokenizer_config)
-        self._renderer = ChatRenderer.for_tokenizer(self._tokenizer, self._template) if self._template else None
+        self._stages = DocumentStages.for_dataset(self._config, self._dataset, self._tokenizer, self._template)
         self._engine: Any = None  # the `VerifiedEngine` (False: hf), chosen at this worker's first plain documents
         self._choice: Optional[dict[str, Any]] = None
 
@@ -185,18 +183,19 @@ class _ProcessWindowFn(beam.DoFn):
         batch, rejects = collect_records(ds, ds.pubsub_subscription or ds.name, wid, records,
                                          max_document_bytes=self._config.tokenize.max_document_byte_limit,
                                          messages_field=self._config.chat.messages_field)
-        if batch is not None:
-            batch, chat_rejects = render_batch(batch, self._renderer,
-                                               assistant_only_loss=self._config.chat.assistant_only_loss)
-            rejects.extend(chat_rejects)
         return batch, rejects
 
-    def _rows_of(self, batch, name: str, wid: str) -> tuple[Optional[pa.Table], int]:
-        """The window's rows in key-hash order (packed when configured) and documents written."""
+    def _rows_of(self, batch, name: str, wid: str, rejects: list) -> tuple[Optional[pa.Table], int]:
+        """The window's rows in key-hash order (packed when configured) and documents written; the chat
+        stage's rejects are added to `rejects`."""
         if batch is None or not len(batch):
             return None, 0
-        rows, counts = tokenize_documents(batch, self._tokenizer, self._config.tokenize, self._config.seed,
-                                          self._engine_for(batch))
+        batch, chat_rejects = self._stages.render(batch)
+        rejects.extend(chat_rejects)
+        if not len(batch):
+            return None, 0
+        self._stages.engine = self._engine_for(batch)
+        rows, counts = self._stages.rows(batch, self._stages.encode(batch))
         table = sort_group([rows])
         if not self._config.pack.enabled:
             return table, counts.documents  # documents, not rows: a windowed document is several rows
@@ -212,7 +211,7 @@ class _ProcessWindowFn(beam.DoFn):
         if pane.timing == beam.utils.windowed_value.PaneInfoTiming.LATE:
             self._late.inc()
         batch, rejects = self._documents_of(wid, messages)
-        table, written = self._rows_of(batch, name, wid)
+        table, written = self._rows_of(batch, name, wid, rejects)
         save, moves, shards, columns = self._config.save, [], [], {}
         if table is not None and table.num_rows:
             piece = Staging(self._staging).window_piece(name, wid)

@@ -1,22 +1,32 @@
-"""`Tokenize`: document batches -> Arrow record batches of token rows.
+"""`Tokenize`: document batches -> Arrow record batches of token rows, through the chat and tokenize stages.
 
-The tokenizer is loaded once per worker in `DoFn.setup`; each element is a whole `DocumentBatch`,
-encoded in one batched Rust call (`easydata.text.tokenization.encode_documents`).
+A thin Beam wrapper over `easydata.text.stages.DocumentStages`, the one composition of the stages
+between reading and the shuffle: each batch's chat records are rendered with the template (`render`;
+a refused record is written to `<staging>/rejected/<dataset>/chat-<batch id>.jsonl`, a deterministic
+name a retried bundle rewrites, and counted), then encoded (`encode`, one batched Rust call per kind
+of document) and turned into rows (`rows`). The tokenizer is loaded once per worker in `DoFn.setup`.
 
 Encoding runs one batch ahead on a helper thread, and only encoding: while the Rust tokenizer
 (which releases the GIL and uses its own threads) encodes batch N+1, this worker's Python thread
-turns batch N's encodings into Arrow rows (`rows_from_encoded`) and passes them downstream
-(routing, counting, staging), so the tokenizer's threads never wait for Python. Outputs keep their
-input order within a bundle, and the last pending batch is emitted in `finish_bundle` with the
-window and timestamp it arrived with.
+renders the next batch's chat records and turns batch N's encodings into Arrow rows, and passes them
+downstream (routing, counting, staging), so the tokenizer's threads never wait for Python. Outputs
+keep their input order within a bundle, and the last pending batch is emitted in `finish_bundle` with
+the window and timestamp it arrived with.
 
 With `checkpoint_staging`, each tokenized batch is also written under the run's staging directory,
 named by its work unit and index, for `--resume` (`easydata.run.checkpoint`).
+
+Outputs (tagged):
+  `rows`: `pa.RecordBatch` of token rows (with the hidden shuffle columns)
+  `stats`: `RunCounters`: chat records rejected, a fast engine's counts
+  `rejected_files`: relative paths of the chat dead-letter files written
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import hashlib
 from typing import Any, Iterator, Optional
 
 import apache_beam as beam
@@ -25,36 +35,33 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from easydata.run.checkpoint import batch_path, write_batch
 from easydata.config import TokenizeStageConfig, TokenizerConfig
+from easydata.io.dead_letters import dead_letter_path, write_dead_letters
+from easydata.io.documents import DocumentBatch
+from easydata.run.checkpoint import batch_path, write_batch
+from easydata.run.counters import RunCounters
 from easydata.run.machine import return_free_memory
 from easydata.run.progress import ProgressSink
-from easydata.io.sources import DocumentBatch
-from easydata.text.tokenization import EncodedDocuments, TokenizedStats, encode_documents, rows_from_encoded
-from easydata.text.engines import VerifiedEngine
-from easydata.text.tokenizer import TokenizerHandle, shared_tokenizer
-from easydata.run.counters import RunCounters
+from easydata.text.stages import DocumentStages
+from easydata.text.tokenization import EncodedDocuments, TokenizedStats
+from easydata.text.tokenizer import shared_tokenizer
 from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
+from transforms.read import REJECTED_TAG
 
 __all__ = ["Tokenize"]
 
 
-
-
 @classified_failures
 class _TokenizeFn(beam.DoFn):
-    def __init__(self, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
-                 progress_dir: Optional[str], checkpoint_staging: Optional[str], engine: str = "hf",
-                 dataset: str = ""):
+    def __init__(self, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int, *,
+                 template: Optional[str], assistant_only_loss: bool, staging: Optional[str],
+                 progress_dir: Optional[str], checkpoint: bool, engine: str, dataset: str):
+        self._tokenizer_config, self._config, self._seed = tokenizer, config, seed
+        self._template, self._assistant_only_loss, self._staging = template, assistant_only_loss, staging
+        self._progress_dir, self._checkpoint = progress_dir, checkpoint
         self._engine_name, self._dataset = engine, dataset
-        self._engine: Optional[VerifiedEngine] = None
-        self._tokenizer_config = tokenizer
-        self._checkpoint_staging = checkpoint_staging
-        self._config = config
-        self._seed = seed
-        self._progress_dir = progress_dir
-        self._tokenizer: Optional[TokenizerHandle] = None
+        self._stages: Optional[DocumentStages] = None
         self._progress: Optional[ProgressSink] = None
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._pending: Optional[tuple[DocumentBatch, concurrent.futures.Future, Any, Any]] = None
@@ -62,26 +69,34 @@ class _TokenizeFn(beam.DoFn):
         self._tokens = beam.metrics.Metrics.counter("easydata", "tokens")
 
     def setup(self) -> None:
-        self._tokenizer = shared_tokenizer(self._tokenizer_config)
-        # loaded here, in the worker (after any fork: engines may start threads)
-        self._engine = self._tokenizer.verified_engine(self._engine_name)
+        handle = shared_tokenizer(self._tokenizer_config)
+        # the engine is loaded here, in the worker (after any fork: engines may start threads)
+        self._stages = DocumentStages(handle, self._config, seed=self._seed, template=self._template,
+                                      assistant_only_loss=self._assistant_only_loss,
+                                      engine=handle.verified_engine(self._engine_name))
         self._progress = ProgressSink(self._progress_dir)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-tokenize")
 
     def start_bundle(self) -> None:
         self._pending = None
 
-    def _encode(self, batch: DocumentBatch) -> Optional[EncodedDocuments]:
-        return encode_documents(batch, self._tokenizer, self._config, self._engine) if len(batch) else None
+    def _render(self, batch: DocumentBatch) -> Iterator[Any]:
+        """The chat stage: yields the dead-letter file and counters of refused records, returns the batch."""
+        rendered, rejects = self._stages.render(batch)
+        if rejects:
+            batch_id = hashlib.sha1(batch.keys[0].encode()).hexdigest()[:16]
+            rel = write_dead_letters(self._staging, dead_letter_path(self._dataset, f"chat-{batch_id}"), rejects)
+            yield beam.pvalue.TaggedOutput(REJECTED_TAG, rel)
+            yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(self._dataset, documents_rejected=len(rejects)))
+            # An emptied batch still goes on: its checkpoint records the rejects (`easydata.run.checkpoint`).
+            rendered = dataclasses.replace(rendered, chat_rejected=len(rejects), chat_rejected_file=rel)
+        return rendered
 
     def _rows(self, batch: DocumentBatch, encoded: Optional[EncodedDocuments]
               ) -> tuple[Optional[pa.RecordBatch], TokenizedStats]:
-        if encoded is not None:
-            rows, stats = rows_from_encoded(batch, encoded, self._tokenizer, self._config, self._seed)
-        else:  # every record of the batch was rejected upstream
-            rows, stats = None, TokenizedStats(documents=0, tokens=0)
-        if self._checkpoint_staging is not None and batch.unit >= 0:
-            write_batch(batch_path(self._checkpoint_staging, batch.dataset, batch.unit, batch.index),
+        rows, stats = self._stages.rows(batch, encoded)
+        if self._checkpoint and batch.unit >= 0:
+            write_batch(batch_path(self._staging, batch.dataset, batch.unit, batch.index),
                         rows if rows is not None else pa.record_batch([], schema=pa.schema([])),
                         {"chat_rejected": batch.chat_rejected, "chat_rejected_file": batch.chat_rejected_file,
                          "input_bytes": batch.input_bytes})
@@ -98,7 +113,8 @@ class _TokenizeFn(beam.DoFn):
 
     def process(self, batch: DocumentBatch, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam) -> Iterator[Any]:
-        submitted = (batch, self._executor.submit(self._encode, batch), window, timestamp)
+        rendered = yield from self._render(batch)
+        submitted = (rendered, self._executor.submit(self._stages.encode, rendered), window, timestamp)
         if self._pending is not None:
             rows, previous_window, previous_timestamp = self._collect()
             if rows is not None:
@@ -112,8 +128,9 @@ class _TokenizeFn(beam.DoFn):
                 yield WindowedValue(rows, timestamp, [window])
         self._progress.flush()  # the launcher's counts are current at every bundle's end, not only at teardown
         return_free_memory()
-        if self._engine is not None:  # what this bundle's engine did, for the manifest
-            counts = {key: value for key, value in self._engine.take_counts().items() if value}
+        engine = self._stages.engine
+        if engine is not None:  # what this bundle's engine did, for the manifest
+            counts = {key: value for key, value in engine.take_counts().items() if value}
             if counts:
                 yield beam.pvalue.TaggedOutput(STATS_TAG, WindowedValue(
                     RunCounters(engines={self._dataset: counts}), MAX_TIMESTAMP, (GlobalWindow(),)))
@@ -126,34 +143,35 @@ class _TokenizeFn(beam.DoFn):
 
 
 class Tokenize(beam.PTransform):
-    """Tokenizes `DocumentBatch`es into unpacked token rows with shuffle keys.
+    """Renders chat records and tokenizes `DocumentBatch`es into unpacked token rows with shuffle keys.
 
     Args:
+      dataset: the dataset's name (its dead letters and counters).
       tokenizer: which tokenizer (loaded once per worker).
       config: tokenize stage settings (special tokens, truncation).
       seed: the pipeline seed (for the rows' shuffle hashes).
+      template: the jinja chat template (None: chat records are rejected, saying why).
+      assistant_only_loss: keep the assistant spans so rows get a `loss_mask`.
+      staging: the run's staging directory (chat dead letters go below it).
       progress_dir: where workers report progress (None: no reporting).
-      checkpoint_staging: the run's staging directory: each tokenized batch is also written there
-        (`easydata.run.checkpoint`) so `--resume` need not tokenize it again; None: no checkpoints.
+      checkpoint: also write each tokenized batch under `staging` (`easydata.run.checkpoint`), so
+        `--resume` need not tokenize it again.
+      engine: what encodes plain documents (the plan's choice, `easydata.text.engines`).
     """
 
-    def __init__(self, *, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
-                 progress_dir: Optional[str] = None, checkpoint_staging: Optional[str] = None, engine: str = "hf",
-                 dataset: str = ""):
+    def __init__(self, *, dataset: str, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
+                 template: Optional[str] = None, assistant_only_loss: bool = False, staging: Optional[str] = None,
+                 progress_dir: Optional[str] = None, checkpoint: bool = False, engine: str = "hf"):
         super().__init__()
-        self._engine, self._dataset = engine, dataset
-        self._checkpoint_staging = checkpoint_staging
         self._tokenizer = tokenizer
-        self._config = config
-        self._seed = seed
-        self._progress_dir = progress_dir
+        self._fn = _TokenizeFn(tokenizer, config, seed, template=template, assistant_only_loss=assistant_only_loss,
+                               staging=staging, progress_dir=progress_dir, checkpoint=checkpoint, engine=engine,
+                               dataset=dataset)
 
     def expand(self, documents: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        """Outputs `rows` (the record batches) and `stats` (a fast engine's counters, `RunCounters.engines`)."""
-        return documents | "Encode" >> beam.ParDo(
-            _TokenizeFn(self._tokenizer, self._config, self._seed, self._progress_dir, self._checkpoint_staging,
-                        self._engine, self._dataset)
-        ).with_output_types(pa.RecordBatch).with_outputs(STATS_TAG, main="rows")
+        """Outputs `rows` (the record batches), `stats` and `rejected_files` (see module docstring)."""
+        return documents | "Encode" >> beam.ParDo(self._fn).with_output_types(pa.RecordBatch).with_outputs(
+            STATS_TAG, REJECTED_TAG, main="rows")
 
     def display_data(self) -> dict[str, Any]:
         return {"tokenizer": self._tokenizer.name_or_path}

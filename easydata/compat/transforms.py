@@ -4,8 +4,8 @@ A transform is any callable `example -> example` (or `None` to drop the example)
 `TransformedShardedSource(source, transform)` and the field helpers live with the protocol
 (`easydata.core.protocols`, so every source's `.map()` / `.filter()` can use them);
 `ChatTemplateTransform` renders messages with this package's sandboxed chat renderer
-(`easydata.compat.chat_transform`); `TokenizedShardedSource` tokenizes with the pipeline's tokenizer
-code, in batches, so its ids equal the Beam job's for the same settings, and with the same tokenizer
+(`easydata.compat.chat_transform`); `TokenizedShardedSource` tokenizes with the pipeline's own stages
+(`easydata.text.stages.DocumentStages`), in batches, so its ids equal the Beam job's for the same settings, and with the same tokenizer
 engines (`easydata.text.engines`): a fast one only after it gave `tokenizers`' ids, checked again on a
 sample while it runs.
 """
@@ -61,6 +61,7 @@ class TokenizedShardedSource(DerivedShardedSource):
         self.add_bos = None if add_special_tokens else False
         self.add_eos, self.remove_columns, self.batch_size = add_eos, set(remove_columns), batch_size
         self.engine = engine
+        self._document_stages: Any = None
         self._reset_engine()
 
     def _reset_engine(self) -> None:
@@ -70,10 +71,12 @@ class TokenizedShardedSource(DerivedShardedSource):
         self._choosing = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:  # a copy in another process chooses (and counts) again
-        return {k: v for k, v in self.__dict__.items() if k not in ("engine_choice", "_verified", "_counts", "_choosing")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("engine_choice", "_verified", "_counts", "_choosing", "_document_stages")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._document_stages = None
         self._reset_engine()
 
     @property
@@ -117,12 +120,28 @@ class TokenizedShardedSource(DerivedShardedSource):
         if batch:
             yield from self._encode(batch, shard_name, row)
 
+    def _stages(self) -> Any:
+        """The pipeline's own chat-and-tokenize composition (`easydata.text.stages.DocumentStages`), with this
+        source's settings: `max_length` truncates as `truncation: truncate` does."""
+        if self._document_stages is None:
+            from easydata.config import TokenizeStageConfig
+            from easydata.text.stages import DocumentStages
+
+            config = TokenizeStageConfig(max_length=self.max_length, truncation="truncate" if self.max_length else "none",
+                                         add_bos=self.add_bos, add_eos=self.add_eos, engine=self.engine)
+            self._document_stages = DocumentStages(self.handle, config, seed=0)
+        return self._document_stages
+
     def _encode(self, batch: list[Example], shard_name: str, row: int) -> Iterator[Example]:
+        from easydata.io.documents import DocumentBatch
+
         texts = [str(example.get(self.content_field) or "") for example in batch]
-        handle = self.handle
         keys = [f"{shard_name}@{row + i}" for i in range(len(batch))]  # which ones are checked: any process, any resume
-        plain = handle.encode_plain(texts, add_bos=self.add_bos, keys=keys, engine=self._fast_engine(texts))
-        flat, offsets = handle.plain_ids(plain, add_bos=self.add_bos, add_eos=self.add_eos, max_length=self.max_length)
+        stages = self._stages()
+        stages.engine = self._fast_engine(texts)
+        rows = stages.process(DocumentBatch(dataset=shard_name, keys=keys, texts=texts, fields={})).rows
+        ids_column = rows.column(rows.schema.get_field_index("input_ids"))
+        flat, offsets = ids_column.values.to_numpy(), ids_column.offsets.to_numpy()
         for i, example in enumerate(batch):
             ids = flat[offsets[i]:offsets[i + 1]]
             out = {k: v for k, v in example.items() if k not in self.remove_columns}

@@ -143,31 +143,27 @@ class _Sample:
         self.cpu_seconds = 0.0
 
 
-def _sample_split(config: PipelineConfig, ds: Any, split: Any, handle: Any, renderer: Any, limit: int,
-                  sample: _Sample, by_rows: bool) -> None:
-    """Reads up to `limit` records at the start of `split`, renders chat records and tokenizes as the run
-    would; adds to `sample` its tokens and what they came from (rows, or bytes read)."""
+def _sample_split(config: PipelineConfig, ds: Any, split: Any, stages: Any, limit: int, sample: _Sample,
+                  by_rows: bool) -> None:
+    """Reads up to `limit` records at the start of `split` and runs the run's own stages on them (chat, then
+    tokenize: `easydata.text.stages.DocumentStages`); adds to `sample` the tokens they wrote and what they
+    came from (rows, or bytes read)."""
     import time
 
     from easydata.io.sources import read_split
-    from easydata.text.chat_stage import render_batch
 
-    tok = config.tokenize_for(ds)
-    max_length = tok.max_length if tok.truncation_mode == "truncate" else None
     rejects: list[Any] = []
     records = 0
     for batch in read_split(split, ds, batch_size=limit, limit=limit, rejects=rejects,
                             messages_field=config.chat.messages_field):
         if not by_rows:
             sample.covered += batch.input_bytes
-        rendered, _ = render_batch(batch, renderer, assistant_only_loss=False)
         records += len(batch)
-        texts = [t for t in rendered.texts if t]
-        if texts:
-            began = time.process_time()
-            flat, _ = handle.encode_batch(texts, add_bos=tok.add_bos, add_eos=tok.add_eos, max_length=max_length)
-            sample.cpu_seconds += time.process_time() - began
-            sample.tokens += len(flat)
+        rendered, _ = stages.render(batch)
+        began = time.process_time()  # the tokenizer's own time: the speed the time estimate scales
+        encoded = stages.encode(rendered)
+        sample.cpu_seconds += time.process_time() - began
+        sample.tokens += stages.rows(rendered, encoded)[1].tokens
     records += sum(r.records for r in rejects)
     sample.records += records
     if by_rows:
@@ -206,11 +202,11 @@ def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, t
               ) -> tuple[Optional[int], int, Optional[float]]:
     """`(estimated tokens, records sampled, tokens per CPU-second)` of one dataset."""
     from easydata.io.sampling import split_rows, spread
-    from easydata.text.chat import ChatRenderer
+    from easydata.text.stages import DocumentStages
 
     if not splits:
         return None, 0, None
-    renderer = ChatRenderer.for_tokenizer(handle, template) if template else None
+    stages = DocumentStages.for_dataset(config, ds, handle, template)
     rows = {id(s): split_rows(s) for s in splits}
     chosen = splits[::max(1, len(splits) // _SAMPLE_SPLITS)][:_SAMPLE_SPLITS]
     own: dict[int, _Sample] = {}  # each sampled split's own sample: its tokens per row or byte
@@ -219,7 +215,7 @@ def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, t
         own[id(split)] = _Sample()
         places = spread(split, max(1, _SAMPLE_SPLITS // len(chosen)))
         for part in places:
-            _sample_split(config, ds, part, handle, renderer, max(16, _SAMPLE_RECORDS // len(chosen) // len(places)),
+            _sample_split(config, ds, part, stages, max(16, _SAMPLE_RECORDS // len(chosen) // len(places)),
                           own[id(split)], counted)
     by_rows, by_bytes = _Sample(), _Sample()  # pooled, for the splits not sampled
     for split in chosen:

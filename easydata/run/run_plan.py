@@ -415,11 +415,11 @@ def _shuffle_dictionary(config: PipelineConfig, datasets: list[DatasetPlan],
                         handles: dict[TokenizerConfig, TokenizerHandle], by_name: dict[str, DatasetConfig],
                         mix_num_groups: Optional[int]) -> Optional[bytes]:
     """The run's shuffle dictionary (`easydata.ops.shuffle_dictionary`) when it has many hash groups:
-    trained on plain documents sampled from every dataset, tokenized (with `tokenizers`: the same ids,
-    the engines are verified equal) and routed as the pipeline does."""
+    trained on documents sampled from every dataset, through the run's own stages (`DocumentStages`, with
+    `tokenizers`: the same ids, the engines are verified equal), and routed as the pipeline does."""
     from easydata.io.sampling import sample_batches
     from easydata.ops import shuffle_dictionary
-    from easydata.text.tokenization import tokenize_documents
+    from easydata.text.stages import DocumentStages
 
     groups = max([d.num_groups for d in datasets] + [mix_num_groups or 0])
     if groups < shuffle_dictionary.MIN_GROUPS:
@@ -427,11 +427,12 @@ def _shuffle_dictionary(config: PipelineConfig, datasets: list[DatasetPlan],
     rows = []
     for d in datasets:
         dataset = by_name[d.name]
+        stages = DocumentStages.for_dataset(config, dataset, handles[d.tokenizer], d.chat_template)
         for batch in sample_batches(dataset, d.splits, documents=max(200, 2000 // len(datasets)),
                                     messages_field=config.chat.messages_field):
-            if len(batch) and batch.conversations is None:  # chat records need the chat stage first
-                rows.append(tokenize_documents(batch, handles[d.tokenizer], config.tokenize_for(dataset),
-                                               seed=config.seed)[0])
+            staged = stages.process(batch)
+            if staged.rows is not None:
+                rows.append(staged.rows)
     return shuffle_dictionary.train_shuffle_dictionary(shuffle_dictionary.sample_routed_rows(rows, groups))
 
 

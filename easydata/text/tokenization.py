@@ -12,6 +12,8 @@ take the fast path and have no `loss_mask` column.
 With `truncation: truncate` or `window`, documents are encoded whole and then cut
 (`easydata.text.windows`): a windowed document becomes several rows, keyed `<key>#w<k>` from its second
 window on, and every row gets the hidden `__piece__` column so later stages count documents, not rows.
+
+The chat stage and these two parts are composed once, in `easydata.text.stages.DocumentStages`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from easydata.io.sources import DocumentBatch
 from easydata.text.tokenizer import TokenizerHandle
 from easydata.text.windows import PIECE_COLUMN, cut_documents
 
-__all__ = ["EncodedDocuments", "TokenizedStats", "encode_documents", "rows_from_encoded", "tokenize_documents"]
+__all__ = ["EncodedDocuments", "TokenizedStats", "encode_documents", "rows_from_encoded"]
 
 
 @dataclasses.dataclass
@@ -90,18 +92,6 @@ def encode_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: T
         plain=(plain, tokenizer.encode_plain(plain_texts, add_bos=config.add_bos, keys=plain_keys, engine=engine)
                if plain else []),
         chat=(chat, tokenizer.encode_chat([texts[i] for i in chat]) if chat else []))
-
-
-def tokenize_documents(batch: DocumentBatch, tokenizer: TokenizerHandle, config: TokenizeStageConfig,
-                       seed: int, engine: Any = None) -> tuple[pa.RecordBatch, TokenizedStats]:
-    """Tokenizes a document batch into unpacked rows with shuffle keys (`encode_documents`, then
-    `rows_from_encoded`; `engine`: as `encode_documents` takes it).
-
-    Returns:
-      The record batch (`input_ids`, `attention_mask`, [`loss_mask`,] additional fields, `__key__`,
-      `__hash__`, and `__piece__` when documents may be cut) and its counters (`tokens` as written).
-    """
-    return rows_from_encoded(batch, encode_documents(batch, tokenizer, config, engine), tokenizer, config, seed)
 
 
 def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer: TokenizerHandle,
