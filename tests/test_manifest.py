@@ -192,3 +192,34 @@ def test_newer_format_version_asks_to_upgrade(output_url: str) -> None:
         read_manifest(output_url)
     assert str(info.value) == (f"'{join(output_url, 'manifest.json')}' has format_version 2; this easydata"
                                " reads up to 1: upgrade easydata-beam")
+
+
+# ---- the Manifest model ---------------------------------------------------------------------------------
+
+
+def test_the_model_gives_typed_outputs_and_round_trips_its_json() -> None:
+    from easydata.run.manifest import Manifest
+
+    manifest = Manifest.from_json(json.loads(json.dumps(make_manifest())))
+    assert manifest.to_json() == make_manifest().to_json() | {"created_at": manifest["created_at"]}
+    web = manifest.outputs["web"]
+    assert [s.path for s in web.shards] == ["web/part-00000-of-00002.parquet", "web/part-00001-of-00002.parquet"]
+    assert (web.rows, web.tokens, web.documents_in, web.documents_written, web.documents_rejected) == (19, 550, 21, 19, 2)
+    assert manifest.output("code")[1].shards[0].rows == 4 and manifest.format == "parquet" and not manifest.packed
+    assert manifest.fingerprint == "sha256:cfg" and set(manifest.columns) == {"input_ids", "attention_mask"}
+    with pytest.raises(ValueError, match=r"holds datasets \['code', 'empty', 'web'\]: pass name= to choose one"):
+        manifest.output()
+    with pytest.raises(ValueError, match="has no dataset 'books'"):
+        manifest.output("books")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"format_version": FORMAT_VERSION + 1}, "upgrade easydata-beam"),
+    ({"format_version": "1"}, "invalid format_version"),
+    ({"documents_in": "many"}, "manifest documents_in is \"many\", not a count"),
+])
+def test_the_model_refuses_what_it_cannot_read(change, message) -> None:
+    from easydata.run.manifest import Manifest
+
+    with pytest.raises(ValidationFailed, match=message):
+        Manifest.from_json({**make_manifest(), **change})

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.filesystems import open_arrow_file
-from easydata.run.manifest import member_path, read_manifest
+from easydata.run.manifest import Manifest, member_path, read_manifest
 
 __all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS", "FORMAT_INDEXES"]
 
@@ -48,7 +48,7 @@ class BlockIndex:
     block_shard: np.ndarray
     block_local: np.ndarray
     block_rows: np.ndarray
-    manifest: dict[str, Any]
+    manifest: Manifest
     FORMATS: ClassVar[tuple[str, ...]] = ("parquet", "arrow")
     _files: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
@@ -75,25 +75,19 @@ class BlockIndex:
           ValueError: unknown dataset name, or an unsupported output format.
         """
         manifest = read_manifest(output_dir, wait_for_commit=commit_wait)
-        datasets = manifest.get("datasets") or {}
-        if name is None:
-            if len(datasets) != 1:
-                raise ValueError(f"'{output_dir}' holds datasets {sorted(datasets)}: pass name= to choose one.")
-            name = next(iter(datasets))
-        if name not in datasets:
-            raise ValueError(f"'{output_dir}' has no dataset '{name}'; it has {sorted(datasets)}.")
-        fmt = manifest.get("format", "parquet")
+        name, output = manifest.output(name, output_dir)
+        fmt = manifest.format
         special = FORMAT_INDEXES.get(fmt)
         if special is not None and cls is BlockIndex:  # e.g. token streams: documents as blocks (bin_reader)
             return special.from_output(output_dir, name, commit_wait)
         if fmt not in cls.FORMATS:
             raise ValueError(f"the reader reads {', '.join(cls.FORMATS)} outputs; '{output_dir}' is {fmt}"
                              + (" (np.load it, or write parquet / arrow / bin)." if fmt == "npz" else "."))
-        paths = [member_path(output_dir, shard["path"], "shard path") for shard in datasets[name]["shards"]]
+        paths = [member_path(output_dir, shard.path, "shard path") for shard in output.shards]
         index = cls(output_dir=output_dir, name=name, fmt=fmt, shard_paths=paths, block_shard=np.zeros(0, np.int64),
                     block_local=np.zeros(0, np.int64), block_rows=np.zeros(0, np.int64), manifest=manifest)
         shard_of, local, rows = [], [], []
-        for s, expected in enumerate(shard["rows"] for shard in datasets[name]["shards"]):
+        for s, expected in enumerate(shard.rows for shard in output.shards):
             counts = index._block_rows_of(s)
             if sum(counts) != expected:
                 raise ValueError(f"shard {paths[s]} holds {sum(counts)} rows, the manifest says {expected}.")

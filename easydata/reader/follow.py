@@ -83,8 +83,8 @@ class FollowReader(JaxBatches):
     # ---- reading -------------------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        manifest = read_manifest(self.path)
-        if len(manifest["datasets"][self.name]["shards"]) != len(self.index.shard_paths):
+        _, output = read_manifest(self.path).output(self.name, self.path)
+        if len(output.shards) != len(self.index.shard_paths):
             self.index = BlockIndex.from_output(self.path, self.name)
 
     def _shard_rows(self, shard: int) -> dict[str, np.ndarray]:

@@ -47,12 +47,10 @@ class FileShardedSource(ShardedDataSource):
         if self._listed is None:
             data_files, name = self.data_files, self.name
             if isinstance(data_files, str) and _is_output(data_files):
-                datasets = read_manifest(data_files).get("datasets") or {}
-                if name is not None and name not in datasets:
-                    raise ValueError(f"'{data_files}' has no dataset {name!r}; it has {sorted(datasets)}")
-                rows = {member_path(data_files, shard["path"], "shard path"): shard.get("rows")
-                        for dataset, info in sorted(datasets.items()) if name in (None, dataset)
-                        for shard in info.get("shards", [])}
+                manifest = read_manifest(data_files)
+                outputs = [manifest.output(name, data_files)] if name is not None else sorted(manifest.outputs.items())
+                rows = {member_path(data_files, shard.path, "shard path"): shard.rows
+                        for _, output in outputs for shard in output.shards}
                 self._listed = (list(rows), rows)
             else:
                 files = expand_data_files([data_files] if isinstance(data_files, str) else list(data_files))

@@ -4,10 +4,23 @@ The manifest is written last, after every shard is in place, so its presence mea
 complete. It records the resolved config and its fingerprint, the tokenizer (with a content hash),
 the schema, every shard with its row and token counts, and document counters that satisfy
 `documents_in == documents_written + documents_rejected` per dataset and in total.
+
+`Manifest` is its one model, versioned (`FORMAT_VERSION`): `Manifest.from_json` checks a JSON object's
+version and structure once (`structure_problems`), so no reader meets a string where a count belongs;
+`to_json` gives it back. Writers build it (`build_manifest`), everything that reads an output gets it
+from `read_manifest`: the reader, `validate`, `stats`, `inspect`, the CLI summary, EasyData's API.
+Typed views: `outputs` (`OutputEntry` with its `ShardEntry`s), `output(name)`, `schema`, `fingerprint`.
+It is also the JSON object itself (a `dict`), as users of the Python API have always indexed it.
+
+Example:
+    manifest = read_manifest("out/")
+    name, web = manifest.output()       # the only output, else ValueError naming them
+    [shard.path for shard in web.shards]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -18,7 +31,8 @@ from typing import Any, Iterable, Optional
 from easydata.errors import InputError, ValidationFailed
 from easydata.io.filesystems import get_fs, join, local_path, open_file, open_regular, special_file
 
-__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "build_manifest", "write_manifest",
+__all__ = ["FORMAT_VERSION", "MANIFEST_NAME", "COMMIT_MARKER", "PARTIAL_INPUTS", "Manifest", "OutputEntry", "ShardEntry",
+           "build_manifest", "write_manifest",
            "read_manifest", "structure_problems", "member_path", "resolves_inside", "is_easydata_manifest", "owned_files", "packed_seq_length"]
 
 FORMAT_VERSION = 1
@@ -26,7 +40,112 @@ MANIFEST_NAME = "manifest.json"
 COMMIT_MARKER = ".easydata-committing"  # present while a run replaces the output (easydata.run.output)
 #: Manifest key: per input dataset, the files read only in part (truncated or corrupt part-way).
 PARTIAL_INPUTS = "partial_inputs"
-#: Stats keys `shuffle_bytes.<stage>`: bytes of token data a stage sent through the shuffle (`transforms.shuffle`).
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardEntry:
+    """One shard of an output, as its manifest lists it. `path` is relative to the output directory and not
+    checked: pass it through `member_path` before opening it. `fields`: the whole JSON entry (`bytes`,
+    a `bin` shard's `index_path`, ...)."""
+
+    path: str
+    rows: int
+    tokens: int
+    padding_tokens: int
+    fields: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputEntry:
+    """One output (`datasets.<name>`): its shards and counters. `fields`: the whole JSON entry."""
+
+    name: str
+    shards: tuple[ShardEntry, ...]
+    rows: int
+    tokens: int
+    documents_in: int
+    documents_written: int
+    documents_rejected: int
+    fields: dict[str, Any]
+
+
+class Manifest(dict):
+    """`manifest.json` (see the module docstring): the JSON object, with its checks and typed views."""
+
+    VERSION = FORMAT_VERSION
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = MANIFEST_NAME) -> "Manifest":
+        """The manifest a JSON value holds, checked: an easydata manifest of a version this code reads, with
+        every field the tools and readers use of the right JSON type.
+
+        Raises:
+          ValidationFailed: naming `where` and the first problem (and how many more).
+        """
+        if not isinstance(data, dict) or "format_version" not in data:
+            raise ValidationFailed(f"'{where}' is not an easydata manifest (no format_version)")
+        version = data["format_version"]
+        if not isinstance(version, int) or isinstance(version, bool):  # else `>` below raises TypeError
+            raise ValidationFailed(f"'{where}' has an invalid format_version {version!r}")
+        if version > FORMAT_VERSION:
+            raise ValidationFailed(f"'{where}' has format_version {version}; this easydata reads up to"
+                                   f" {FORMAT_VERSION}: upgrade easydata-beam")
+        problems = structure_problems(data)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValidationFailed(f"'{where}' is malformed: {problems[0]}{more}")
+        return cls(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (what `write_manifest` writes)."""
+        return dict(self)
+
+    @property
+    def outputs(self) -> dict[str, OutputEntry]:
+        """Every output by name (`datasets`: a dataset's, `mixed`, `<dataset>/<split>`)."""
+        return {name: _output_entry(name, entry) for name, entry in (self.get("datasets") or {}).items()}
+
+    def output(self, name: Optional[str] = None, where: str = "the output") -> tuple[str, OutputEntry]:
+        """The output `name`, or the only one when `name` is None.
+
+        Raises:
+          ValueError: an unknown name, or several outputs and no name (naming them).
+        """
+        outputs = self.outputs
+        if name is None:
+            if len(outputs) != 1:
+                raise ValueError(f"'{where}' holds datasets {sorted(outputs)}: pass name= to choose one.")
+            name = next(iter(outputs))
+        if name not in outputs:
+            raise ValueError(f"'{where}' has no dataset '{name}'; it has {sorted(outputs)}.")
+        return name, outputs[name]
+
+    @property
+    def format(self) -> str:
+        return self.get("format") or "parquet"
+
+    @property
+    def fingerprint(self) -> Optional[str]:
+        return self.get("config_fingerprint")
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """The schema's columns (name -> Arrow type name), of every output."""
+        return dict((self.get("schema") or {}).get("columns") or {})
+
+    @property
+    def packed(self) -> bool:
+        return bool((self.get("schema") or {}).get("packed"))
+
+
+def _output_entry(name: str, entry: dict[str, Any]) -> OutputEntry:
+    shards = tuple(ShardEntry(path=s["path"], rows=int(s.get("rows") or 0), tokens=int(s.get("tokens") or 0),
+                              padding_tokens=int(s.get("padding_tokens") or 0), fields=s)
+                   for s in entry.get("shards") or [])
+    return OutputEntry(name=name, shards=shards, rows=int(entry.get("rows") or 0), tokens=int(entry.get("tokens") or 0),
+                       documents_in=int(entry.get("documents_in") or 0),
+                       documents_written=int(entry.get("documents_written") or 0),
+                       documents_rejected=int(entry.get("documents_rejected") or 0), fields=entry)
 
 
 def member_path(output_dir: str, relative: Any, what: str = "path") -> str:
@@ -116,8 +235,8 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
                    tokenizers: Optional[dict[str, dict[str, Any]]] = None,
                    chat: Optional[dict[str, dict[str, Any]]] = None,
                    mix: Optional[dict[str, Any]] = None,
-                   partial_inputs: Optional[dict[str, list[dict[str, Any]]]] = None) -> dict[str, Any]:
-    """Assembles the manifest dict.
+                   partial_inputs: Optional[dict[str, list[dict[str, Any]]]] = None) -> Manifest:
+    """Assembles the manifest.
 
     Args:
       datasets: per output name: `shards` (list of `{path, rows, tokens}`), `documents_in`,
@@ -146,7 +265,7 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
         outputs[name] = entry
         for key in totals:
             totals[key] += len(shards) if key == "shards" else entry[key]
-    manifest = {
+    manifest = Manifest({
         "format_version": FORMAT_VERSION,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "config": config,
@@ -162,7 +281,7 @@ def build_manifest(*, config: dict[str, Any], fingerprint: str, tokenizer: dict[
         "documents_rejected": totals["documents_rejected"],
         "rejected_files": sorted(rejected_files),
         PARTIAL_INPUTS: {name: entries for name, entries in sorted((partial_inputs or {}).items()) if entries},
-    }
+    })
     if tokenizers:
         manifest["tokenizers"] = tokenizers
     if chat:
@@ -288,8 +407,8 @@ def _jsonable(value: Any) -> bool:
         return False
 
 
-def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, Any]:
-    """Loads the manifest of an output directory.
+def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> Manifest:
+    """Loads the manifest of an output directory (`Manifest.from_json`: version and structure checked).
 
     Args:
       wait_for_commit: while a run is replacing the output (its commit marker is present, the old
@@ -327,16 +446,4 @@ def read_manifest(output_dir: str, wait_for_commit: float = 0.0) -> dict[str, An
             raise ValidationFailed(f"'{path}' is not a readable JSON manifest: {e}") from None
         except RecursionError:
             raise ValidationFailed(f"'{path}' is not a manifest: its JSON is nested too deeply") from None
-    if not isinstance(manifest, dict) or "format_version" not in manifest:
-        raise ValidationFailed(f"'{path}' is not an easydata manifest (no format_version)")
-    version = manifest["format_version"]
-    if not isinstance(version, int) or isinstance(version, bool):  # else `>` below raises TypeError
-        raise ValidationFailed(f"'{path}' has an invalid format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise ValidationFailed(f"'{path}' has format_version {manifest['format_version']}; this easydata"
-                               f" reads up to {FORMAT_VERSION}: upgrade easydata-beam")
-    problems = structure_problems(manifest)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ValidationFailed(f"'{path}' is malformed: {problems[0]}{more}")
-    return manifest
+    return Manifest.from_json(manifest, path)

@@ -89,12 +89,12 @@ def inspect_output(output_dir: str, num_rows: int = 3) -> str:
                          f" {100 * info.get('realized_token_share', 0):.2f}%, repeat x{info.get('repeat_factor')},"
                          f" {info.get('documents_selected', 0):,} of {info.get('documents_mixed', 0):,} documents used")
     tokenizer = _decoder(manifest) if num_rows > 0 else None
-    for name, info in sorted((manifest.get("datasets") or {}).items()):
-        lines.append(f"\n[{name}] {len(info['shards'])} shards, {info['rows']:,} rows, {info['tokens']:,} tokens")
-        if not info["shards"] or num_rows <= 0:
+    for name, output in sorted(manifest.outputs.items()):
+        lines.append(f"\n[{name}] {len(output.shards)} shards, {output.rows:,} rows, {output.tokens:,} tokens")
+        if not output.shards or num_rows <= 0:
             continue
         shown = 0
-        for batch in iter_shard_batches(member_path(output_dir, info["shards"][0]["path"], "shard path"), manifest.get("format")):
+        for batch in iter_shard_batches(member_path(output_dir, output.shards[0].path, "shard path"), manifest.format):
             for row in batch.slice(0, num_rows - shown).to_pylist():
                 extras = {k: v for k, v in row.items() if k not in ("input_ids", "attention_mask", "loss_mask",
                                                                      "segment_ids", "positions")}

@@ -25,7 +25,7 @@ import numpy as np
 
 from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.formats import iter_shard_batches
-from easydata.run.manifest import member_path, packed_seq_length, read_manifest
+from easydata.run.manifest import OutputEntry, member_path, packed_seq_length, read_manifest
 
 __all__ = ["compute_stats", "format_stats", "plot_stats", "length_bins", "PERCENTILES"]
 
@@ -98,12 +98,12 @@ def _length_summary(histogram: np.ndarray, unit: str) -> dict[str, Any]:
             "min": int(nonzero[0]), "max": int(nonzero[-1]), **percentiles}
 
 
-def _measure_output(output_dir: str, fmt: str, info: dict[str, Any], seq_length: Optional[int]) -> _Accumulator:
+def _measure_output(output_dir: str, fmt: str, output: OutputEntry, seq_length: Optional[int]) -> _Accumulator:
     """One output's counts, read from its shards (`seq_length`: packed rows' length, None: unpacked)."""
     packed = seq_length is not None
     acc = _Accumulator()
-    for shard in info.get("shards", []):
-        for batch in iter_shard_batches(member_path(output_dir, shard["path"], "shard path"), fmt, _columns(packed)):
+    for shard in output.shards:
+        for batch in iter_shard_batches(member_path(output_dir, shard.path, "shard path"), fmt, _columns(packed)):
             ids = batch.column("input_ids")
             values = ids.flatten().to_numpy(zero_copy_only=False)
             acc.counts["rows"] += batch.num_rows
@@ -121,7 +121,8 @@ def _measure_output(output_dir: str, fmt: str, info: dict[str, Any], seq_length:
                 acc.counts["tokens"] += len(values)
                 acc.add_tokens(values)
                 acc.add_lengths(np.diff(ids.offsets.to_numpy()))
-    acc.counts["documents"] = int(info.get("documents_selected", info.get("documents_written", 0)))  # a mix: used
+    info = output.fields
+    acc.counts["documents"] = int(info.get("documents_selected", output.documents_written))  # a mix: used
     acc.cut = {key: int(info[key]) for key in _MANIFEST_KEYS if key in info}
     return acc
 
@@ -152,13 +153,11 @@ def compute_stats(output_dir: str) -> dict[str, Any]:
       ValidationFailed: no readable manifest.
     """
     manifest = read_manifest(output_dir)
-    fmt = manifest.get("format", "parquet")
-    schema = manifest.get("schema") or {}
-    packed = bool(schema.get("packed"))
+    fmt, packed = manifest.format, manifest.packed
     unit = "segment" if packed else "document"
-    seq_length = packed_seq_length(output_dir, schema) if packed else None
-    outputs = {name: _measure_output(output_dir, fmt, info, seq_length)
-               for name, info in sorted((manifest.get("datasets") or {}).items())}
+    seq_length = packed_seq_length(output_dir, manifest["schema"]) if packed else None
+    outputs = {name: _measure_output(output_dir, fmt, output, seq_length)
+               for name, output in sorted(manifest.outputs.items())}
     total = _Accumulator()
     datasets: dict[str, _Accumulator] = {}
     splits: dict[str, _Accumulator] = {}
@@ -170,7 +169,7 @@ def compute_stats(output_dir: str) -> dict[str, Any]:
             splits.setdefault(split, _Accumulator()).merge(acc)
     all_tokens = total.counts["tokens"]
     result = {
-        "output_dir": output_dir, "format": fmt, "packed": packed, "seq_length": schema.get("seq_length"),
+        "output_dir": output_dir, "format": fmt, "packed": packed, "seq_length": seq_length,
         "vocab_size": (manifest.get("tokenizer") or {}).get("vocab_size"),
         "documents_in": manifest.get("documents_in"), "documents_rejected": manifest.get("documents_rejected"),
         # Read but left out by a mix (subsampled): neither in the output nor rejected.
