@@ -14,7 +14,7 @@ import re
 from typing import Any, Optional
 
 from easydata.config import DatasetConfig
-from easydata.io.record_format import FormatError
+from easydata.io.record_format import FormatError, RecordFormatter
 from easydata.io.conversations import ChatError, conversation_from_record
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
@@ -156,7 +156,7 @@ class DocumentCollector:
                  max_document_bytes: Optional[int], limit: Optional[int], messages_field: str = "messages"):
         self.ds, self.source, self.key_name, self.batch_size = dataset, source, key_name, batch_size
         self.messages_field = messages_field
-        self.formatter = dataset.record_formatter()
+        self.formatter = RecordFormatter.for_dataset(dataset)
         self.max_bytes, self.limit = max_document_bytes, limit
         self.rejects: list[Reject] = []
         self.count = 0

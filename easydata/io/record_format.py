@@ -11,22 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Union
 
+from easydata.config.callables import resolve_callable
+
 __all__ = ["RecordFormatter", "FormatError", "resolve_callable"]
-
-
-def resolve_callable(spec: str) -> Any:
-    """`"package.module:function"` -> the function (a `format_callback` given in YAML)."""
-    import importlib
-
-    module, sep, attr = spec.partition(":")
-    if not sep or not module or not attr:
-        raise ValueError("expected 'module:function'")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"'{spec}' is not callable")
-    return target
 
 
 class FormatError(ValueError):
@@ -47,6 +34,14 @@ class RecordFormatter:
         self.fields, self.content_field = dict(fields), content_field
         self._callback = callback
         self._function: Optional[Callable[[dict[str, Any]], Any]] = None
+
+    @classmethod
+    def for_dataset(cls, dataset: Any) -> Optional["RecordFormatter"]:
+        """A dataset's `format_fields` then `format_callback` as one function of a record (None when neither
+        is set)."""
+        if not dataset.format_fields and dataset.format_callback is None:
+            return None
+        return cls(dataset.format_fields, dataset.format_callback, dataset.content_field)
 
     @property
     def needs_all_columns(self) -> bool:

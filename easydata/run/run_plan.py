@@ -22,6 +22,7 @@ from easydata.text.chat_templates import NAMED_TEMPLATES, named_template
 from easydata.errors import ConfigError, InputError
 from easydata.io.filesystems import file_version, read_text
 from easydata.io.group_files import discard_group_files
+from easydata.io.record_format import RecordFormatter
 from easydata.io.staging import Staging
 from easydata.ops.mixing import mix_budget, normalise_weights
 from easydata.ops.pack_stage import resolve_pad_id
@@ -180,7 +181,7 @@ def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[
     from easydata.io.sampling import spread
     from easydata.io.sources import read_split
 
-    if config.allow_empty_datasets or not splits or ds.type == "txt" or ds.record_formatter() is not None:
+    if config.allow_empty_datasets or not splits or ds.type == "txt" or RecordFormatter.for_dataset(ds) is not None:
         return
     places = [p for split in splits[::max(1, len(splits) // 4)][:4] for p in spread(split, 4)]
     per_place = max(1, CONTENT_FIELD_SAMPLE // len(places))

@@ -7,6 +7,7 @@ from typing import Any
 
 from easydata.config import DatasetConfig
 from easydata.io.documents import DocumentCollector
+from easydata.io.record_format import RecordFormatter
 from easydata.io.filesystems import compression_of, open_arrow_file, open_file
 
 __all__ = ["open_table_file", "columns_needed", "emit_table_batch", "reject_block"]
@@ -18,7 +19,7 @@ def open_table_file(path: str):
 
 def columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
     wanted = [dataset.content_field, *dataset.additional_fields]
-    formatter = dataset.record_formatter()
+    formatter = RecordFormatter.for_dataset(dataset)
     if formatter is not None:
         if formatter.needs_all_columns:
             return list(available)
