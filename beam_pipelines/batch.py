@@ -13,20 +13,19 @@ without writing anything or running (the job graph can then be inspected or seri
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import sys
 import tempfile
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
-from easydata.errors import ConfigError, DropUserErrors, EasyDataError, classify
+from easydata.errors import ConfigError, EasyDataError, classify
+from easydata.logs import quiet_user_errors
 from easydata.io.group_files import group_files_dir
 from easydata.io.sources import work_units
 from easydata.run.lock import OutputLock
@@ -126,16 +125,6 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     if mix_plan is not None:
         commit_inputs["mix_plan"] = mix_plan
     return commit_inputs | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at)
-
-
-@contextlib.contextmanager
-def _quiet_user_errors() -> Iterator[None]:
-    logger, quiet = logging.getLogger("apache_beam.runners.common"), DropUserErrors()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
 
 
 def _check_beam_flags(beam_args: list[str]) -> None:
@@ -257,7 +246,7 @@ def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, 
             lock.acquire()
         pipeline, _, _ = _build_job(config, args, resume, plan_options,
                                     lock_id=lock.run_id if lock is not None else None)
-        with _quiet_user_errors():
+        with quiet_user_errors():
             result = _run(pipeline)
         submitted = True
         return result
@@ -321,7 +310,7 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
                 if finished is not None:
                     return BatchResult(output_dir=config.save.output_dir, manifest=finished,
                                        elapsed_seconds=time.time() - started)
-            with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, _quiet_user_errors():
+            with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, quiet_user_errors():
                 pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
                                                    progress_dir=progress_dir, announce_resume=show_progress,
                                                    lock_id=lock.run_id)

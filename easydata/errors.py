@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import errno
 import json
-import logging
 import os
 import sys
 from typing import Optional
@@ -37,12 +36,12 @@ __all__ = [
     "InputError",
     "TransientInputError",
     "is_transient",
+    "PROGRAMMING_ERRORS",
     "TokenizerError",
     "OutputError",
     "EnvironmentFailure",
     "RunInconsistent",
     "ValidationFailed",
-    "DropUserErrors",
     "MARKER",
     "classify",
     "from_text",
@@ -155,6 +154,13 @@ def is_transient(error: BaseException) -> bool:
     return any(cls.__name__ in _TRANSIENT_CLASS_NAMES for cls in type(error).__mro__)
 
 
+#: Bugs, not bad input or a failing environment: never turned into dead letters, never reported as a user's
+#: error (a reader of a corrupt file first catches what its library raises for bad data, e.g. pyarrow's
+#: `KeyError` for a missing column, before this).
+PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, RecursionError,
+                      MemoryError, NotImplementedError)
+
+
 class TokenizerError(EasyDataError):
     """A tokenizer cannot be found, loaded, or lacks a token the config needs."""
 
@@ -190,16 +196,6 @@ class RunInconsistent(EasyDataError):
 
 class ValidationFailed(EasyDataError):
     """An output directory does not satisfy the format contract."""
-
-
-class DropUserErrors(logging.Filter):
-    """Drops log records that carry a user or environment error: Beam's log of a step that raised one
-    (the exception, or its traceback as text): whoever runs the job reports it in one line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[1] is not None and classify(record.exc_info[1]) is not None:
-            return False
-        return not (record.levelno >= logging.ERROR and ends_in_user_error(record.getMessage()))
 
 
 _HAS_NOTES = sys.version_info >= (3, 11)

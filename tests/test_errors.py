@@ -9,7 +9,8 @@ import traceback
 
 import pytest
 
-from easydata.errors import (MARKER, ConfigError, DropUserErrors, EasyDataError, EnvironmentFailure, InputError,
+from easydata.logs import DropUserErrors
+from easydata.errors import (MARKER, ConfigError, EasyDataError, EnvironmentFailure, InputError,
                              RunInconsistent, classify, ends_in_user_error, from_text)
 
 

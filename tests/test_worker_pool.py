@@ -327,7 +327,7 @@ def test_a_workers_user_error_is_not_logged_or_printed_but_other_errors_are():
     import io
     import logging
 
-    from beam_pipelines.local.local_worker import _QuietUserErrors, _StderrWithoutUserErrorTracebacks
+    from easydata.logs import DropUserErrors as _QuietUserErrors, _StderrWithoutUserErrorTracebacks
     from easydata.errors import InputError
 
     marker = InputError("bad input").mark().__notes__[-1]  # the error's marker, added as it left the step

@@ -53,7 +53,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Optional
 
 from beam_pipelines.local.lean_import import without_unused_libraries
-from easydata.errors import DropUserErrors, ends_in_user_error
+from easydata.logs import quiet_local_worker
 
 if TYPE_CHECKING:
     from easydata.config import TokenizerConfig
@@ -98,38 +98,6 @@ def _reap(status_fd: int, block: bool) -> None:
         _status(status_fd, f"ended {pid} {os.waitstatus_to_exitcode(status)}")
 
 
-class _QuietUserErrors(DropUserErrors):
-    """Drops a worker's log records of a user error (an `easydata.errors` exception raised by a step):
-    the launcher reports it in one line, as for an in-process job. Beam logs such an error twice in
-    the worker, from the step (with the exception) and when the bundle fails (the traceback as
-    text), and forwards both to the launcher's log."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return super().filter(record) and not (
-            record.name.startswith("apache_beam.runners.worker") and record.levelno >= logging.ERROR
-            and ends_in_user_error(record.getMessage()))
-
-
-class _StderrWithoutUserErrorTracebacks:
-    """A worker's `sys.stderr`: Beam's harness also prints the traceback of every failed bundle there
-    (`print(traceback, file=sys.stderr)`); that of a user error is dropped like its log records."""
-
-    def __init__(self, stream: Any):
-        self._stream = stream
-        self._dropped = False
-
-    def write(self, text: str) -> int:
-        dropped, self._dropped = self._dropped, False
-        if text.startswith("Traceback (most recent call last):") and ends_in_user_error(text):
-            self._dropped = True
-        elif not (dropped and text == "\n"):  # print's line end after a dropped traceback
-            self._stream.write(text)
-        return len(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
 def _run_harness(env: dict[str, str]) -> None:
     """Beam's SDK harness with `env` until the runner closes it, then a bounded log flush."""
     from apache_beam.runners.worker import sdk_worker_main
@@ -137,10 +105,7 @@ def _run_harness(env: dict[str, str]) -> None:
 
     os.environ.update(env)
     log_handler, harness, _ = sdk_worker_main.create_harness(os.environ)
-    quiet = _QuietUserErrors()
-    for handler in logging.getLogger().handlers:  # this process's stderr and Beam's log forwarding
-        handler.addFilter(quiet)
-    sys.stderr = _StderrWithoutUserErrorTracebacks(sys.stderr)
+    quiet_local_worker()
     with short_state_sampling():
         harness.run()
     if log_handler is not None:  # flush the log stream, but do not wait on it for ever

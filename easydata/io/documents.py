@@ -18,19 +18,17 @@ from easydata.io.record_format import FormatError, RecordFormatter
 from easydata.io.conversations import ChatError, conversation_from_record
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
-           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "PROGRAMMING_ERRORS", "raise_unless_corrupt"]
+           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "raise_unless_corrupt"]
 
 EXCERPT_CHARS = 200
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
 # A batch closes at `batch_size` documents or this many characters of text, whichever comes first.
 MAX_BATCH_CHARS = 4 * 2**20
-# Bugs, not bad input: these are never turned into dead letters.
-PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, KeyError, IndexError, AssertionError, RecursionError,
-                      MemoryError, NotImplementedError)
 
 
 def raise_unless_corrupt(error: Exception, path: str, where: str) -> None:
-    """The one rule for a failure while an input is read: a bug (`PROGRAMMING_ERRORS`) is raised as it is, a
+    """The one rule for a failure while an input is read: a bug (`easydata.errors.PROGRAMMING_ERRORS`) is raised
+    as it is, a
     failure that may pass (`easydata.errors.is_transient`: a reset connection, a timeout, a store's I/O
     error) is raised as `TransientInputError` naming the file, so the step fails and its bundle is retried;
     only what remains (corrupt or truncated data) returns, for the caller to dead-letter.
@@ -38,7 +36,7 @@ def raise_unless_corrupt(error: Exception, path: str, where: str) -> None:
     Raises:
       TransientInputError: one line naming the file and `where` it failed.
     """
-    from easydata.errors import TransientInputError, is_transient
+    from easydata.errors import PROGRAMMING_ERRORS, TransientInputError, is_transient
 
     if isinstance(error, PROGRAMMING_ERRORS):
         raise error

@@ -20,7 +20,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple, Optional, 
 import numpy as np
 import pyarrow as pa
 
-from easydata.errors import EasyDataError, ValidationFailed
+from easydata.errors import PROGRAMMING_ERRORS, EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
 from easydata.io.token_arrays import list_column_values, token_list_array  # re-exported: the formats' token columns
 from easydata.rows import TOKEN_COLUMNS
@@ -423,9 +423,13 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
     batches = shard_format(fmt).batches  # an unknown format is a caller's error, raised as it is
     try:
         yield from batches(path, columns)
-    except (TypeError, AttributeError, NameError, AssertionError, RecursionError, MemoryError, EasyDataError):
+    except EasyDataError:
         raise
-    except (Exception, KeyError) as e:  # pyarrow's ArrowInvalid / OSError / KeyError (a missing column), EOFError
+    except (KeyError, IndexError, NotImplementedError) as e:  # pyarrow's: a missing column, a corrupt page or type
+        raise ShardUnreadable(path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]) from None
+    except PROGRAMMING_ERRORS:
+        raise
+    except Exception as e:  # pyarrow's ArrowInvalid / OSError, EOFError
         message = str(e).splitlines()[0] if str(e) else ""
         raise ShardUnreadable(path, f"{type(e).__name__}: {message}"[:300]) from None
 

@@ -23,8 +23,8 @@ import posixpath
 from typing import Iterator, NamedTuple, Optional
 
 from easydata.config import DatasetConfig
-from easydata.errors import InputError
-from easydata.io.documents import (MAX_BATCH_CHARS, PROGRAMMING_ERRORS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
+from easydata.errors import PROGRAMMING_ERRORS, InputError
+from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
                                    Reject, collect_records, parse_json_record, unusable_value)
 from easydata.io.filesystems import compression_of, expand_data_files, file_size, file_version, strip_compression
 from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
