@@ -214,8 +214,8 @@ def _run(pipeline: beam.Pipeline) -> PipelineResult:
 
     For a runner it does not know to be FnAPI-based, Beam first pickles and unpickles every
     transform, converts the graph to its protos and builds a new pipeline from them, a check that
-    the pipeline survives serialisation; the local FnApiRunner then converts it again (~0.3 s of
-    every local run's start-up). Our runner serialises the graph once, itself.
+    the pipeline survives serialisation; the local FnApiRunner then converts it again (a part of
+    every local run's start-up: docs/performance.md#figures-behind-design-choices). Our runner serialises the graph once, itself.
     """
     return pipeline.run(test_runner_api=not isinstance(pipeline.runner, OfflineDirectRunner))
 

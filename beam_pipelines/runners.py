@@ -109,7 +109,7 @@ class LocalRunOptions(PipelineOptions):
 
     Beam asks for views of a job's options hundreds of times while it builds the job (every applied
     transform, every type-hint check), and each new view builds and runs an argparse parser for its
-    class: ~0.3 s of a local job's start-up, before any worker gets work. A view reads and writes
+    class: a part of a local job's start-up (docs/performance.md#figures-behind-design-choices), before any worker gets work. A view reads and writes
     the values it shares with the options it was made from, and the flags it parses never change,
     so one view per class behaves like a new one each time. The views are not pickled with the options.
     """
@@ -136,7 +136,7 @@ def make_runner_and_options(beam_args: list[str]) -> tuple[PipelineRunner | str,
     each tokenizing with one thread: everything a worker does besides tokenizing (reading, turning
     ids into rows, packing, writing) then runs on every core too, where one in-process worker runs
     it on one Python thread while the tokenizer's threads use the other cores. On 2 cores the two
-    measured about equal (docs/performance.md); with more cores that one Python thread becomes the
+    measured about equal (docs/performance.md#figures-behind-design-choices); with more cores that one Python thread becomes the
     limit. On a single usable core the job runs in-process. `--direct_num_workers=N` chooses N
     (1: in-process; N > 1: processes unless `--direct_running_mode` says otherwise).
     """

@@ -456,8 +456,8 @@ def _quiet_broken_pipe() -> None:
 def console_main() -> None:
     """The `easydata` command: `main`, then exit without tearing the interpreter down.
 
-    Python's shutdown frees every object of a process that imported Beam, pyarrow and a tokenizer;
-    after a job that takes about 0.6 s (measured on the 48 MB benchmark job) and does nothing a
+    Python's shutdown frees every object of a process that imported Beam, pyarrow and a tokenizer,
+    which takes a noticeable part of a small job (figures: docs/performance.md#figures-behind-design-choices) and does nothing a
     finished command needs. So once `main` has returned and nothing else is running (no other
     non-daemon thread, no child process), output is flushed and the process ends at once. Otherwise,
     and when `main` raises, the interpreter exits normally.

@@ -5,10 +5,10 @@ type adapters: pandas (its DataFrame batch types), google-cloud-pubsub (its Pub/
 (its S3 file system), pymongo and bson (its MongoDB connector); and pyarrow imports pandas, when
 installed, the first time `pa.array` is given a Python list. A local batch job uses none of them: it
 reads and writes through fsspec and pyarrow, and Pub/Sub only in the streaming pipeline. With the
-project's `dev` extras installed (the quickstart's install) they were ~0.85 s of Beam's ~1.7 s import
-on the 2-core project machine (`python -X importtime`), paid by the `easydata` command and by the
-local worker server, and pandas another ~0.25 s in each worker at its first `pa.array`: all on a
-job's start-up path. `without_unused_libraries` makes them look absent (as Beam and pyarrow cope with
+project's `dev` extras installed (the quickstart's install) they are about half of Beam's import
+(`python -X importtime`; figures: docs/performance.md#figures-behind-design-choices), paid by the `easydata` command and by the
+local worker server, and pandas more in each worker at its first `pa.array`: all on a job's start-up
+path. `without_unused_libraries` makes them look absent (as Beam and pyarrow cope with
 when they are not installed) for the processes that run one local batch job: the `easydata run`
 command while it runs the job, and the local worker server with the workers it forks. Beam and
 pyarrow remember them absent after the block, so a process that goes on to other work (a streaming

@@ -1,7 +1,7 @@
 """Entry point of local Beam worker processes: one process imports once, then forks a quiet harness per worker.
 
 Started by `beam_pipelines.local.worker_pool.StandbyWorkers` before the job needs it, this process imports
-Beam's harness and the libraries the job's steps use (about 2.5 CPU seconds), then serves requests on
+Beam's harness and the libraries the job's steps use (seconds of CPU), then serves requests on
 stdin: each line is a JSON object of the environment variables Beam's harness reads (control and
 logging endpoints, worker id, pipeline options), and for each one the process forks a child that runs
 the harness until the runner closes it. The children share the imported modules, so N workers cost one
@@ -17,8 +17,8 @@ endpoints in its environment), still a child of this process.
 A request line `{"verify": {...}}` instead asks which tokenizer engine the job uses (planning's
 verification, `easydata.text.engines.choose_engine`): a forked child (`verifier <pid>`) runs it with
 the tokenizer and fast engines this process preloaded, writes the `EngineChoice` to the request's
-`result` file and ends, so that the launching process need not load the same engine (~1 s for a
-150k-token vocabulary) a second time; the child may start threads, this process still starts none.
+`result` file and ends, so that the launching process need not load the same engine (a large
+vocabulary's takes about a second) a second time; the child may start threads, this process still starts none.
 
 Status lines go to the launcher on this process's original stdout, written with single `os.write`
 calls: `started <pid>` after each worker's fork, `verifier <pid>` after a verifier's, and
@@ -260,7 +260,7 @@ def _serve_or_work() -> None:
         loading.join()
     serve(sys.stdin, status_fd, handler, method)
     # Every worker has ended and been reported: leave without the interpreter's teardown (freeing
-    # Beam's, Arrow's and the tokenizer's modules takes ~0.7 s, and the launcher waits for this exit).
+    # Beam's, Arrow's and the tokenizer's modules takes most of a second, and the launcher waits for this exit).
     sys.stderr.flush()
     os._exit(0)
 

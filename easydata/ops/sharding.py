@@ -158,7 +158,7 @@ def group_table(batches: Iterable[pa.RecordBatch]) -> pa.Table:
 
 def group_order(table: pa.Table) -> np.ndarray:
     """The row order of a group sorted by (hash, key): a deterministic order, whatever the arrival order."""
-    # Imported here: pyarrow.compute writes its functions' docstrings at import (~0.14 s), which a
+    # Imported here: pyarrow.compute writes its functions' docstrings at import (slow), which a
     # command that only plans the job does not need (the local worker server imports it before forking).
     import pyarrow.compute as pc
 

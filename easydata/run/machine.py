@@ -34,8 +34,8 @@ def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
 
     By default glibc raises its threshold after each such free, up to 32 MiB, so later blocks of that
     size (Arrow buffers, numpy arrays, staged batches) come from the heap, which fragments and keeps its
-    high-water mark. The 48 MB Qwen3 benchmark peaked at ~1,250 MiB PSS with glibc's default and
-    ~950 MiB with this, at no measurable cost in time (alternated pairs, docs/performance.md). Left alone where the user set
+    high-water mark; with this a local job's peak memory is lower at no measurable cost in time
+    (figures: docs/performance.md#figures-behind-design-choices). Left alone where the user set
     `MALLOC_MMAP_THRESHOLD_`, and a no-op on other C libraries (False).
     """
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:

@@ -149,7 +149,7 @@ class GigatokenEngine(Engine):
     def __init__(self, tokenizer_file: Path, hf: Any):
         super().__init__(tokenizer_file, hf)
         import awkward  # what its batches come as: imported here, where a worker server preloads the
-        import gigatoken  # engine before it forks, not at each worker's first batch (~0.2 s)
+        import gigatoken  # engine before it forks, not at each worker's first batch
 
         self._tokenizer = gigatoken.Tokenizer(str(tokenizer_file))
         self._specials = _Specials(hf)
@@ -335,12 +335,12 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
             reasons.append(refusal)
         else:
             candidates.append(name)
-    adversarial: list[str] = []  # built when an engine without a cached verdict is verified (~0.05 s)
+    adversarial: list[str] = []  # built when an engine without a cached verdict is verified
     settings = (False, True) if add_special_tokens is None else (add_special_tokens,)
     expected: dict[str, dict[bool, tuple[np.ndarray, np.ndarray]]] = {}
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-load")
     try:
-        # Loading an engine (~1 s for a 150k-token vocabulary; it releases the GIL) overlaps with the
+        # Loading an engine (about a second for a large vocabulary; it releases the GIL) overlaps with the
         # reference encodings; the next candidate loads only if the first is refused.
         def load(name: str) -> Any:
             if loaded and name in loaded:

@@ -1,10 +1,10 @@
 """Very long documents encoded in pieces, to the very ids the whole document gets, in bounded memory.
 
-`tokenizers` keeps about 80 bytes per character while it encodes one text (its normalized string with
-alignments, every symbol of a word being merged, the `Encoding`'s tokens, offsets and masks): a 31.5 MB
-document took 2.6 GB and 64 s with the Mistral tokenizer (its Metaspace pre-tokenizer makes the whole
-text one word), a 184 MB one 17.7 GB. Cut at places where no token can span the cut, the pieces encode
-to the same ids in a fraction of the memory (and time: 16 s for the 31.5 MB text), a few pieces at a time.
+`tokenizers` keeps many bytes per character while it encodes one text (its normalized string with
+alignments, every symbol of a word being merged, the `Encoding`'s tokens, offsets and masks), so a
+document of tens of megabytes takes gigabytes (figures: docs/performance.md#figures-behind-design-choices). Cut at places where no
+token can span the cut, the pieces encode to the same ids in a fraction of the memory and time, a few
+pieces at a time.
 
 Where no token can span a cut follows from the tokenizer's own structure, so a cut rule is given only to
 tokenizer families whose structure proves it (`cut_rule`), and each rule is checked on the tokenizer at

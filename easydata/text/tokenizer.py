@@ -406,7 +406,7 @@ class _Layout:
     def apply(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
         """`values` (aligned with the input ids) laid out like the output ids, specials filled in.
 
-        One `np.insert` (a boolean mask inside) instead of per-token index arrays: ~20x faster.
+        One `np.insert` (a boolean mask inside) instead of per-token index arrays (docs/performance.md#figures-behind-design-choices).
         Insertions are listed document by document, BOS before EOS; `np.insert` keeps that order
         among equal positions, so an empty document gets BOS then EOS, and one document's EOS comes
         before the next one's BOS at their shared boundary.
@@ -469,7 +469,7 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str
 
     A local worker server calls this before it forks its workers (`beam_pipelines.local.local_worker`): each
     worker then starts with the tokenizer loaded, instead of every worker parsing the same
-    `tokenizer.json` (~0.3 s each, all at the start of tokenizing). Loading starts no tokenizer thread,
+    `tokenizer.json` (a fraction of a second each, all at the start of tokenizing). Loading starts no tokenizer thread,
     so forking afterwards is safe. A tokenizer that fails to load is left out: the step that needs it
     loads it again and reports the error there.
     """
