@@ -196,8 +196,9 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         print(f"  {name}: {used:,} documents ({info['documents_rejected']:,} rejected{unused}),"
               f" {info['tokens']:,} tokens, {len(info['shards'])} shards")
         if info.get("truncated_documents"):  # tokenize.truncation: truncate
-            print(f"    truncated: {info['truncated_documents']:,} documents cut to tokenize.max_length (their tails are"
-                  " not in the output; `truncation: window` keeps them as more rows)")
+            dropped = f", {info['truncated_tokens']:,} tokens dropped" if info.get("truncated_tokens") else ""
+            print(f"    truncated: {info['truncated_documents']:,} documents cut to tokenize.max_length{dropped} (their"
+                  " tails are not in the output; `truncation: window` keeps them as more rows)")
         if info.get("windowed_documents"):
             print(f"    windows: {info['windowed_documents']:,} long documents cut into {info['extra_windows']:,} more"
                   " rows (tokenize.truncation: window)")

@@ -117,6 +117,9 @@ def test_the_summary_says_how_many_documents_were_truncated(job, capsys):
     line = next(line for line in out.splitlines() if "truncated:" in line)
     count = int(line.split("truncated:")[1].split()[0].replace(",", ""))
     assert 0 < count <= 50 and "documents cut to tokenize.max_length" in line
+    manifest = json.loads((job.parent / "out" / "manifest.json").read_text())
+    dropped = sum(entry.get("truncated_tokens", 0) for entry in manifest["datasets"].values())
+    assert dropped > 0 and f", {dropped:,} tokens dropped" in line  # and how many tokens that dropped
 
 
 @pytest.mark.slow

@@ -176,6 +176,7 @@ def test_pipeline_counts_documents_not_windows(tmp_path, tokenizer_dir, truncati
     if truncation == "truncate":
         assert entry["truncated_documents"] == int(long.sum()) and entry["rows"] == 120
         assert entry["tokens"] == int(np.minimum(lengths, 32).sum())
+        assert entry["truncated_tokens"] == int((lengths - 32)[long].sum())  # the tails not written
     else:
         windows = np.where(long, 1 + -(-(lengths - 32) // 24), 1)
         assert entry["windowed_documents"] == int(long.sum())

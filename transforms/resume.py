@@ -38,7 +38,7 @@ class _LoadUnitFn(beam.DoFn):
         self._progress = ProgressSink(self._progress_dir)
 
     def process(self, unit: UnitCheckpoint) -> Iterator[Any]:
-        chat_rejected = 0
+        chat_rejected = truncated = 0
         for rows, info in unit.batches():
             if rows.num_rows:
                 tokens = len(rows.column("input_ids").values) if "input_ids" in rows.schema.names else 0
@@ -46,10 +46,12 @@ class _LoadUnitFn(beam.DoFn):
                 yield rows
             self._progress.add(input_bytes=int(info.get("input_bytes", 0)))
             chat_rejected += int(info.get("chat_rejected", 0))
+            truncated += int(info.get("truncated_tokens", 0))
             if info.get("chat_rejected_file"):
                 yield beam.pvalue.TaggedOutput(REJECTED_TAG, info["chat_rejected_file"])
-        if chat_rejected:
-            yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(unit.dataset, documents_rejected=chat_rejected))
+        if chat_rejected or truncated:
+            yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(unit.dataset, documents_rejected=chat_rejected,
+                                                                     truncated_tokens=truncated))
         if unit.rejected_file:
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, unit.rejected_file)
         self._progress.flush()  # a resumed unit counts at once, not when the worker ends

@@ -18,7 +18,7 @@ named by its work unit and index, for `--resume` (`easydata.run.checkpoint`).
 
 Outputs (tagged):
   `rows`: `pa.RecordBatch` of token rows (with the hidden shuffle columns)
-  `stats`: `RunCounters`: chat records rejected, a fast engine's counts
+  `stats`: `RunCounters`: chat records rejected, tokens truncation cut off, a fast engine's counts
   `rejected_files`: relative paths of the chat dead-letter files written
 """
 
@@ -79,6 +79,7 @@ class _TokenizeFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._pending = None
+        self._truncated = 0  # tokens `truncation: truncate` cut off in this bundle
 
     def _render(self, batch: DocumentBatch) -> Iterator[Any]:
         """The chat stage: yields the dead-letter file and counters of refused records, returns the batch."""
@@ -99,7 +100,7 @@ class _TokenizeFn(beam.DoFn):
             write_batch(batch_path(self._staging, batch.dataset, batch.unit, batch.index),
                         rows if rows is not None else pa.record_batch([], schema=pa.schema([])),
                         {"chat_rejected": batch.chat_rejected, "chat_rejected_file": batch.chat_rejected_file,
-                         "input_bytes": batch.input_bytes})
+                         "input_bytes": batch.input_bytes, "truncated_tokens": stats.truncated_tokens})
         return rows, stats
 
     def _collect(self) -> tuple[Optional[pa.RecordBatch], Any, Any]:
@@ -108,6 +109,7 @@ class _TokenizeFn(beam.DoFn):
         rows, stats = self._rows(batch, future.result())
         self._documents.inc(stats.documents)
         self._tokens.inc(stats.tokens)
+        self._truncated += stats.truncated_tokens
         self._progress.add(documents=stats.documents, tokens=stats.tokens)
         return rows, window, timestamp
 
@@ -128,12 +130,14 @@ class _TokenizeFn(beam.DoFn):
                 yield WindowedValue(rows, timestamp, [window])
         self._progress.flush()  # the launcher's counts are current at every bundle's end, not only at teardown
         return_free_memory()
+        counters = RunCounters.of(self._dataset, truncated_tokens=self._truncated)
         engine = self._stages.engine
         if engine is not None:  # what this bundle's engine did, for the manifest
             counts = {key: value for key, value in engine.take_counts().items() if value}
             if counts:
-                yield beam.pvalue.TaggedOutput(STATS_TAG, WindowedValue(
-                    RunCounters(engines={self._dataset: counts}), MAX_TIMESTAMP, (GlobalWindow(),)))
+                counters.engines[self._dataset] = counts
+        if counters.counts or counters.engines:
+            yield beam.pvalue.TaggedOutput(STATS_TAG, WindowedValue(counters, MAX_TIMESTAMP, (GlobalWindow(),)))
 
     def teardown(self) -> None:
         if self._executor is not None:

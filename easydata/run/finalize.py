@@ -68,12 +68,14 @@ def _truncation(config: PipelineConfig, dataset: str) -> str:
 
 
 def _cut_entry(truncation: str, infos: list[ShardInfo], c: collections.Counter, packed: bool) -> dict[str, Any]:
-    """How many documents `tokenize.truncation` cut (and, for windows, the extra rows they made)."""
+    """How many documents `tokenize.truncation` cut (and the tokens that dropped, where the counters hold
+    them: a dataset's own output; for windows, the extra rows they made)."""
     if truncation == "none":
         return {}
     cut = c["packed_cut_documents"] if packed else sum(s.cut_documents for s in infos)
     if truncation == "truncate":
-        return {"truncated_documents": cut}
+        return {"truncated_documents": cut, **({"truncated_tokens": c["truncated_tokens"]}
+                                               if c["truncated_tokens"] else {})}
     if packed:
         extra = c["packed_pieces"] - c["packed_documents"]
     else:

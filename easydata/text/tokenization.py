@@ -36,10 +36,12 @@ __all__ = ["EncodedDocuments", "TokenizedStats", "encode_documents", "rows_from_
 
 @dataclasses.dataclass
 class TokenizedStats:
-    """Counters of one tokenized batch."""
+    """Counters of one tokenized batch: documents, tokens written, and the tokens `truncation: truncate`
+    cut off (the tails not written; windows keep every token)."""
 
     documents: int = 0
     tokens: int = 0
+    truncated_tokens: int = 0
 
 
 def _interleave(parts: list[tuple[list[int], np.ndarray, np.ndarray, np.ndarray]], n: int
@@ -114,12 +116,16 @@ def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer
         parts.append((chat, flat, chat_offsets, chat_mask))
         ids, offsets, mask = _interleave(parts, len(batch))
     keys, fields, extra = batch.keys, batch.fields, {}
+    truncated = 0
     if config.truncation_mode != "none" and config.max_length is not None:
+        whole = int(offsets[-1])
         eos = tokenizer.eos_token_id if config.add_eos else None
         bos = tokenizer.bos_token_id if config.add_bos else None
         pieces = cut_documents(ids, offsets, mode=config.truncation_mode, max_length=config.max_length,
                                stride=config.stride or 0, eos=eos, bos=bos, mask=mask)
         ids, offsets, mask = pieces.ids, pieces.offsets, pieces.mask
+        if config.truncation_mode == "truncate":
+            truncated = whole - int(offsets[-1])
         doc, piece = pieces.doc.tolist(), pieces.piece.tolist()
         keys = [keys[d] if p <= 1 else f"{keys[d]}#w{p}" for d, p in zip(doc, piece)]
         if len(doc) != len(batch):  # windows: every row carries its document's fields
@@ -131,4 +137,4 @@ def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer
         **extra,
     }
     record_batch = documents_to_batch(ids, offsets, fields, hidden, loss_mask=mask)
-    return record_batch, TokenizedStats(documents=len(batch), tokens=int(offsets[-1]))
+    return record_batch, TokenizedStats(documents=len(batch), tokens=int(offsets[-1]), truncated_tokens=truncated)

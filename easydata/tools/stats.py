@@ -30,7 +30,7 @@ from easydata.run.manifest import OutputEntry, member_path, packed_seq_length, r
 __all__ = ["compute_stats", "format_stats", "plot_stats", "length_bins", "PERCENTILES"]
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
-_CUT_KEYS = ("truncated_documents", "windowed_documents", "extra_windows")
+_CUT_KEYS = ("truncated_documents", "truncated_tokens", "windowed_documents", "extra_windows")
 #: Counts taken from the manifest's entry of an output (not measurable from its rows alone): the cut
 #: documents, and the tokens a chat output trains on (`loss_mask` 1).
 _MANIFEST_KEYS = (*_CUT_KEYS, "trained_tokens")
