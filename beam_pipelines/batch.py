@@ -105,18 +105,20 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
             packed = rows | f"Pack[{name}]" >> Pack(name=name, config=config.pack, pad_id=pad_id,
                                                     seed=config.seed, num_groups=num_groups, staging=plan.staging,
                                                     group_dir=group_dir("pack", name),
-                                                    dictionary=plan.shuffle_dictionary)
+                                                    dictionary=plan.shuffle_dictionary, progress_dir=progress_dir)
             groups = packed["groups"]
             stats.append(packed[STATS_TAG])
         else:
             sorted_groups = rows | f"Sort[{name}]" >> SortGroups(name=name, num_groups=num_groups, staging=plan.staging,
                                                                  group_dir=group_dir("sort", name),
-                                                                 dictionary=plan.shuffle_dictionary)
+                                                                 dictionary=plan.shuffle_dictionary,
+                                                                 progress_dir=progress_dir)
             groups = sorted_groups["groups"]
             stats.append(sorted_groups[STATS_TAG])
         shards.append(groups | f"Write[{name}]" >> WriteShards(
             name=name, num_groups=num_groups, save=config.save, staging=plan.staging,
-            token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id)))
+            token_files=token_file_spec(config, plan.datasets[0].tokenizer_info.vocab_size, pad_id),
+            progress_dir=progress_dir))
     commit_inputs = {
         "shards": shards | "AllShards" >> beam.Flatten(),
         "counters": stats | "AllStats" >> beam.Flatten() | "SumCounters" >> beam.CombineGlobally(SumCounters()),
@@ -124,7 +126,8 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     }
     if mix_plan is not None:
         commit_inputs["mix_plan"] = mix_plan
-    return commit_inputs | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at)
+    return commit_inputs | "CommitOutput" >> CommitOutput(config=config, plan=plan, started_at=started_at,
+                                                          progress_dir=progress_dir)
 
 
 def _check_beam_flags(beam_args: list[str]) -> None:
@@ -317,7 +320,7 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
                 after = ("packing, shuffling and writing shards" if config.pack.enabled
                          else "shuffling and writing shards")
                 with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local,
-                                     after_input=after):
+                                     after_input=after, group_stage="packing" if config.pack.enabled else "sorting"):
                     try:
                         _run(pipeline).wait_until_finish()
                     except Exception as e:  # a user error in a step: its own class and message, not Beam's wrapping

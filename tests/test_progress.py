@@ -15,7 +15,7 @@ import pytest
 
 from easydata.run.progress import ProgressMonitor, ProgressSink, read_progress
 
-ZERO = {"input_bytes": 0, "documents": 0, "tokens": 0}
+ZERO = {"input_bytes": 0, "documents": 0, "tokens": 0, "groups": 0, "shards": 0, "committing": 0}
 
 
 def progress_files(directory: Path) -> dict[str, dict[str, int]]:
@@ -27,20 +27,20 @@ def test_sink_writes_its_counters(tmp_path: Path) -> None:
     sink.add(input_bytes=100, documents=2, tokens=50)
     sink.flush()
     files = progress_files(tmp_path / "progress")
-    assert list(files.values()) == [{"input_bytes": 100, "documents": 2, "tokens": 50}]
+    assert list(files.values()) == [{**ZERO, "input_bytes": 100, "documents": 2, "tokens": 50}]
     (name,) = files
     assert re.fullmatch(r"\d+-[0-9a-f]{8}\.json", name)  # <pid>-<random>: unique per worker
     sink.add(input_bytes=20, documents=1)  # within the interval: buffered
-    assert progress_files(tmp_path / "progress")[name] == {"input_bytes": 100, "documents": 2, "tokens": 50}
+    assert progress_files(tmp_path / "progress")[name] == {**ZERO, "input_bytes": 100, "documents": 2, "tokens": 50}
     sink.flush()
-    assert progress_files(tmp_path / "progress")[name] == {"input_bytes": 120, "documents": 3, "tokens": 50}
+    assert progress_files(tmp_path / "progress")[name] == {**ZERO, "input_bytes": 120, "documents": 3, "tokens": 50}
 
 
 def test_sink_flushes_every_add_with_zero_interval(tmp_path: Path) -> None:
     sink = ProgressSink(str(tmp_path), interval=0)
     for _ in range(5):
         sink.add(documents=1, tokens=7)
-    assert read_progress(str(tmp_path)) == {"input_bytes": 0, "documents": 5, "tokens": 35}
+    assert read_progress(str(tmp_path)) == {**ZERO, "input_bytes": 0, "documents": 5, "tokens": 35}
 
 
 def test_read_progress_sums_several_sinks(tmp_path: Path) -> None:
@@ -49,7 +49,7 @@ def test_read_progress_sums_several_sinks(tmp_path: Path) -> None:
         sink.add(input_bytes=1000 * i, documents=i, tokens=10 * i)
     sinks[0].add(documents=4)
     assert len(progress_files(tmp_path)) == 3
-    assert read_progress(str(tmp_path)) == {"input_bytes": 6000, "documents": 10, "tokens": 60}
+    assert read_progress(str(tmp_path)) == {**ZERO, "input_bytes": 6000, "documents": 10, "tokens": 60}
 
 
 def test_read_progress_skips_partial_files_and_missing_keys(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_read_progress_skips_partial_files_and_missing_keys(tmp_path: Path) -> N
     (tmp_path / "being-rewritten.json").write_text('{"input_bytes": 9')  # a torn write
     (tmp_path / "old-worker.json").write_text('{"documents": 2}')
     (tmp_path / "notes.txt").write_text('{"documents": 100}')  # not a progress file
-    assert read_progress(str(tmp_path)) == {"input_bytes": 5, "documents": 3, "tokens": 3}
+    assert read_progress(str(tmp_path)) == {**ZERO, "input_bytes": 5, "documents": 3, "tokens": 3}
 
 
 def test_read_progress_of_a_missing_directory(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_sink_never_fails_the_job(tmp_path: Path) -> None:
 def test_sink_works_on_memory_filesystem(memory_fs: Any) -> None:
     ProgressSink("memory://progress", interval=0).add(input_bytes=3, documents=1, tokens=2)
     ProgressSink("memory://progress", interval=0).add(input_bytes=4, documents=1, tokens=1)
-    assert read_progress("memory://progress") == {"input_bytes": 7, "documents": 2, "tokens": 3}
+    assert read_progress("memory://progress") == {**ZERO, "input_bytes": 7, "documents": 2, "tokens": 3}
 
 
 # ---- monitor -------------------------------------------------------------------------------------
@@ -200,3 +200,48 @@ def test_lines_name_the_stage_once_every_input_is_read(tmp_path: Path, capsys: p
             err = capsys.readouterr().err
     assert re.fullmatch(r"\[easydata\] 100\.0% of input read: 7 documents read, 70 tokens tokenized; packing and"
                         r" writing, \d+s", err.splitlines()[0]), err
+
+
+def test_each_stage_after_reading_says_what_it_has_done(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """After tokenizing, the lines named one fixed label through packing, writing and the commit; now each step
+    reports what it finished (`report_stage`) and the line names the stage that runs, with its own count."""
+    from easydata.run.progress import report_stage
+
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=2000, documents=7, tokens=70)
+    for counts, expected in [({"groups": 3}, "; packing (3 groups done), "),
+                             ({"shards": 2}, "; writing shards (2 written), "),
+                             ({"committing": 1}, "; committing, ")]:
+        report_stage(str(tmp_path), **counts)
+        with ProgressMonitor(str(tmp_path), total_bytes=2000, log_every=0.01, after_input="packing and writing",
+                             group_stage="packing"):
+            deadline, err = time.monotonic() + 5, ""
+            while not err and time.monotonic() < deadline:
+                time.sleep(0.05)
+                err = capsys.readouterr().err
+        assert expected in err.splitlines()[0], err
+    report_stage(None, groups=1)  # not reported: nothing written, nothing raised
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pack", [True, False], ids=["packed", "sorted"])
+def test_a_run_reports_its_groups_shards_and_commit(tmp_path: Path, tokenizer_dir: Path, pack: bool) -> None:
+    import apache_beam as beam
+
+    from beam_pipelines.batch import build_batch_pipeline
+    from beam_pipelines.runners import make_runner_and_options
+    from easydata.config import PipelineConfig
+    from easydata.run.run_plan import prepare_run
+    from tests.conftest import make_texts, write_jsonl
+
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(200, seed=3)))
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": str(tokenizer_dir), "datasets": [{"name": "web", "data_files": str(tmp_path / "a.jsonl")}],
+        "pack": {"enabled": pack, "seq_length": 64}, "save": {"output_dir": str(tmp_path / "out"), "num_shards": 3}})
+    plan = prepare_run(config, group_bytes=4096)
+    progress = tmp_path / "progress"
+    runner, options = make_runner_and_options(["--direct_num_workers=1"])
+    with beam.Pipeline(runner=runner, options=options) as pipeline:
+        build_batch_pipeline(pipeline, config, plan, time.time(), progress_dir=str(progress))
+    counts = read_progress(str(progress))
+    assert 1 < counts["groups"] <= plan.datasets[0].num_groups  # the non-empty groups, each once
+    assert (counts["shards"], counts["committing"], counts["documents"]) == (3, 1, 200)

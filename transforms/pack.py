@@ -30,6 +30,7 @@ from easydata.rows import HIDDEN_COLUMNS
 from transforms.write import sorted_group_path
 from easydata.run.counters import RunCounters
 from transforms.counters import STATS_TAG
+from easydata.run.progress import report_stage
 from transforms.failures import classified_failures
 
 __all__ = ["Pack"]
@@ -38,9 +39,10 @@ __all__ = ["Pack"]
 
 @classified_failures
 class _PackGroupFn(beam.DoFn):
-    def __init__(self, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int, staging: str):
+    def __init__(self, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int, staging: str,
+                 progress_dir: Optional[str] = None):
         self._name, self._config, self._pad_id, self._seed = name, config, pad_id, seed
-        self._num_groups, self._staging = num_groups, staging
+        self._num_groups, self._staging, self._progress_dir = num_groups, staging, progress_dir
         self._rows = beam.metrics.Metrics.counter("easydata", "packed_rows")
 
     def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[Any]:
@@ -64,6 +66,7 @@ class _PackGroupFn(beam.DoFn):
         self._rows.inc(stats.rows)
         del table, packed
         return_free_memory()
+        report_stage(self._progress_dir, groups=1)
         yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(self._name, stats.as_dict()))
 
 
@@ -80,20 +83,23 @@ class Pack(beam.PTransform):
       group_dir: group the documents through files in this directory (`GroupViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
       dictionary: the run's shuffle dictionary, if any (`easydata.ops.shuffle_dictionary`).
+      progress_dir: where workers report the groups packed (None: no reporting).
     """
 
     def __init__(self, *, name: str, config: PackStageConfig, pad_id: int, seed: int, num_groups: int,
-                 staging: str, group_dir: Optional[str] = None, dictionary: Optional[bytes] = None):
+                 staging: str, group_dir: Optional[str] = None, dictionary: Optional[bytes] = None,
+                 progress_dir: Optional[str] = None):
         super().__init__()
         self._name, self._config, self._pad_id = name, config, pad_id
         self._seed, self._num_groups, self._staging, self._group_dir = seed, num_groups, staging, group_dir
-        self._dictionary = dictionary
+        self._dictionary, self._progress_dir = dictionary, progress_dir
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
         shuffled = rows | "GroupDocuments" >> ShuffleRows(num_groups=self._num_groups, stage="pack",
                                                           group_dir=self._group_dir, dictionary=self._dictionary)
         packed = shuffled["groups"] | "PackGroups" >> beam.ParDo(
-            _PackGroupFn(self._name, self._config, self._pad_id, self._seed, self._num_groups, self._staging)
+            _PackGroupFn(self._name, self._config, self._pad_id, self._seed, self._num_groups, self._staging,
+                         self._progress_dir)
         ).with_outputs(STATS_TAG, main="groups")
         stats = (packed[STATS_TAG], shuffled[STATS_TAG]) | "AllPackStats" >> beam.Flatten()
         return {"groups": packed.groups, STATS_TAG: stats}

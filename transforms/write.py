@@ -32,6 +32,7 @@ from easydata.run.machine import return_free_memory
 from easydata.io.token_files import TokenFileSpec
 from transforms.shuffle import ShuffleRows
 from transforms.counters import STATS_TAG
+from easydata.run.progress import report_stage
 from transforms.failures import classified_failures
 
 __all__ = ["SortGroups", "WriteShards", "sorted_group_path", "HIDDEN_COLUMNS"]
@@ -47,8 +48,8 @@ def sorted_group_path(staging: str, name: str, group: int) -> str:
 class _SortGroupFn(beam.DoFn):
     """Sorts one group's rows by (hash, key) and stages them in one file."""
 
-    def __init__(self, name: str, staging: str):
-        self._name, self._staging = name, staging
+    def __init__(self, name: str, staging: str, progress_dir: Optional[str] = None):
+        self._name, self._staging, self._progress_dir = name, staging, progress_dir
 
     def process(self, element: tuple[int, Iterable[pa.RecordBatch]]) -> Iterator[SortedGroup]:
         group, batches = element
@@ -61,6 +62,7 @@ class _SortGroupFn(beam.DoFn):
                            data_bytes=data_bytes(table, HIDDEN_COLUMNS), schema=serialize_schema(table.schema))
         del table
         return_free_memory()
+        report_stage(self._progress_dir, groups=1)
         yield done
 
 
@@ -74,21 +76,23 @@ class SortGroups(beam.PTransform):
       group_dir: group the rows through files in this directory (`GroupViaFiles`, for
         runners whose workers share this machine's files); None: Beam's GroupByKey.
       dictionary: the run's shuffle dictionary, if any (`easydata.ops.shuffle_dictionary`).
+      progress_dir: where workers report the groups sorted (None: no reporting).
 
     Returns:
       Outputs `groups`, `SortedGroup` per non-empty group, and `stats` (`transforms.shuffle`).
     """
 
     def __init__(self, *, name: str, num_groups: int, staging: str, group_dir: Optional[str] = None,
-                 dictionary: Optional[bytes] = None):
+                 dictionary: Optional[bytes] = None, progress_dir: Optional[str] = None):
         super().__init__()
         self._name, self._num_groups, self._staging, self._group_dir = name, num_groups, staging, group_dir
-        self._dictionary = dictionary
+        self._dictionary, self._progress_dir = dictionary, progress_dir
 
     def expand(self, rows: beam.PCollection) -> dict[str, beam.PCollection]:
         shuffled = rows | "GroupRows" >> ShuffleRows(num_groups=self._num_groups, stage="sort",
                                                      group_dir=self._group_dir, dictionary=self._dictionary)
-        return {"groups": shuffled["groups"] | "SortGroup" >> beam.ParDo(_SortGroupFn(self._name, self._staging)),
+        return {"groups": shuffled["groups"] | "SortGroup" >> beam.ParDo(_SortGroupFn(self._name, self._staging,
+                                                                                          self._progress_dir)),
                 STATS_TAG: shuffled[STATS_TAG]}
 
 
@@ -117,8 +121,10 @@ class _CutFn(beam.DoFn):
 class _AssembleShardFn(beam.DoFn):
     """Concatenates a shard's pieces in group order into the output format."""
 
-    def __init__(self, name: str, save: SaveStageConfig, staging: str, token_files: Optional[TokenFileSpec]):
+    def __init__(self, name: str, save: SaveStageConfig, staging: str, token_files: Optional[TokenFileSpec],
+                 progress_dir: Optional[str] = None):
         self._name, self._save, self._staging, self._token_files = name, save, staging, token_files
+        self._progress_dir = progress_dir
 
     def process(self, element: tuple[int, Iterable[PieceInfo]], schema: pa.Schema) -> Iterator[ShardInfo]:
         shard, pieces = element
@@ -135,6 +141,7 @@ class _AssembleShardFn(beam.DoFn):
             raise RuntimeError(f"shard {relative}: wrote {done.rows} rows, pieces hold {expected}")
         companions = tuple((role, path, f"{posixpath.dirname(relative)}/{posixpath.basename(path)}")
                            for role, path in sorted(done.companions.items()))
+        report_stage(self._progress_dir, shards=1)
         yield ShardInfo(dataset=self._name, shard=shard, num_shards=num_shards, temp_path=dest,
                         relative_path=relative, rows=done.rows, tokens=done.tokens,
                         bytes=file_size(dest) + sum(file_size(path) for _, path, _ in companions),
@@ -156,16 +163,17 @@ class WriteShards(beam.PTransform):
       save: format, compression, shard count / size, row group size.
       staging: the run's staging directory.
       token_files: dtype, row width and pad id for the `bin` / `npz` formats.
+      progress_dir: where workers report the shards written (None: no reporting).
 
     Returns:
       A PCollection of `ShardInfo`, one per shard written.
     """
 
     def __init__(self, *, name: str, num_groups: int, save: SaveStageConfig, staging: str,
-                 token_files: Optional[TokenFileSpec] = None):
+                 token_files: Optional[TokenFileSpec] = None, progress_dir: Optional[str] = None):
         super().__init__()
         self._name, self._num_groups, self._save, self._staging = name, num_groups, save, staging
-        self._token_files = token_files
+        self._token_files, self._progress_dir = token_files, progress_dir
 
     def expand(self, groups: beam.PCollection) -> beam.PCollection:
         counts = groups | "MeasureGroups" >> beam.Map(_group_counts)
@@ -179,7 +187,7 @@ class WriteShards(beam.PTransform):
                 | "KeyByShard" >> beam.Map(lambda p: (p.shard, p))
                 | "GroupPieces" >> beam.GroupByKey()
                 | "AssembleShards" >> beam.ParDo(_AssembleShardFn(self._name, self._save, self._staging,
-                                                                  self._token_files),
+                                                                  self._token_files, self._progress_dir),
                                                  schema=beam.pvalue.AsSingleton(schema)))
 
     def display_data(self) -> dict[str, Any]:

@@ -20,9 +20,11 @@ from typing import Optional
 
 from easydata.io.filesystems import get_fs, join
 
-__all__ = ["ProgressSink", "ProgressMonitor", "read_progress"]
+__all__ = ["ProgressSink", "ProgressMonitor", "read_progress", "report_stage"]
 
-_COUNTERS = ("input_bytes", "documents", "tokens")
+#: Reading and tokenizing count `input_bytes`, `documents` and `tokens`; the stages after them count the groups
+#: they packed or sorted, the shards they wrote and whether the commit started (`report_stage`).
+_COUNTERS = ("input_bytes", "documents", "tokens", "groups", "shards", "committing")
 
 
 class ProgressSink:
@@ -53,6 +55,21 @@ class ProgressSink:
             fs.pipe_file(path, json.dumps(self._counts).encode())
         except Exception:  # progress is advisory: never fail the job for it
             pass
+
+
+#: This process's sink per progress directory, for `report_stage`.
+_STAGE_SINKS: dict[str, ProgressSink] = {}
+
+
+def report_stage(progress_dir: Optional[str], **counts: int) -> None:
+    """A step after tokenizing reports what it finished (`groups=1`, `shards=1`, `committing=1`) through one
+    sink per process; written at once, so the launcher names the stage that runs (None: not reported)."""
+    if progress_dir is None:
+        return
+    sink = _STAGE_SINKS.get(progress_dir)
+    if sink is None:
+        sink = _STAGE_SINKS[progress_dir] = ProgressSink(progress_dir, interval=0.0)
+    sink.add(**counts)
 
 
 #: The bar's width (and the screen's height) on a terminal that does not say how large it is.
@@ -94,12 +111,14 @@ class ProgressMonitor:
       total_bytes: input bytes of the whole job (the bar's 100%).
       log_every: seconds between plain log lines when stderr is not a terminal.
       after_input: what the job does once every input is read (the bar's and the lines' stage then, so a
-        bar at 100% never sits there without saying what runs).
+        bar at 100% never sits there without saying what runs), until the later steps report their own:
+        `group_stage` with the groups done, writing shards with the shards written, the commit.
+      group_stage: what the steps after the shuffle do to each group (`packing` or `sorting`).
     """
 
     def __init__(self, progress_dir: str, total_bytes: int, log_every: float = 10.0, enabled: bool = True,
-                 after_input: str = "shuffling and writing shards"):
-        self._after_input = after_input
+                 after_input: str = "shuffling and writing shards", group_stage: str = "sorting"):
+        self._after_input, self._group_stage = after_input, group_stage
         self._dir = progress_dir
         self._total = max(total_bytes, 1)
         self._log_every = log_every
@@ -116,6 +135,16 @@ class ProgressMonitor:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+
+    def _stage(self, counts: dict[str, int]) -> str:
+        """The stage after reading, by what the later steps reported (`report_stage`)."""
+        if counts["committing"]:
+            return "committing"
+        if counts["shards"]:
+            return f"writing shards ({counts['shards']:,} written)"
+        if counts["groups"]:
+            return f"{self._group_stage} ({counts['groups']:,} groups done)"
+        return self._after_input
 
     def _run(self) -> None:
         start = time.monotonic()
@@ -136,8 +165,8 @@ class ProgressMonitor:
             done = min(counts["input_bytes"], self._total)
             read_all = done >= self._total
             if bar is not None:
-                if read_all and bar.desc != self._after_input:
-                    bar.set_description(self._after_input, refresh=False)
+                if read_all and bar.desc != self._stage(counts):
+                    bar.set_description(self._stage(counts), refresh=False)
                 bar.n = done
                 # What has been read and tokenized so far: a mix or a split then writes a share of it
                 # (the summary at the end says what the output holds). Drawn once more at the end, so
@@ -147,7 +176,7 @@ class ProgressMonitor:
             elif not stopping and time.monotonic() - last_log >= self._log_every:
                 last_log = time.monotonic()
                 elapsed = last_log - start
-                stage = f"; {self._after_input}" if read_all else ""
+                stage = f"; {self._stage(counts)}" if read_all else ""
                 print(f"[easydata] {100 * done / self._total:5.1f}% of input read: {counts['documents']:,}"
                       f" documents read, {counts['tokens']:,} tokens tokenized{stage}, {elapsed:.0f}s",
                       file=sys.stderr, flush=True)
