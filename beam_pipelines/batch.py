@@ -31,7 +31,7 @@ from easydata.io.sources import work_units
 from easydata.run.lock import OutputLock
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
-from easydata.run.progress import ProgressMonitor
+from easydata.run.progress import ProgressMonitor, say
 from easydata.run.run_plan import RunPlan, check_reachable_by_workers, check_shared_by_processes, plan_run
 from easydata.run.run_plan import open_output as open_run_output
 from easydata.ops.splits import split_output_name
@@ -201,11 +201,11 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
         for note in sorted({f"tokenizer '{d.tokenizer.name_or_path}' encodes with hf: {d.engine_choice['reason']}"
                             for d in plan.datasets if d.engine_choice and d.engine == "hf"
                             and d.engine_choice.get("requested") != "hf"}):
-            print(f"easydata: note: {note}", file=sys.stderr)
+            say(f"easydata: note: {note}")
     if resume and announce_resume:
-        print(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
-              " already tokenized" if plan.resumed else
-              "easydata: no unfinished run of this job to resume: starting a new run", file=sys.stderr)
+        say(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
+            " already tokenized" if plan.resumed else
+            "easydata: no unfinished run of this job to resume: starting a new run")
     pipeline = beam.Pipeline(runner=runner, options=options)
     build_batch_pipeline(pipeline, config, plan, time.time() if started is None else started,
                          progress_dir if local else None, group_via_files=local)
@@ -303,7 +303,7 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
     if problems:  # before the lock: a config error leaves no trace in the output
         raise ConfigError(problems)
     _check_beam_flags(list(beam_args or []))
-    _check_launch(config, list(beam_args or []))
+    local = _check_launch(config, list(beam_args or []))
     try:
         with OutputLock(config.save.output_dir, new_run_id()) as lock:  # one run at a time per output
             if lock.took_over and show_progress:
@@ -313,21 +313,21 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
                 if finished is not None:
                     return BatchResult(output_dir=config.save.output_dir, manifest=finished,
                                        elapsed_seconds=time.time() - started)
-            with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, quiet_user_errors():
-                pipeline, plan, local = _build_job(config, beam_args, resume, plan_options, started=started,
-                                                   progress_dir=progress_dir, announce_resume=show_progress,
-                                                   lock_id=lock.run_id)
-                after = ("packing, shuffling and writing shards" if config.pack.enabled
-                         else "shuffling and writing shards")
-                with ProgressMonitor(progress_dir, plan.total_input_bytes, enabled=show_progress and local,
-                                     after_input=after, group_stage="packing" if config.pack.enabled else "sorting"):
-                    try:
-                        _run(pipeline).wait_until_finish()
-                    except Exception as e:  # a user error in a step: its own class and message, not Beam's wrapping
-                        error = classify(e)
-                        if error is None or error is e:
-                            raise
-                        raise error from None
+            after = "packing, shuffling and writing shards" if config.pack.enabled else "shuffling and writing shards"
+            with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, quiet_user_errors(), \
+                    ProgressMonitor(progress_dir, None, enabled=show_progress and local, after_input=after,
+                                    group_stage="packing" if config.pack.enabled else "sorting") as monitor:
+                pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, started=started,
+                                               progress_dir=progress_dir, announce_resume=show_progress,
+                                               lock_id=lock.run_id)
+                monitor.reading(plan.total_input_bytes)
+                try:
+                    _run(pipeline).wait_until_finish()
+                except Exception as e:  # a user error in a step: its own class and message, not Beam's wrapping
+                    error = classify(e)
+                    if error is None or error is e:
+                        raise
+                    raise error from None
     finally:
         discard_prestarted()  # those the runner did not take (a job that failed before it ran)
     manifest = read_manifest(plan.output_dir)

@@ -182,9 +182,13 @@ def test_a_terminal_gets_a_progress_bar_even_when_it_reports_no_size(tmp_path, t
     drawn = _in_a_pty([*args, str(tmp_path / "out")], columns)
     bars = [line for line in drawn.split("\r") if line.startswith("tokenizing:")]
     assert bars and all("%|" in bar and "B/s" in bar for bar in bars), drawn[:2000]  # share, bar, rate
-    assert any("docs_read=" in bar and "tokens_tokenized=" in bar for bar in bars), drawn[:2000]
+    # Its counts, under the name of whichever stage runs when they are drawn (a small job reads in a moment).
+    staged = [line for line in drawn.split("\r") if "%|" in line]
+    assert any("docs_read=" in bar and "tokens_tokenized=" in bar for bar in staged), drawn[:2000]
     assert max(len(bar.rstrip()) for bar in bars) <= (columns or 100)
     assert "wrote " in drawn  # then the summary
+    # From the first second: planning is said (with its time) before the bar, not a blank screen.
+    assert "planning: listing inputs" in drawn and drawn.index("planning: ") < drawn.index("tokenizing:"), drawn[:500]
     quiet = _in_a_pty([*args, str(tmp_path / "quiet"), "--quiet"], columns)
     assert "tokenizing:" not in quiet
 
@@ -245,3 +249,22 @@ def test_a_run_reports_its_groups_shards_and_commit(tmp_path: Path, tokenizer_di
     counts = read_progress(str(progress))
     assert 1 < counts["groups"] <= plan.datasets[0].num_groups  # the non-empty groups, each once
     assert (counts["shards"], counts["committing"], counts["documents"]) == (3, 1, 200)
+
+
+def test_planning_is_said_until_reading_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """17-22 s of blank screen before the bar on a busy machine: the monitor now starts before planning."""
+    from easydata.run.progress import PLANNING
+
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=500, documents=3, tokens=30)
+    with ProgressMonitor(str(tmp_path), None, log_every=0.01) as monitor:
+        deadline, err = time.monotonic() + 5, ""
+        while "planning" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err += capsys.readouterr().err
+        monitor.reading(1000)
+        while "of input read" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err += capsys.readouterr().err
+    lines = err.splitlines()
+    assert re.fullmatch(rf"\[easydata\] {PLANNING}, \d+s", lines[0]), err
+    assert any(line.startswith("[easydata]  50.0% of input read: 3 documents read") for line in lines), err

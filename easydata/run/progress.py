@@ -20,7 +20,7 @@ from typing import Optional
 
 from easydata.io.filesystems import get_fs, join
 
-__all__ = ["ProgressSink", "ProgressMonitor", "read_progress", "report_stage"]
+__all__ = ["ProgressSink", "ProgressMonitor", "read_progress", "report_stage", "say"]
 
 #: Reading and tokenizing count `input_bytes`, `documents` and `tokens`; the stages after them count the groups
 #: they packed or sorted, the shards they wrote and whether the commit started (`report_stage`).
@@ -72,6 +72,19 @@ def report_stage(progress_dir: Optional[str], **counts: int) -> None:
     sink.add(**counts)
 
 
+def say(line: str) -> None:
+    """A line on stderr that does not break a progress line being drawn there (tqdm clears and redraws it)."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+#: What a run does before its input is read, as the terminal says it.
+PLANNING = "planning: listing inputs, loading tokenizers, choosing the engine, starting workers"
+
 #: The bar's width (and the screen's height) on a terminal that does not say how large it is.
 DEFAULT_COLUMNS, DEFAULT_ROWS = 100, 24
 
@@ -106,9 +119,12 @@ def read_progress(progress_dir: str) -> dict[str, int]:
 class ProgressMonitor:
     """Background thread drawing the progress of a local run.
 
+    Started before planning (`total_bytes` None), it says so from the first second: `planning` on the terminal
+    (with the time it takes), or a line every `log_every` seconds; `reading(total_bytes)` then starts the bar.
+
     Args:
       progress_dir: where workers report.
-      total_bytes: input bytes of the whole job (the bar's 100%).
+      total_bytes: input bytes of the whole job (the bar's 100%); None: still planning.
       log_every: seconds between plain log lines when stderr is not a terminal.
       after_input: what the job does once every input is read (the bar's and the lines' stage then, so a
         bar at 100% never sits there without saying what runs), until the later steps report their own:
@@ -116,11 +132,11 @@ class ProgressMonitor:
       group_stage: what the steps after the shuffle do to each group (`packing` or `sorting`).
     """
 
-    def __init__(self, progress_dir: str, total_bytes: int, log_every: float = 10.0, enabled: bool = True,
+    def __init__(self, progress_dir: str, total_bytes: Optional[int], log_every: float = 10.0, enabled: bool = True,
                  after_input: str = "shuffling and writing shards", group_stage: str = "sorting"):
         self._after_input, self._group_stage = after_input, group_stage
         self._dir = progress_dir
-        self._total = max(total_bytes, 1)
+        self._total: Optional[int] = None if total_bytes is None else max(total_bytes, 1)
         self._log_every = log_every
         self._enabled = enabled
         self._stop = threading.Event()
@@ -130,6 +146,10 @@ class ProgressMonitor:
         if self._enabled:
             self._thread.start()
         return self
+
+    def reading(self, total_bytes: int) -> None:
+        """Planning is done: the job reads `total_bytes` of input from now on."""
+        self._total = max(total_bytes, 1)
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -146,8 +166,32 @@ class ProgressMonitor:
             return f"{self._group_stage} ({counts['groups']:,} groups done)"
         return self._after_input
 
+    def _planning(self, start: float) -> bool:
+        """Says that the run is being planned until `reading` is called; False when the monitor stopped first."""
+        status, last_log = None, start
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            status = tqdm(total=None, desc=PLANNING, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False,
+                          ncols=terminal_columns() or DEFAULT_COLUMNS, nrows=DEFAULT_ROWS)
+        try:
+            while self._total is None:
+                if self._stop.wait(0.5):
+                    return False
+                if status is not None:
+                    status.refresh()
+                elif time.monotonic() - last_log >= self._log_every:
+                    last_log = time.monotonic()
+                    print(f"[easydata] {PLANNING}, {last_log - start:.0f}s", file=sys.stderr, flush=True)
+            return True
+        finally:
+            if status is not None:
+                status.close()
+
     def _run(self) -> None:
         start = time.monotonic()
+        if not self._planning(start):
+            return
         bar = None
         if sys.stderr.isatty():
             from tqdm import tqdm
@@ -158,7 +202,7 @@ class ProgressMonitor:
             bar = tqdm(total=self._total, unit="B", unit_scale=True, desc="tokenizing", file=sys.stderr,
                        leave=False, dynamic_ncols=sized, ncols=None if sized else DEFAULT_COLUMNS,
                        nrows=None if sized else DEFAULT_ROWS)
-        last_log = start
+        last_log = time.monotonic()
         while True:
             stopping = self._stop.wait(0.5)
             counts = read_progress(self._dir)
