@@ -600,7 +600,7 @@ def test_batch_graph_for_dataflow_builds_and_serialises_offline(tmp_path: Path, 
     proto = pipeline.to_runner_api(default_environment=_dataflow_environment(pipeline._options))
 
     names = {t.unique_name for t in proto.components.transforms.values()}
-    expected = {"Read[web]", "Read[code]", "Chat[web]", "Tokenize[web]", "Tokenize[code]", "Mix", "Pack[mixed]",
+    expected = {"Read[web]", "Read[code]", "Tokenize[web]", "Tokenize[code]", "Mix", "Pack[mixed]",
                 "Write[mixed]", "CommitOutput"}
     assert expected <= names, expected - names
     [env] = proto.components.environments.values()
