@@ -172,3 +172,20 @@ def test_a_hub_tokenizer_with_the_network_down_is_one_line_without_retries(tmp_p
     assert done.stderr.strip().splitlines() == [
         f"easydata: error: tokenizer 'acme/not-cached' is not in the Hugging Face cache and the Hub cannot be reached"
         f" (127.0.0.1:{port}: Connection refused); check the network, or set HF_HUB_OFFLINE=1 to use only the cache"]
+
+
+
+def test_a_gated_or_private_repo_is_told_by_the_hubs_status_not_by_the_message_text():
+    """The old rule read '401' or '403' anywhere in the error's text (a repo named `model-403` was 'gated')."""
+    import types
+
+    from easydata.io.hub import _why
+
+    class HubError(OSError):  # what huggingface_hub raises: an error carrying the HTTP response
+        def __init__(self, status: int, message: str):
+            super().__init__(message)
+            self.response = types.SimpleNamespace(status_code=status)
+
+    assert "is gated or private" in _why(HubError(401, "Unauthorized"), "'m'")
+    assert "is gated or private" in _why(HubError(403, "Forbidden"), "'m'")
+    assert "is gated or private" not in _why(HubError(500, "repo owner/model-403 failed"), "'m'")

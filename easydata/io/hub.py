@@ -71,7 +71,8 @@ def _require_hub(what: str) -> None:
 def _why(error: Exception, what: str) -> str:
     """One line for a hub failure."""
     name = type(error).__name__
-    if name in ("GatedRepoError",) or "401" in str(error) or "403" in str(error):
+    status = getattr(getattr(error, "response", None), "status_code", None)  # the Hub's HTTP answer, not its text
+    if name == "GatedRepoError" or status in (401, 403):
         return f"{what} is gated or private: accept its terms on the Hub and set HF_TOKEN (or `huggingface-cli login`)"
     if name in ("RepositoryNotFoundError", "RevisionNotFoundError", "EntryNotFoundError"):
         return f"{what} was not found on the Hugging Face Hub"
