@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.runners.runner import PipelineResult
 
 from easydata.config import PipelineConfig
-from easydata.errors import ConfigError, EasyDataError, classify
+from easydata.errors import TRANSIENT_ADVICE, ConfigError, EasyDataError, TransientInputError, classify
 from easydata.logs import quiet_user_errors
 from easydata.io.group_files import group_files_dir
 from easydata.io.sources import work_units
@@ -286,9 +286,19 @@ def _finish_interrupted_commit(config: PipelineConfig, announce: bool) -> Option
     return manifest
 
 
+#: How many times a run whose workers run on this machine starts again after a transient read error (a reset
+#: connection, a timeout, a store's I/O error: `easydata.errors.TransientInputError`), as `--resume` (the work
+#: units already tokenized are kept), before it fails in one line. Remote runners retry the bundle themselves.
+LOCAL_READ_RETRIES = 2
+
+
 def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
               show_progress: bool = True, resume: bool = False, **plan_options: int) -> BatchResult:
     """Runs the batch pipeline to completion and returns the committed manifest.
+
+    A transient read error fails the step (never a dead letter: the data may be fine); a local run then
+    starts again as `--resume`, up to `LOCAL_READ_RETRIES` times, saying so on stderr, and fails in one line
+    after the last.
 
     Args:
       config: the job.
@@ -296,8 +306,25 @@ def run_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, *,
       show_progress: draw progress on stderr for local runs.
       resume: continue an unfinished run of the same job in the output directory (`--resume`): its
         tokenized work units are loaded, not read and tokenized again.
-      plan_options: `split_bytes` / `group_bytes` tuning passed to `prepare_run`.
+      plan_options: `split_bytes` / `group_bytes` tuning passed to `plan_run`.
     """
+    attempt = 0
+    while True:
+        try:
+            return _run_batch_once(config, beam_args, show_progress=show_progress, resume=resume or attempt > 0,
+                                   **plan_options)
+        except TransientInputError as e:
+            if attempt == LOCAL_READ_RETRIES or not runs_on_this_machine(*make_runner_and_options(list(beam_args or []))):
+                raise
+            attempt += 1
+            if show_progress:
+                say(f"easydata: note: {e.message.removesuffix(TRANSIENT_ADVICE)}; trying again as --resume"
+                    f" ({attempt} of {LOCAL_READ_RETRIES})")
+
+
+def _run_batch_once(config: PipelineConfig, beam_args: Optional[list[str]], *, show_progress: bool, resume: bool,
+                    **plan_options: int) -> BatchResult:
+    """One attempt of `run_batch`."""
     started = time.time()
     problems = config.validate()
     if problems:  # before the lock: a config error leaves no trace in the output

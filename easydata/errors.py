@@ -36,6 +36,7 @@ __all__ = [
     "InputError",
     "TransientInputError",
     "is_transient",
+    "TRANSIENT_ADVICE",
     "PROGRAMMING_ERRORS",
     "TokenizerError",
     "OutputError",
@@ -126,6 +127,10 @@ class TransientInputError(InputError):
     error): never a dead letter, since the data may be fine. The step fails, so a runner retries its
     bundle (Dataflow, Dask); a local run stops in one line, nothing committed."""
 
+
+#: What a `TransientInputError`'s message ends with, after what failed where.
+TRANSIENT_ADVICE = (" (a network or storage error, not bad data: nothing was committed; run again, with --resume to"
+                    " keep the work done)")
 
 #: errno values of failures that may pass when the read is tried again.
 _TRANSIENT_ERRNOS = frozenset({errno.EIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED,

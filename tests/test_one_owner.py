@@ -178,6 +178,34 @@ def test_a_run_meeting_a_reset_connection_commits_nothing(tmp_path, tokenizer_di
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_a_local_run_tries_again_after_a_transient_read_error_and_commits_everything(tmp_path, tokenizer_dir,
+                                                                                    monkeypatch, capsys):
+    """SPEC 11: a local run retries a few times, then fails in one line; before, the first reset connection
+    ended the run (the case above is the "then fails": every attempt meets the reset)."""
+    import easydata.io.input_formats.lines as lines_module
+    from beam_pipelines.batch import LOCAL_READ_RETRIES, run_batch
+    from easydata.io.filesystems import open_file
+
+    data = write_jsonl(tmp_path / "web.jsonl", ({"text": t} for t in make_texts(1000, seed=3)))
+    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
+                                       "datasets": [{"name": "web", "data_files": str(data)}],
+                                       "save": {"output_dir": str(tmp_path / "out")}})
+    opened: list[str] = []
+    reset = ConnectionResetError(104, "Connection reset by peer")
+
+    def flaky_once(path, *args, **kwargs):  # every open is flaky until the reset has happened once
+        opened.append(path)
+        raw = open_file(path, *args, **kwargs)
+        return raw if reset.__traceback__ is not None else _FlakyAfter(raw, 300, reset)
+
+    monkeypatch.setattr(lines_module, "open_file", flaky_once)
+    manifest = run_batch(config, ["--direct_num_workers=1"], show_progress=True).manifest
+    assert (manifest["documents_in"], manifest["documents_written"], manifest["documents_rejected"]) == (1000, 1000, 0)
+    err = capsys.readouterr().err
+    assert "ConnectionResetError" in err and f"Connection reset by peer; trying again as --resume (1 of {LOCAL_READ_RETRIES})" in err
+    assert len(opened) >= 2
+
+
 # ---- streaming counts documents, not windows of them ------------------------------------------------------
 
 

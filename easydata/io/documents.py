@@ -36,15 +36,14 @@ def raise_unless_corrupt(error: Exception, path: str, where: str) -> None:
     Raises:
       TransientInputError: one line naming the file and `where` it failed.
     """
-    from easydata.errors import PROGRAMMING_ERRORS, TransientInputError, is_transient
+    from easydata.errors import PROGRAMMING_ERRORS, TRANSIENT_ADVICE, TransientInputError, is_transient
 
     if isinstance(error, PROGRAMMING_ERRORS):
         raise error
     if is_transient(error):
         detail = str(error).splitlines()[0][:200] if str(error) else ""
         raise TransientInputError(
-            f"reading '{path}' failed {where}: {type(error).__name__}: {detail} (a network or storage error, not"
-            " bad data: nothing was committed; run again, with --resume to keep the work done)") from error
+            f"reading '{path}' failed {where}: {type(error).__name__}: {detail}{TRANSIENT_ADVICE}") from error
 
 
 @dataclasses.dataclass(frozen=True)
