@@ -344,9 +344,10 @@ def _run_batch_once(config: PipelineConfig, beam_args: Optional[list[str]], *, s
             with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, quiet_user_errors(), \
                     ProgressMonitor(progress_dir, None, enabled=show_progress and local, after_input=after,
                                     group_stage="packing" if config.pack.enabled else "sorting") as monitor:
+                # Workers report progress only for a display: with none (`--quiet`), they write no progress files.
                 pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, started=started,
-                                               progress_dir=progress_dir, announce_resume=show_progress,
-                                               lock_id=lock.run_id)
+                                               progress_dir=progress_dir if show_progress else None,
+                                               announce_resume=show_progress, lock_id=lock.run_id)
                 monitor.reading(plan.total_input_bytes)
                 try:
                     _run(pipeline).wait_until_finish()

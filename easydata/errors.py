@@ -244,14 +244,14 @@ def _decode(token: str) -> Optional[EasyDataError]:
     return error
 
 
-def _markers(text: str) -> list[tuple[int, str]]:
-    """Every marker in `text`: (where it starts, its base64 token)."""
+def _markers(text: str) -> list[str]:
+    """The base64 token of every marker in `text`, in order."""
     found, start = [], text.find(MARKER)
     while start >= 0:
         end = start + len(MARKER)
         while end < len(text) and text[end] in _MARKER_CHARS:
             end += 1
-        found.append((start, text[start + len(MARKER):end]))
+        found.append(text[start + len(MARKER):end])
         start = text.find(MARKER, end)
     return found
 
@@ -260,7 +260,7 @@ def from_text(text: str) -> Optional[EasyDataError]:
     """The error of the last marker in `text` (a worker's traceback, or the message of the error a runner
     raised around it), rebuilt as its own class with its message (without Beam's note of the step);
     None when `text` holds no marker."""
-    for _, token in reversed(_markers(text)):
+    for token in reversed(_markers(text)):
         error = _decode(token)
         if error is not None:
             return error

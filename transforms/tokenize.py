@@ -13,7 +13,7 @@ downstream (routing, counting, staging), so the tokenizer's threads never wait f
 keep their input order within a bundle, and the last pending batch is emitted in `finish_bundle` with
 the window and timestamp it arrived with.
 
-With `checkpoint_staging`, each tokenized batch is also written under the run's staging directory,
+With `checkpoint`, each tokenized batch is also written under the run's staging directory,
 named by its work unit and index, for `--resume` (`easydata.run.checkpoint`).
 
 Outputs (tagged):
