@@ -2,7 +2,7 @@
 
 A local run of the 48 MB benchmark has two hash groups, so each routed element holds half a batch of
 rows and the manifest's `shuffle.bytes_per_token` is close to the ids' own size. A terabyte-scale run
-has tens of thousands of groups (one per ~64 MB of rows, `easydata.ops.sharding.choose_num_groups`):
+has tens of thousands of groups (one per ~48 MB of rows, `easydata.ops.sharding.choose_num_groups`):
 a batch of a thousand documents is split into as many elements as it has groups, each with its own
 header, column directory, keys and hashes, and each compressed alone. This measures that, without
 running a job: it reads a JSONL corpus with the pipeline's own reader (`easydata.io.sources`),

@@ -54,7 +54,7 @@ FAILURE_REPORT_SECONDS = 2.0
 VERIFY_SECONDS = 300.0
 
 #: Memory to allow per default worker process: its tokenizer, Beam, a few batches and one hash group
-#: being packed (~0.35 GB at rest plus about twice a 64 MB group, docs/performance.md).
+#: being packed (~0.35 GB at rest plus 2-3x a 48 MB group, docs/performance.md).
 WORKER_MEMORY_BYTES = 2**30
 
 #: The tokenizer library's thread-pool size variable; left alone when the user sets it.

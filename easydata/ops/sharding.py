@@ -4,9 +4,10 @@ Every output row carries a 64-bit hash of `(seed, dataset, key)`. The global ord
 rows is the order of these hashes (ties broken by key), so it depends only on the data and the
 seed, never on the runner, the worker count or bundle boundaries.
 
-To sort without holding a dataset in one place, rows are routed to `num_groups` *groups* by the top
-bits of their hash (a power of two chosen from the input size, so each group fits in a worker's
-memory). Groups are hash ranges, so sorting each group and concatenating groups in order gives the
+To sort without holding a dataset in one place, rows are routed to `num_groups` *groups*: equal
+ranges of the 64-bit hash space (group `g` of `n` holds the hashes `h` with `floor(h * n / 2**64) == g`;
+for a power of two these are the hash's top bits), their number chosen from the input size so each group
+fits in a worker's memory and holds about the same bytes whatever the corpus size. Groups are hash ranges, so sorting each group and concatenating groups in order gives the
 global order. Each group is staged sorted, in one file (`SortedGroup`). Per-group row counts give
 each group's first global rank; shard `s` of `n` holds ranks `[s * total // n, (s + 1) * total // n)`,
 so shards differ by at most one row. A sorted group is cut into *pieces* (row ranges of its file) at
@@ -55,9 +56,11 @@ __all__ = [
 ]
 
 # Estimated bytes of token rows per hash group. A group is packed or sorted in one worker's memory
-# (about 2x its size while packing); 64 MB keeps that small next to a worker's baseline, and gives a
-# 40 MB corpus two groups, packed in parallel by two workers (docs/performance.md).
-DEFAULT_GROUP_BYTES = 64 * 2**20
+# (2-3x its size while packing); 48 MB keeps that small next to a worker's baseline, and gives a
+# 40 MB corpus (~100 MB of rows) an even number of groups, packed in parallel by two workers. With the
+# exact group count (`choose_num_groups`) it held a mix's peak memory from 150 to 400 MB within ~1.1x
+# (docs/performance.md#mixing); 64 MB groups peaked ~80 MiB higher at 400 MB.
+DEFAULT_GROUP_BYTES = 48 * 2**20
 
 
 def row_hashes(seed: int, dataset: str, keys: Iterable[str]) -> np.ndarray:
@@ -68,29 +71,56 @@ def row_hashes(seed: int, dataset: str, keys: Iterable[str]) -> np.ndarray:
 
 
 def choose_num_groups(estimated_bytes: int, group_bytes: int = DEFAULT_GROUP_BYTES) -> int:
-    """A power of two so that each group holds about `group_bytes` (at least one group)."""
+    """How many groups so that each holds at most about `group_bytes`: the fewest that suffice, rounded up
+    to an even number (at least one group).
+
+    Not a power of two: rounding up to one made a group anywhere from half to all of `group_bytes`
+    depending on the corpus size, and a worker's peak memory with it (a 150 MB mix had 8 groups of
+    48 MB, a 400 MB one 16 of 66 MB: 1.18x the peak). Even, so two workers finish their groups together.
+    """
     needed = max(1, math.ceil(estimated_bytes / group_bytes))
-    return 1 << (needed - 1).bit_length()
+    return needed + (needed % 2) if needed > 1 else 1
+
+
+def _mulhi(a: np.ndarray, b: int) -> np.ndarray:
+    """The high 64 bits of each 128-bit product `a * b` (`a` uint64 values, `0 <= b < 2**64`), exactly,
+    from 32-bit halves (numpy has no 128-bit integers)."""
+    mask = np.uint64(0xFFFFFFFF)
+    shift = np.uint64(32)
+    a = np.asarray(a, dtype=np.uint64)
+    a_hi, a_lo = a >> shift, a & mask
+    b_hi, b_lo = np.uint64(b >> 32), np.uint64(b & 0xFFFFFFFF)
+    lo_lo = a_lo * b_lo
+    hi_lo = a_hi * b_lo
+    lo_hi = a_lo * b_hi
+    middle = (lo_lo >> shift) + (hi_lo & mask) + (lo_hi & mask)  # < 3 * 2**32: no overflow
+    return a_hi * b_hi + (hi_lo >> shift) + (lo_hi >> shift) + (middle >> shift)
+
+
+def _group_start(group: int, num_groups: int) -> int:
+    """The smallest hash of `group`: `ceil(group * 2**64 / num_groups)` (2**64 for `group == num_groups`)."""
+    return -((-group << 64) // num_groups)
 
 
 def group_of(hashes: np.ndarray, num_groups: int) -> np.ndarray:
-    """Group index of each hash: its top `log2(num_groups)` bits."""
-    bits = int(num_groups).bit_length() - 1
-    if bits == 0:
+    """Group index of each hash: `floor(hash * num_groups / 2**64)` (for a power of two, its top bits)."""
+    if num_groups == 1:
         return np.zeros(len(hashes), dtype=np.int64)
-    return (hashes >> np.uint64(64 - bits)).astype(np.int64)
+    return _mulhi(hashes, int(num_groups)).astype(np.int64)
 
 
 def hashes_in_group(hashes: np.ndarray, group: int, num_groups: int) -> np.ndarray:
-    """`hashes` moved into `group`'s hash range: the group's index as top bits, the hash's top bits below.
+    """`hashes` moved into `group`'s hash range: the range's start plus each hash scaled to the range's
+    width (for a power of two, the group's index as top bits and the hash's top bits below).
 
     Their order is kept, so rows sorted by these hashes are in the order of the original hashes.
     """
-    bits = int(num_groups).bit_length() - 1
     hashes = np.asarray(hashes, dtype=np.uint64)
-    if bits == 0:
+    if num_groups == 1:
         return hashes.copy()
-    return (np.uint64(group) << np.uint64(64 - bits)) | (hashes >> np.uint64(bits))
+    start = _group_start(group, num_groups)
+    width = _group_start(group + 1, num_groups) - start
+    return np.uint64(start) + _mulhi(hashes, width)
 
 
 def group_ranges(batch: pa.RecordBatch, num_groups: int) -> tuple[pa.RecordBatch, list[int], list[int], list[int]]:

@@ -1,6 +1,6 @@
 """The zstd dictionary a large run's shuffle compresses its elements with, trained at planning.
 
-A run with many hash groups (a terabyte plans 65,536, `easydata.ops.sharding.choose_num_groups`) routes
+A run with many hash groups (a terabyte plans tens of thousands, `easydata.ops.sharding.choose_num_groups`) routes
 each batch as about one element per document, and each element is compressed alone
 (`easydata.io.compact_rows`): zstd starts every one with an empty history, so short documents cost
 ~1.29 bytes per token through the shuffle. Trained on the run's own routed rows (documents sampled
