@@ -209,3 +209,45 @@ def test_commit_window_adds_up_the_windows_engine_checks(tmp_path):
     assert entry["while_running"] == {"documents": 70, "verified": 3, "mismatches": 1, "switched_to_hf_documents": 0}
     report = validate_output(str(out))
     assert any("tokenizer engine fastokens gave other ids than hf on 1 of 3" in p for p in report.problems)
+
+
+def _live_config(tmp_path, tokenizer_dir, event_time=None) -> PipelineConfig:
+    return PipelineConfig.from_dict({
+        "default_tokenizer": str(tokenizer_dir),
+        "datasets": [{"name": "live", "pubsub_subscription": "projects/my-project/subscriptions/docs"}],
+        "streaming": {"window_seconds": 60, **({"event_time": event_time} if event_time else {})},
+        "save": {"output_dir": str(tmp_path / "out")}})
+
+
+@pytest.mark.parametrize("runner, event_time, by_arrival", [
+    ("DataflowRunner", None, False), (None, None, True), (None, "publish", False), ("DataflowRunner", "arrival", True)],
+    ids=["dataflow-default", "local-default", "local-publish", "dataflow-arrival"])
+def test_event_time_defaults_to_publish_time_on_dataflow_and_arrival_time_locally(
+        runner, event_time, by_arrival, tmp_path, tokenizer_dir, monkeypatch):
+    """The job graph each runner gets: Dataflow windows a message by its publish time (its watermark waits
+    for the backlog), the local runner by the time it reads it (its watermark is the wall clock, so a
+    backlog would be late); `streaming.event_time` overrides either (docs/streaming.md)."""
+    from beam_pipelines.streaming import build_streaming_job
+    from tests.test_dataflow_template import IMAGE, OFFLINE_DATAFLOW_ARGS
+
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "localhost:1")  # the local reader needs no credentials (not contacted)
+    args = [*OFFLINE_DATAFLOW_ARGS, f"--sdk_container_image={IMAGE}", "--enable_streaming_engine"] if runner else []
+    pipeline = build_streaming_job(_live_config(tmp_path, tokenizer_dir, event_time), args)
+    names = {t.unique_name for t in pipeline.to_runner_api().components.transforms.values()}
+    assert "Read[live]" in names
+    assert any(name.endswith("ArrivalTime") for name in names) is by_arrival, sorted(names)
+
+
+def test_a_backlog_read_at_once_is_windowed_by_publish_time(tokenizer_dir, tmp_path):
+    """Dataflow's behaviour: messages published over three minutes and read together in one bundle (a
+    backlog after a restart) land in the windows of their publish times, not in one window of when they
+    were read."""
+    texts = make_texts(30, seed=9)
+    stream = (TestStream()
+              .add_elements([TimestampedValue(_message(i, texts[i]), 10 + 6 * i) for i in range(30)])  # 10-184 s
+              .advance_watermark_to_infinity())
+    manifest = run_test_stream(_live_config(tmp_path, tokenizer_dir), stream)
+    assert [w["id"] for w in manifest["windows"]] == [
+        "live/w19700101T000000Z-p000", "live/w19700101T000100Z-p000", "live/w19700101T000200Z-p000",
+        "live/w19700101T000300Z-p000"]
+    assert manifest["documents_written"] == 30
