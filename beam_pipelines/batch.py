@@ -233,28 +233,26 @@ def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, 
 
     The output is locked first, as `run_batch` locks it: for a submitted job with a detached lock
     (`easydata.run.lock`), which the job's commit releases, so a second launch into the output fails
-    in one line while the first job runs. Writing a template (`--template_location`) submits nothing and
-    takes no lock; its job's commit still refuses an output another run committed meanwhile.
+    in one line while the first job runs. A launch that writes its job to `--template_location` is locked
+    the same way: that is how Dataflow's Flex Template launcher runs the entry (it submits the job file it
+    finds there), so the written job is the one that runs and commits (`tests/test_gcs.py` replays one).
     """
     problems = config.validate()
     if problems:  # before the lock: a config error leaves no trace in the output
         raise ConfigError(problems)
     args = list(beam_args or [])
     local = _check_launch(config, args)
-    template_only = any(a.split("=", 1)[0] in ("--template_location", "--template-location") for a in args)
-    lock = None if template_only else OutputLock(config.save.output_dir, new_run_id(), detached=not local)
+    lock = OutputLock(config.save.output_dir, new_run_id(), detached=not local)
     submitted = False
     try:
-        if lock is not None:
-            lock.acquire()
-        pipeline, _, _ = _build_job(config, args, resume, plan_options,
-                                    lock_id=lock.run_id if lock is not None else None)
+        lock.acquire()
+        pipeline, _, _ = _build_job(config, args, resume, plan_options, lock_id=lock.run_id)
         with quiet_user_errors():
             result = _run(pipeline)
         submitted = True
         return result
     finally:
-        if lock is not None and not (lock.detached and submitted):  # a submitted job's commit releases it
+        if not (lock.detached and submitted):  # a submitted job's commit releases it
             lock.release()
         discard_prestarted()  # those the runner did not take (a job that failed before it ran)
 

@@ -16,6 +16,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # Tests never touch the network: the Hugging Face Hub is read from (test-built) caches only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import contextlib
 import json
 import random
 import re
@@ -172,18 +173,18 @@ def trained_runs(ids: Any, mask: Any) -> list[list[int]]:
     return runs + ([current] if current else [])
 
 
-def pip_site(requirement: str, *, no_deps: bool = False) -> Path:
-    """A directory holding `requirement` installed with `pip --target` (for packages that must not
+def pip_site(*requirements: str, no_deps: bool = False) -> Path:
+    """A directory holding `requirements` installed with `pip --target` (for packages that must not
     enter the test environment itself), installed once per machine and reused; a partial install is
     never taken for a whole one."""
     root = Path(os.environ.get("EASYDATA_TEST_VENVS", Path.home() / ".cache" / "easydata-test-venvs"))
-    name = re.sub(r"[^A-Za-z0-9.]+", "-", requirement)
+    name = re.sub(r"[^A-Za-z0-9.]+", "-", "+".join(requirements))
     target = root / name
     if not (target / ".complete").is_file():
         staging = root / f"{name}.partial-{os.getpid()}"
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                        *(["--no-deps"] if no_deps else []), "--target", str(staging), requirement], check=True)
-        (staging / ".complete").write_text(requirement)
+                        *(["--no-deps"] if no_deps else []), "--target", str(staging), *requirements], check=True)
+        (staging / ".complete").write_text("\n".join(requirements))
         if not (target / ".complete").is_file():
             staging.rename(target)
     return target
@@ -218,6 +219,26 @@ def wait_for_port(port: int, server: subprocess.Popen, what: str, timeout: float
             if time.monotonic() > deadline or server.poll() is not None:
                 pytest.fail(f"{what} did not start")
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def background_service(args: list[str], cwd: Path, env: dict[str, str], port: int, what: str) -> Iterator[None]:
+    """`python -m ARGS` started in `cwd` with `env` (its output in `cwd/service.log`), waited for until it listens
+    on `port`, and stopped after the block."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    with open(cwd / "service.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            wait_for_port(port, proc, what, timeout=60)
+            yield
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # ---- CI: no test may skip for a missing file -----------------------------------------------------------

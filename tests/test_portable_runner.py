@@ -11,7 +11,6 @@ this machine) is held to the same bytes.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -19,11 +18,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from tests.conftest import free_port, make_texts, wait_for_port
+from tests.conftest import background_service, free_port, make_texts
 
 pytestmark = pytest.mark.slow
 
@@ -49,35 +47,21 @@ def _write_inputs(root: Path) -> None:
                 f.write(json.dumps({"text": text}) + "\n")
 
 
-@contextlib.contextmanager
-def _service(args: list[str], cwd: Path, env: dict[str, str], port: int, what: str) -> Iterator[None]:
-    cwd.mkdir(parents=True, exist_ok=True)
-    with open(cwd / "service.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            wait_for_port(port, proc, what, timeout=60)
-            yield
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def run_local_reference(root: Path, tokenizer_dir: Path) -> tuple[Path, dict[str, str]]:
+    """The job's inputs written under `root` and the local runner's shards of it: `(root, digests)`."""
+    _write_inputs(root / "in")
+    config = root / "local.json"
+    config.write_text(json.dumps(_job(str(root / "in"), str(root / "local-out"), tokenizer_dir)))
+    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(config), "--quiet"], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    return root, _digest_local(root / "local-out")
 
 
 @pytest.fixture(scope="module")
 def local_reference(tmp_path_factory, mistral_tokenizer_dir) -> tuple[Path, dict[str, str]]:
     """The job's inputs on local disk and the local runner's shards of it."""
-    root = tmp_path_factory.mktemp("portable")
-    _write_inputs(root / "in")
-    config = root / "local.json"
-    config.write_text(json.dumps(_job(str(root / "in"), str(root / "local-out"), mistral_tokenizer_dir)))
-    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(config), "--quiet"], capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr
-    return root, _digest_local(root / "local-out")
+    return run_local_reference(tmp_path_factory.mktemp("portable"), mistral_tokenizer_dir)
 
 
 def test_portable_runner_on_an_external_worker_pool_and_s3_gives_the_local_bytes(local_reference,
@@ -101,9 +85,9 @@ def test_portable_runner_on_an_external_worker_pool_and_s3_gives_the_local_bytes
         worker_env = {**env, "HOME": str(worker / "home"), "TMPDIR": str(worker / "tmp")}
         for folder in ("home", "tmp"):
             (worker / folder).mkdir(parents=True, exist_ok=True)
-        with _service(["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
+        with background_service(["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
                       root / "job-server", env, job_port, "Beam job server"), \
-                _service(["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)],
+                background_service(["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)],
                          worker, worker_env, pool_port, "SDK worker pool"):
             config = root / "portable.json"
             config.write_text(json.dumps(_job("s3://easydata-in/data", "s3://easydata-out/run", mistral_tokenizer_dir)))
