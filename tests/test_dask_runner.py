@@ -10,6 +10,7 @@ cluster a run starts and closes itself when no scheduler address is given.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import shutil
 import sys
@@ -313,3 +314,18 @@ def test_a_worker_killed_mid_job_never_changes_the_bytes(chat_tokenizer_dir, tmp
     assert [name for name in expected if got[name] != expected[name]] == [], f"other bytes after the kill {moment}"
     assert _without_run_fields(got_manifest) == _without_run_fields(expected_manifest)
     assert killed, f"the job ended before the moment \"{moment}\" was seen: nothing was killed"
+
+
+@pytest.mark.slow
+def test_closing_a_local_cluster_whose_workers_exit_slowly_logs_no_warning(caplog):
+    """At the end of a job on a busy machine dask's nanny killed each worker still exiting after 4 s and said
+    so in a `WARNING:distributed.nanny: Worker process still alive after 4.0 seconds, killing` line per worker,
+    after the run's summary. The job is over then: the cluster closes without it."""
+    from beam_pipelines.dask.dask_runner import close_local_cluster
+
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                       preload=["tests.dask_slow_exit"])
+    with caplog.at_level(logging.WARNING, logger="distributed.nanny"):
+        close_local_cluster(cluster)
+    assert not [r for r in caplog.records if "still alive" in r.getMessage()], caplog.text
+    assert cluster.status.name == "closed"

@@ -77,7 +77,7 @@ class _ReadSplitsFn(beam.DoFn):
                 input_bytes += batch.input_bytes
                 if remaining is not None:
                     remaining -= len(batch)
-                self._progress.add(input_bytes=batch.input_bytes)
+                self._progress.add(input_bytes=batch.input_bytes, documents=len(batch))  # with the bytes they came from
                 batch.unit, batch.index = unit[0].index, batches
                 batches += 1
                 yield batch

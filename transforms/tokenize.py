@@ -110,7 +110,7 @@ class _TokenizeFn(beam.DoFn):
         self._documents.inc(stats.documents)
         self._tokens.inc(stats.tokens)
         self._truncated += stats.truncated_tokens
-        self._progress.add(documents=stats.documents, tokens=stats.tokens)
+        self._progress.add(tokens=stats.tokens)  # documents are counted as read (`ReadDocuments`)
         return rows, window, timestamp
 
     def process(self, batch: DocumentBatch, window=beam.DoFn.WindowParam,

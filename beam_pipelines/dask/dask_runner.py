@@ -68,7 +68,7 @@ import distributed
 from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
-from transforms.beam_internals import DaskPrimitives, dask_primitives, side_input_view
+from transforms.beam_internals import DaskPrimitives, DropMessage, dask_primitives, side_input_view
 from easydata.errors import EasyDataError
 
 __all__ = ["ManagedDaskRunner", "LocalDaskClusterOptions"]
@@ -310,10 +310,27 @@ class _DaskJob(PipelineResult):
     def _close(self) -> None:
         self._client.close()
         if self._cluster is not None:
-            self._cluster.close()
+            close_local_cluster(self._cluster)
 
     def metrics(self) -> Any:
         raise NotImplementedError("the DaskRunner does not collect Beam metrics")
+
+
+#: What dask's nanny logs when a worker process of a closing cluster has not exited within its grace time
+#: (4 s): a busy machine ends a large Python process slowly. The job is over by then; the kill is harmless.
+_SLOW_EXIT = "Worker process still alive after"
+
+
+def close_local_cluster(cluster: distributed.LocalCluster) -> None:
+    """Closes a cluster this process started, without the nanny's warning for each worker it has to kill
+    after the job (two `WARNING:distributed.nanny` lines at the end of a successful run on a busy machine)."""
+    nanny_log = logging.getLogger("distributed.nanny")
+    quiet = DropMessage(_SLOW_EXIT)
+    nanny_log.addFilter(quiet)
+    try:
+        cluster.close()
+    finally:
+        nanny_log.removeFilter(quiet)
 
 
 def _start_local_cluster(workers: Optional[int]) -> distributed.LocalCluster:
@@ -362,7 +379,7 @@ class ManagedDaskRunner(DaskRunner):
             client = distributed.Client(set_as_default=False, **client_kwargs)
         except (OSError, TimeoutError, ValueError) as e:
             if cluster is not None:
-                cluster.close()
+                close_local_cluster(cluster)
             raise EasyDataError(f"cannot connect to the dask scheduler at {where}: {e}") from e
         try:
             threads = sum(client.nthreads().values())
@@ -374,6 +391,6 @@ class ManagedDaskRunner(DaskRunner):
         except BaseException:
             client.close()
             if cluster is not None:
-                cluster.close()
+                close_local_cluster(cluster)
             raise
         return _DaskJob(client, futures, cluster)
