@@ -732,6 +732,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="instead: the tokenizer engines benchmark (bench_engines.py: Mistral and Qwen3,"
                              " engine: hf against the default, both ceilings, byte identity); the options"
                              " after --engines are bench_engines.py's")
+    parser.add_argument("--profile", action="store_true",
+                        help="also run the default mode once under py-spy and print CPU seconds per stage per GB"
+                             " (stage_profile.py; needs `pip install py-spy`)")
     parser.add_argument("--raw-json", action="store_true", help=argparse.SUPPRESS)  # child: baseline only
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--part", type=int, default=0, help=argparse.SUPPRESS)
@@ -927,7 +930,35 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name, full, tiny in results:
         print(f"  {name}:\n    {full['command']}\n    {tiny['command']}")
     print_failures(results)
+    if args.profile:
+        profile_default_mode(workdir, corpus, tokenizer_dir, pack=not args.no_pack, input_bytes=meta["file_bytes"])
     return 0
+
+
+def profile_default_mode(workdir: Path, corpus: Path, tokenizer_dir: Path, *, pack: bool, input_bytes: int) -> None:
+    """One more default-mode run, under py-spy: its CPU by stage (`stage_profile`), scaled to the CPU seconds
+    the run's processes used (sampling counts a thread waiting for a core as running)."""
+    import resource
+
+    import stage_profile
+
+    if not stage_profile.available():
+        print("\n--profile: py-spy is not installed (pip install py-spy); no profile")
+        return
+    config = write_config(workdir / "config-profile.json", corpus, tokenizer_dir, workdir / "out-profile", pack)
+    cmd = [*easydata_command(), "run", str(config), "--quiet"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    raw = stage_profile.profile_run(cmd, mode_env(MODES[0][2]), workdir / "profile.txt", workdir / "log-profile.txt")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if raw is None:
+        print(f"\n--profile: the profiled run failed; see {workdir / 'log-profile.txt'}")
+        return
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    manifest = json.loads((workdir / "out-profile" / "manifest.json").read_text())
+    stage_profile.print_profile(stage_profile.stage_seconds(raw), input_bytes, manifest["totals"]["tokens"],
+                                cpu_seconds=cpu)
+    print(f"  command: py-spy record --subprocesses --rate {stage_profile.RATE} --format raw -o"
+          f" {workdir / 'profile.txt'} -- {shlex.join(cmd)}")
 
 
 if __name__ == "__main__":
