@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.io.record_format import FormatError, RecordFormatter
@@ -236,7 +236,46 @@ class DocumentCollector:
         if not self.done:
             self._accept(position, text, None)
 
+    def add_text_rows(self, positions: Sequence[int], texts: list[Optional[str]],
+                      columns: dict[str, list[Any]]) -> None:
+        """Adds rows of a table column-wise: `texts` is the content column (strings or None), `columns`
+        every column read (the content column among them), in the table's order. The same documents and
+        dead letters as `add_record` on each row's dict, for a table `takes_text_rows` accepts, without
+        building the dicts (a row's dict is built only for its dead letter)."""
+        content = self.ds.content_field
+        extra = [columns.get(f) for f in self.fields]
+        for i, position in enumerate(positions):
+            if self.done:
+                return
+            text = texts[i]
+            if text is None:
+                self.reject(position, f"content field '{content}' is a NoneType, not a string",
+                            {name: values[i] for name, values in columns.items()})
+            else:
+                self._accept_values(position, text, [None if values is None else values[i] for values in extra])
+
+    def takes_text_rows(self, schema: Any) -> bool:
+        """Whether `add_text_rows` judges a table of this Arrow schema as `add_record` would: no record
+        formatter, a string content column, and no other column that could hold what `unusable_value`
+        refuses (an unsigned 64-bit integer, a nested value) or make a row a prompt/completion pair."""
+        import pyarrow.types as types
+
+        if self.formatter is not None or self.ds.content_field not in schema.names:
+            return False
+        if {"prompt", "completion"} <= set(schema.names):
+            return False
+        for field in schema:
+            if field.name == self.ds.content_field:
+                if not (types.is_string(field.type) or types.is_large_string(field.type)):
+                    return False
+            elif not _flat_safe(field.type):
+                return False
+        return True
+
     def _accept(self, position: int, text: str, record: Optional[dict[str, Any]]) -> None:
+        self._accept_values(position, text, None if record is None else [record.get(f) for f in self.fields])
+
+    def _accept_values(self, position: int, text: str, values: Optional[list[Any]]) -> None:
         if not text.strip():
             return self.reject(position, "empty text", text)
         if self.max_bytes is not None and len(text) * 4 > self.max_bytes and \
@@ -248,8 +287,8 @@ class DocumentCollector:
         self.text_chars += len(text)
         if self.conversations is not None:
             self.conversations.append(None)
-        for f in self.fields:
-            self.fields[f].append(record.get(f) if record is not None else None)
+        for f, value in zip(self.fields, values if values is not None else [None] * len(self.fields)):
+            self.fields[f].append(value)
 
     def flush(self, input_bytes: int = 0) -> Optional[DocumentBatch]:
         self.pending_bytes += input_bytes
@@ -260,6 +299,19 @@ class DocumentCollector:
         self.pending_bytes = 0
         self._reset()
         return batch
+
+
+def _flat_safe(arrow_type: Any) -> bool:
+    """A column type none of whose values `unusable_value` can refuse: text (valid UTF-8 holds no lone
+    surrogate), bytes, booleans, numbers within int64, dates and times, nulls."""
+    import pyarrow.types as types
+
+    if types.is_uint64(arrow_type):
+        return False
+    return (types.is_string(arrow_type) or types.is_large_string(arrow_type) or types.is_binary(arrow_type)
+            or types.is_large_binary(arrow_type) or types.is_boolean(arrow_type) or types.is_integer(arrow_type)
+            or types.is_floating(arrow_type) or types.is_temporal(arrow_type) or types.is_null(arrow_type)
+            or types.is_decimal(arrow_type) or types.is_fixed_size_binary(arrow_type))
 
 
 def collect_records(dataset: DatasetConfig, source: str, key_name: str,

@@ -28,10 +28,16 @@ def columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
 
 def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset: DatasetConfig) -> None:
     """Feeds the rows of an Arrow record batch into the collector; `first_row` is the first row's
-    position (the others follow it), or a list of every row's position."""
+    position (the others follow it), or a list of every row's position.
+
+    A plain-text table (a string content column, flat columns beside it) goes in column-wise
+    (`DocumentCollector.add_text_rows`: no dict per row); any other row by row as a record."""
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     names = list(columns)
     positions = first_row if isinstance(first_row, list) else range(first_row, first_row + batch.num_rows)
+    if out.takes_text_rows(batch.schema):
+        out.add_text_rows(positions, columns[dataset.content_field], columns)
+        return
     for i, position in zip(range(batch.num_rows), positions):
         out.add_record(position, {n: columns[n][i] for n in names})
         if out.done:
