@@ -7,8 +7,8 @@ seed, never on the runner, the worker count or bundle boundaries.
 To sort without holding a dataset in one place, rows are routed to `num_groups` *groups*: equal
 ranges of the 64-bit hash space (group `g` of `n` holds the hashes `h` with `floor(h * n / 2**64) == g`;
 for a power of two these are the hash's top bits), their number chosen from the input size so each group
-fits in a worker's memory and holds about the same bytes whatever the corpus size. Groups are hash ranges, so sorting each group and concatenating groups in order gives the
-global order. Each group is staged sorted, in one file (`SortedGroup`). Per-group row counts give
+fits in a worker's memory and holds about the same bytes whatever the corpus size. Groups are hash
+ranges, so sorting each group and concatenating groups in order gives the global order. Each group is staged sorted, in one file (`SortedGroup`). Per-group row counts give
 each group's first global rank; shard `s` of `n` holds ranks `[s * total // n, (s + 1) * total // n)`,
 so shards differ by at most one row. A sorted group is cut into *pieces* (row ranges of its file) at
 shard boundaries (`cut_ranges`); a shard is its pieces in group order.
