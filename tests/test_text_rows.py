@@ -45,7 +45,7 @@ def test_text_rows_are_judged_exactly_as_records(rows, max_bytes, limit, first):
     fast, slow = _collectors(max_bytes, limit)
     assert fast.takes_text_rows(table.schema)
     positions = range(first, first + len(rows))
-    fast.add_text_rows(positions, columns["text"], columns)
+    fast.add_text_rows(positions, columns)
     for i, position in enumerate(positions):
         slow.add_record(position, {name: values[i] for name, values in columns.items()})
         if slow.done:

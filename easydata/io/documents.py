@@ -236,13 +236,13 @@ class DocumentCollector:
         if not self.done:
             self._accept(position, text, None)
 
-    def add_text_rows(self, positions: Sequence[int], texts: list[Optional[str]],
-                      columns: dict[str, list[Any]]) -> None:
-        """Adds rows of a table column-wise: `texts` is the content column (strings or None), `columns`
-        every column read (the content column among them), in the table's order. The same documents and
+    def add_text_rows(self, positions: Sequence[int], columns: dict[str, list[Any]]) -> None:
+        """Adds rows of a table column-wise: `columns` is every column read, in the table's order, the
+        content column (strings or None) among them. The same documents and
         dead letters as `add_record` on each row's dict, for a table `takes_text_rows` accepts, without
         building the dicts (a row's dict is built only for its dead letter)."""
         content = self.ds.content_field
+        texts = columns[content]
         extra = [columns.get(f) for f in self.fields]
         for i, position in enumerate(positions):
             if self.done:

@@ -36,7 +36,7 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
     names = list(columns)
     positions = first_row if isinstance(first_row, list) else range(first_row, first_row + batch.num_rows)
     if out.takes_text_rows(batch.schema):
-        out.add_text_rows(positions, columns[dataset.content_field], columns)
+        out.add_text_rows(positions, columns)
         return
     for i, position in zip(range(batch.num_rows), positions):
         out.add_record(position, {n: columns[n][i] for n in names})
