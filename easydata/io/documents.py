@@ -272,6 +272,13 @@ class DocumentCollector:
                 return False
         return True
 
+    @property
+    def takes_plain_json(self) -> bool:
+        """Whether a record holding only the content field, a string, may go to `add_text` instead of
+        `add_record` (the same document or dead letter): no record formatter, no additional fields, and no
+        record limit (a limit stops reading at a line, which a block of lines would read past)."""
+        return self.formatter is None and not self.fields and self.limit is None
+
     def _accept(self, position: int, text: str, record: Optional[dict[str, Any]]) -> None:
         self._accept_values(position, text, None if record is None else [record.get(f) for f in self.fields])
 

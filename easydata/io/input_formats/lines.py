@@ -13,8 +13,12 @@ from typing import Any, Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record
 from easydata.io.filesystems import open_file
+from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
-__all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap"]
+__all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap", "BLOCK_LINES"]
+
+#: Plain-text JSON lines judged together (`_judge_block`): a few hundred KB at most (`FAST_MAX_MEAN_BYTES`).
+BLOCK_LINES = 256
 
 
 def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
@@ -61,11 +65,16 @@ def _bounded_lines(f: Any, cap: int) -> Iterator[tuple[bytes, int]]:
 
 def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
     """JSONL and text: lines whose first byte lies in [start, end); a UTF-8 BOM opening the file is
-    encoding, not text, and is dropped."""
+    encoding, not text, and is dropped.
+
+    Plain-text JSON lines (`DocumentCollector.takes_plain_json`) are judged a block of `BLOCK_LINES` at a time
+    (`json_lines.parse_plain_lines`, exactly what one `json.loads` per line gives); the bytes of each line are
+    still yielded right after its document is added, so batches close where they would line by line."""
     is_json = split.type == "jsonl"
     if split.type == "txt" and dataset.sample_by != "line":
         yield from read_text_whole(split, dataset, out)
         return
+    blocks = is_json and out.takes_plain_json
     cap = line_cap(out.max_bytes)
     with open_file(split.path) as opened:
         f = _sized_lines(opened)
@@ -73,33 +82,68 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
         if split.start > 0:
             f.seek(split.start - 1)
             position = split.start - 1 + _skip_line(f)  # the rest of a line that belongs to the previous split
-        for raw, skipped in _bounded_lines(f, cap):
+        pending: list[tuple[int, bytes, int]] = []
+        lines = _bounded_lines(f, cap)
+        while True:
+            try:
+                raw, skipped = next(lines)
+            except StopIteration:
+                break
+            except Exception:  # damage read here: the lines read before it count, as they do one by one
+                yield from _judge_block(pending, dataset.content_field, out)
+                raise
             if split.end is not None and position >= split.end:
                 break
             line_pos, position = position, position + len(raw) + skipped
             if line_pos == 0 and raw.startswith(BOM):
                 raw = raw[len(BOM):]
-            stripped = raw.strip()
-            if skipped:
-                out.reject(line_pos, f"line of {len(raw) + skipped} bytes is larger than max_document_bytes="
-                                     f"{out.max_bytes} allows (not read)", stripped[:EXCERPT_CHARS].decode("utf-8", "replace"))
-            elif stripped:
-                try:
-                    text = stripped.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    out.reject(line_pos, f"invalid UTF-8 at byte {e.start}", stripped.decode("utf-8", "replace"))
-                else:
-                    if is_json:
-                        record, problem = parse_json_record(text)
-                        if problem is not None:
-                            out.reject(line_pos, problem, text)
-                        else:
-                            out.add_record(line_pos, record)
-                    else:
-                        out.add_text(line_pos, text)
+            if blocks:
+                pending.append((line_pos, raw, skipped))
+                if len(pending) >= BLOCK_LINES:
+                    yield from _judge_block(pending, dataset.content_field, out)
+                    pending = []
+                continue
+            _judge_line(line_pos, raw, skipped, is_json, out)
             yield len(raw) + skipped
             if out.done:
                 return
+        yield from _judge_block(pending, dataset.content_field, out)
+
+def _judge_line(line_pos: int, raw: bytes, skipped: int, is_json: bool, out: DocumentCollector) -> None:
+    """One line (`skipped`: bytes of it past the cap, not read) into a document or a dead letter."""
+    stripped = raw.strip()
+    if skipped:
+        out.reject(line_pos, f"line of {len(raw) + skipped} bytes is larger than max_document_bytes="
+                             f"{out.max_bytes} allows (not read)", stripped[:EXCERPT_CHARS].decode("utf-8", "replace"))
+    elif stripped:
+        try:
+            text = stripped.decode("utf-8")
+        except UnicodeDecodeError as e:
+            out.reject(line_pos, f"invalid UTF-8 at byte {e.start}", stripped.decode("utf-8", "replace"))
+        else:
+            if is_json:
+                record, problem = parse_json_record(text)
+                if problem is not None:
+                    out.reject(line_pos, problem, text)
+                else:
+                    out.add_record(line_pos, record)
+            else:
+                out.add_text(line_pos, text)
+
+def _judge_block(pending: list[tuple[int, bytes, int]], content_field: str, out: DocumentCollector) -> Iterator[int]:
+    """JSON lines `(position, raw, skipped)` in order: parsed in one call when they are all plain text and short,
+    else each on its own; yields each line's bytes after its document (or dead letter) is added."""
+    rows = [(i, raw.strip()) for i, (_, raw, skipped) in enumerate(pending) if not skipped and raw.strip()]
+    texts = None
+    if rows and sum(len(line) for _, line in rows) <= FAST_MAX_MEAN_BYTES * len(rows):
+        texts = parse_plain_lines([line for _, line in rows], content_field)
+    parsed = {} if texts is None else {i: text for (i, _), text in zip(rows, texts)}
+    for i, (line_pos, raw, skipped) in enumerate(pending):
+        if i in parsed:
+            out.add_text(line_pos, parsed[i])
+        else:
+            _judge_line(line_pos, raw, skipped, True, out)
+        yield len(raw) + skipped
 
 def _skip_line(f: Any) -> int:
     """Reads past the end of the current line in bounded pieces (a split may start inside a 1 GB line);
