@@ -72,3 +72,29 @@ def test_a_dataset_with_a_record_format_goes_row_by_row():
     ds = DatasetConfig(name="d", data_files="x.parquet", type="parquet", format_fields={"body": "text"})
     collector = DocumentCollector(ds, "src", "x.parquet", batch_size=5, max_document_bytes=None, limit=None)
     assert not collector.takes_text_rows(pa.table({"text": ["a"]}).schema)
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_a_row_group_of_long_documents_becomes_batches_bounded_by_bytes(tmp_path, kind):
+    """A table block is sliced so batches close near `MAX_BATCH_CHARS` as JSON lines do (a 10 MB row group was
+    one batch), with the same documents and keys."""
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    from easydata.io.documents import MAX_BATCH_CHARS, InputSplit
+    from easydata.io.sources import read_split
+
+    texts = [f"{i:04d} " + "x" * 100_000 for i in range(100)]
+    table = pa.table({"text": texts})
+    path = tmp_path / f"long.{kind}"
+    if kind == "parquet":
+        pq.write_table(table, path, row_group_size=100)
+    else:
+        with ipc.new_file(path, table.schema) as writer:
+            writer.write_table(table, max_chunksize=100)
+    ds = DatasetConfig(name="d", data_files=str(path), type=kind)
+    batches = list(read_split(InputSplit("d", str(path), kind, key_name=path.name), ds, batch_size=1000))
+    assert len(batches) > 1
+    assert all(sum(map(len, b.texts)) <= MAX_BATCH_CHARS * 9 // 8 + 100_005 for b in batches)
+    assert [t for b in batches for t in b.texts] == texts
+    assert [k for b in batches for k in b.keys] == [f"{path.name}@{i}" for i in range(100)]

@@ -9,7 +9,8 @@ from typing import Any, Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
-from easydata.io.input_formats.tables import columns_needed, emit_table_batch, open_table_file, reject_block
+from easydata.io.input_formats.tables import (bounded_slices, columns_needed, emit_table_batch, open_table_file,
+                                               reject_block)
 
 __all__ = ["read_arrow", "record_batch_ranges"]
 
@@ -45,10 +46,8 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             # A stream has no index of its batches: a corrupt one ends the reading (see `read_split`).
             row = 0
             for batch in stream:
-                batch = _checked_arrow_batch(batch, dataset)
-                emit_table_batch(batch, row, out, dataset)
+                yield from _emit(_checked_arrow_batch(batch, dataset), row, out, dataset)
                 row += batch.num_rows
-                yield batch.nbytes
                 if out.done:
                     return
             return
@@ -67,11 +66,20 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 if out.done:
                     return
                 continue
-            emit_table_batch(batch, row, out, dataset)
+            yield from _emit(batch, row, out, dataset)
             row += batch.num_rows
-            yield batch.nbytes
             if out.done:
                 return
+
+
+def _emit(batch: Any, row: int, out: DocumentCollector, dataset: DatasetConfig) -> Iterator[int]:
+    """A record batch into the collector in `bounded_slices`, yielding each slice's bytes."""
+    for piece in bounded_slices(batch, out.batch_size):
+        emit_table_batch(piece, row, out, dataset)
+        row += piece.num_rows
+        yield piece.nbytes
+        if out.done:
+            return
 
 def _checked_arrow_batch(batch: Any, dataset: DatasetConfig) -> Any:
     """The batch's needed columns, fully validated: IPC buffers are used as they are in the file, and a

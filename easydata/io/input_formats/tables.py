@@ -3,14 +3,14 @@ Arrow record batch into records, and dead-lettering an unreadable block with its
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from easydata.config import DatasetConfig
-from easydata.io.documents import DocumentCollector
+from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
 from easydata.io.record_format import RecordFormatter
 from easydata.io.filesystems import compression_of, open_arrow_file, open_file
 
-__all__ = ["open_table_file", "columns_needed", "emit_table_batch", "reject_block"]
+__all__ = ["open_table_file", "columns_needed", "emit_table_batch", "reject_block", "bounded_slices"]
 
 
 def open_table_file(path: str):
@@ -25,6 +25,26 @@ def columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
             return list(available)
         wanted = formatter.source_columns(wanted)
     return [c for c in wanted if c in available]
+
+#: Bytes of a table slice (`bounded_slices`): an eighth of a batch's bound, so a batch closes at most this much
+#: (plus one row) past `MAX_BATCH_CHARS`.
+SLICE_BYTES = MAX_BATCH_CHARS // 8
+
+
+def bounded_slices(batch: Any, max_rows: int) -> Iterator[Any]:
+    """`batch` in consecutive slices of at most `max_rows` rows and about `SLICE_BYTES` each.
+
+    The collector closes a batch of documents only between two things a reader yields, so a whole Parquet row
+    group or Arrow record batch became one tokenize batch (1,000 documents of 23 KB: 23 MB of text), past the
+    `MAX_BATCH_CHARS` every other input keeps to. A slice is a view, not a copy.
+    """
+    rows = batch.num_rows
+    if rows == 0:
+        yield batch
+        return
+    step = max(1, min(max_rows, int(SLICE_BYTES * rows // max(batch.nbytes, 1))))
+    for start in range(0, rows, step):
+        yield batch.slice(start, step)
 
 def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset: DatasetConfig) -> None:
     """Feeds the rows of an Arrow record batch into the collector; `first_row` is the first row's
