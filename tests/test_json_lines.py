@@ -89,3 +89,18 @@ def test_plain_short_lines_take_the_block_path(tmp_path, monkeypatch):
 ])
 def test_parse_plain_lines(line, parsed):
     assert json_lines.parse_plain_lines([line], "text") == parsed
+
+
+def test_a_block_holds_at_most_one_long_line_past_its_bytes(tmp_path, monkeypatch):
+    """Without `max_document_bytes` a line has no cap: 256 of them must not be held at once (line by line holds
+    one), so a block is judged as soon as its lines pass `BLOCK_BYTES`."""
+    long = json.dumps({"text": "y" * 300_000})
+    path = tmp_path / "f.jsonl"
+    path.write_text("\n".join([json.dumps({"text": "a"}), long, long, json.dumps({"text": "b"}), long]) + "\n")
+    held = []
+    real = lines._judge_block
+    monkeypatch.setattr(lines, "_judge_block", lambda pending, *a: held.append(sum(len(r) for _, r, _ in pending))
+                        or real(pending, *a))
+    batches, rejects = _read(path, blocks=True, max_bytes=None)
+    assert max(held) <= lines.BLOCK_BYTES + len(long) + 1 and len(held) >= 3
+    assert [t[:1] for b in batches for t in b[1]] == ["a", "y", "y", "b", "y"] and not rejects

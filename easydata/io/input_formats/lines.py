@@ -17,8 +17,9 @@ from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plai
 
 __all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap", "BLOCK_LINES"]
 
-#: Plain-text JSON lines judged together (`_judge_block`): a few hundred KB at most (`FAST_MAX_MEAN_BYTES`).
+#: Plain-text JSON lines judged together (`_judge_block`), and the bytes past which a block is judged early.
 BLOCK_LINES = 256
+BLOCK_BYTES = BLOCK_LINES * FAST_MAX_MEAN_BYTES
 
 
 def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
@@ -83,6 +84,7 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             f.seek(split.start - 1)
             position = split.start - 1 + _skip_line(f)  # the rest of a line that belongs to the previous split
         pending: list[tuple[int, bytes, int]] = []
+        pending_bytes = 0
         lines = _bounded_lines(f, cap)
         while True:
             try:
@@ -99,9 +101,12 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 raw = raw[len(BOM):]
             if blocks:
                 pending.append((line_pos, raw, skipped))
-                if len(pending) >= BLOCK_LINES:
+                pending_bytes += len(raw)
+                # judged at BLOCK_LINES lines, or sooner when they outgrow what the block parser takes: a block
+                # never holds more than one long line beyond BLOCK_BYTES (line by line holds one)
+                if len(pending) >= BLOCK_LINES or pending_bytes > BLOCK_BYTES:
                     yield from _judge_block(pending, dataset.content_field, out)
-                    pending = []
+                    pending, pending_bytes = [], 0
                 continue
             _judge_line(line_pos, raw, skipped, is_json, out)
             yield len(raw) + skipped
