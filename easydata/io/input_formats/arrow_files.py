@@ -9,8 +9,7 @@ from typing import Any, Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
-from easydata.io.input_formats.tables import (bounded_slices, columns_needed, emit_table_batch, open_table_file,
-                                               reject_block)
+from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, reject_block
 
 __all__ = ["read_arrow", "record_batch_ranges"]
 
@@ -46,7 +45,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             # A stream has no index of its batches: a corrupt one ends the reading (see `read_split`).
             row = 0
             for batch in stream:
-                yield from _emit(_checked_arrow_batch(batch, dataset), row, out, dataset)
+                yield from emit_bounded(_checked_arrow_batch(batch, dataset), row, out, dataset)
                 row += batch.num_rows
                 if out.done:
                     return
@@ -66,20 +65,10 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 if out.done:
                     return
                 continue
-            yield from _emit(batch, row, out, dataset)
+            yield from emit_bounded(batch, row, out, dataset)
             row += batch.num_rows
             if out.done:
                 return
-
-
-def _emit(batch: Any, row: int, out: DocumentCollector, dataset: DatasetConfig) -> Iterator[int]:
-    """A record batch into the collector in `bounded_slices`, yielding each slice's bytes."""
-    for piece in bounded_slices(batch, out.batch_size):
-        emit_table_batch(piece, row, out, dataset)
-        row += piece.num_rows
-        yield piece.nbytes
-        if out.done:
-            return
 
 def _checked_arrow_batch(batch: Any, dataset: DatasetConfig) -> Any:
     """The batch's needed columns, fully validated: IPC buffers are used as they are in the file, and a

@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 import pyarrow as pa
 
+from easydata.io.documents import unusable_value
+
 __all__ = ["parse_plain_lines", "FAST_MAX_MEAN_BYTES"]
 
 #: Blocks whose lines average more than this go line by line: measured crossover of `json.loads` and
@@ -50,10 +52,5 @@ def parse_plain_lines(lines: Sequence[bytes], content_field: str) -> Optional[li
         return None
     if b"\\u" not in block:  # a surrogate code point comes only from a \u escape (UTF-8 cannot hold one)
         return texts
-    for text in texts:
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # a surrogate code point: json.loads keeps it, the record is refused
-                return None
-    return texts
+    # a surrogate code point: json.loads keeps it and the record checks refuse it, so judge such a block line by line
+    return None if any(unusable_value(text, content_field) for text in texts) else texts

@@ -15,7 +15,7 @@ from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSp
 from easydata.io.filesystems import open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
-__all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap", "BLOCK_LINES"]
+__all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap", "BLOCK_LINES", "BLOCK_BYTES"]
 
 #: Plain-text JSON lines judged together (`_judge_block`), and the bytes past which a block is judged early.
 BLOCK_LINES = 256
@@ -138,7 +138,7 @@ def _judge_line(line_pos: int, raw: bytes, skipped: int, is_json: bool, out: Doc
 def _judge_block(pending: list[tuple[int, bytes, int]], content_field: str, out: DocumentCollector) -> Iterator[int]:
     """JSON lines `(position, raw, skipped)` in order: parsed in one call when they are all plain text and short,
     else each on its own; yields each line's bytes after its document (or dead letter) is added."""
-    rows = [(i, raw.strip()) for i, (_, raw, skipped) in enumerate(pending) if not skipped and raw.strip()]
+    rows = [(i, line) for i, (_, raw, skipped) in enumerate(pending) if not skipped and (line := raw.strip())]
     texts = None
     if rows and sum(len(line) for _, line in rows) <= FAST_MAX_MEAN_BYTES * len(rows):
         texts = parse_plain_lines([line for _, line in rows], content_field)

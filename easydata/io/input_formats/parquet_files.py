@@ -8,8 +8,7 @@ from typing import Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
-from easydata.io.input_formats.tables import (bounded_slices, columns_needed, emit_table_batch, open_table_file,
-                                               reject_block)
+from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, reject_block
 
 __all__ = ["read_parquet", "row_group_ranges"]
 
@@ -52,10 +51,8 @@ def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollect
                 if out.done:
                     return
                 continue
-            for whole in table.to_batches(max_chunksize=out.batch_size):
-                for batch in bounded_slices(whole, out.batch_size):
-                    emit_table_batch(batch, row, out, dataset)
-                    row += batch.num_rows
-                    yield batch.nbytes
-                    if out.done:
-                        return
+            for batch in table.to_batches(max_chunksize=out.batch_size):
+                yield from emit_bounded(batch, row, out, dataset)
+                row += batch.num_rows
+                if out.done:
+                    return

@@ -10,7 +10,7 @@ from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
 from easydata.io.record_format import RecordFormatter
 from easydata.io.filesystems import compression_of, open_arrow_file, open_file
 
-__all__ = ["open_table_file", "columns_needed", "emit_table_batch", "reject_block", "bounded_slices"]
+__all__ = ["open_table_file", "columns_needed", "emit_table_batch", "emit_bounded", "reject_block", "bounded_slices"]
 
 
 def open_table_file(path: str):
@@ -45,6 +45,16 @@ def bounded_slices(batch: Any, max_rows: int) -> Iterator[Any]:
     step = max(1, min(max_rows, int(SLICE_BYTES * rows // max(batch.nbytes, 1))))
     for start in range(0, rows, step):
         yield batch.slice(start, step)
+
+def emit_bounded(batch: Any, first_row: int, out: DocumentCollector, dataset: DatasetConfig) -> Iterator[int]:
+    """A record batch into the collector in `bounded_slices` (`emit_table_batch` each), yielding each slice's
+    bytes; stops when the collector is done."""
+    for piece in bounded_slices(batch, out.batch_size):
+        emit_table_batch(piece, first_row, out, dataset)
+        first_row += piece.num_rows
+        yield piece.nbytes
+        if out.done:
+            return
 
 def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset: DatasetConfig) -> None:
     """Feeds the rows of an Arrow record batch into the collector; `first_row` is the first row's
