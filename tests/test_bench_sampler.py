@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -28,7 +30,7 @@ time.sleep(30)
 
 
 def test_the_tree_is_measured_and_pss_is_read_at_most_once_per_interval(monkeypatch):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert holder.stdout.readline().strip() == b"ready"
         sampler = bench_pipeline.TreeRssSampler(holder.pid, interval=0.05, pss_interval=0.5)
@@ -46,7 +48,7 @@ def test_the_tree_is_measured_and_pss_is_read_at_most_once_per_interval(monkeypa
         sampler.stop()
         monkeypatch.undo()
     finally:
-        holder.kill()
+        os.killpg(holder.pid, signal.SIGKILL)  # the grandchild too
         holder.wait()
     # the grandchild's 200 MiB count: in the tree's RSS, its own high-water mark and the tree's PSS
     assert sampler.peak >= 200 << 20
