@@ -27,6 +27,7 @@ def record_batch_ranges(path: str, size: int, target_bytes: int) -> list[tuple[i
     return [(s, min(s + per, n), size * (min(s + per, n) - s) // max(n, 1)) for s in range(0, n, per)] or \
         [(0, 0, 0)]
 
+
 def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
     import pyarrow as pa
     import pyarrow.ipc as ipc
@@ -69,6 +70,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             row += batch.num_rows
             if out.done:
                 return
+
 
 def _checked_arrow_batch(batch: Any, dataset: DatasetConfig) -> Any:
     """The batch's needed columns, fully validated: IPC buffers are used as they are in the file, and a

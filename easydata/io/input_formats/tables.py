@@ -17,6 +17,7 @@ def open_table_file(path: str):
     """Parquet / Arrow inputs: native pyarrow files when uncompressed, decompressing streams otherwise."""
     return open_file(path) if compression_of(path) else open_arrow_file(path)
 
+
 def columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
     wanted = [dataset.content_field, *dataset.additional_fields]
     formatter = RecordFormatter.for_dataset(dataset)
@@ -46,6 +47,7 @@ def bounded_slices(batch: Any, max_rows: int) -> Iterator[Any]:
     for start in range(0, rows, step):
         yield batch.slice(start, step)
 
+
 def emit_bounded(batch: Any, first_row: int, out: DocumentCollector, dataset: DatasetConfig) -> Iterator[int]:
     """A record batch into the collector in `bounded_slices` (`emit_table_batch` each), yielding each slice's
     bytes; stops when the collector is done."""
@@ -55,6 +57,7 @@ def emit_bounded(batch: Any, first_row: int, out: DocumentCollector, dataset: Da
         yield piece.nbytes
         if out.done:
             return
+
 
 def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset: DatasetConfig) -> None:
     """Feeds the rows of an Arrow record batch into the collector; `first_row` is the first row's
@@ -72,6 +75,7 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
         out.add_record(position, {n: columns[n][i] for n in names})
         if out.done:
             return
+
 
 def reject_block(out: DocumentCollector, block: str, row: int, rows: int, error: Exception) -> int:
     """Dead-letters the `rows` records of an unreadable block starting at `row`; returns the next row."""
