@@ -483,6 +483,40 @@ def test_preloaded_tokenizers_are_shared_and_unloadable_ones_left_to_the_step(to
     assert shared_tokenizer(other) is not handle
 
 
+def test_preloading_loads_the_fast_engine_beside_hf_and_leaves_no_thread(qwen3_tokenizer_dir, monkeypatch):
+    """A worker server's preload starts the fast engine's own tokenizer (fastokens: ~3 s for Qwen3's vocabulary,
+    without the GIL) before `hf`'s load, not after it; the engine it hands out is that one, and no loading
+    thread is left when it returns (the server forks next)."""
+    import threading
+
+    from easydata.text import engines
+
+    monkeypatch.setattr(tokenizer_module, "_PRELOADED", {})
+    events: list[str] = []
+    real_native, real_init = engines.FastokensEngine.load_native, TokenizerHandle.__init__
+
+    def native(tokenizer_file):
+        loaded = real_native(tokenizer_file)
+        natives.append(loaded)
+        return loaded
+
+    def init(self, config):  # what is loading (or loaded) when hf's load starts
+        events.extend(name for _, name in engines._PREFETCH)
+        real_init(self, config)
+
+    natives: list = []
+    monkeypatch.setattr(engines.FastokensEngine, "load_native", staticmethod(native))
+    monkeypatch.setattr(TokenizerHandle, "__init__", init)
+    config = TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir))
+    preload_tokenizers([config], ["fastokens", "gigatoken"])
+    assert events == ["fastokens"]  # before: hf, then the engine
+    engine = shared_tokenizer(config).engine("fastokens")
+    assert len(natives) == 1 and engine._tokenizer is natives[0]  # loaded once, the prefetched one
+    assert not engines._PREFETCH and not [t for t in threading.enumerate() if "prefetch" in t.name]
+    ids = engine.encode(["preloaded ids"], False)[0].tolist()
+    assert ids == Tokenizer.from_file(str(qwen3_tokenizer_dir / "tokenizer.json")).encode("preloaded ids").ids
+
+
 _FORK_AFTER_PRELOAD = """
 import os, sys
 from easydata.config import TokenizerConfig

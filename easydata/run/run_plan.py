@@ -278,14 +278,15 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     for ds in config.datasets:
         tok = config.tokenizer_for(ds)
         if tok not in handles:
+            requested = config.tokenize_for(ds).engine
+            if requested != "hf" and prefetch_engines:  # loads while hf loads and the inputs are planned
+                from easydata.text.engines import fast_candidates, prefetch_engine
+                from easydata.text.tokenizer import resolve_tokenizer_files
+
+                prefetch_engine(fast_candidates(requested), resolve_tokenizer_files(tok.name_or_path)[0])
             handle = load_tokenizer(tok)
             check_tokenizer(config, handle)
             handles[tok] = handle
-            requested = config.tokenize_for(ds).engine
-            if requested != "hf" and prefetch_engines:  # loads while the inputs are planned and sampled
-                from easydata.text.engines import prefetch_engine
-
-                prefetch_engine(requested, handle.tokenizer_file, handle.tokenizer)
         splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
                                                  splits_wanted=splits_per_dataset())
         input_bytes = total_input_bytes(splits)

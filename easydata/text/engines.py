@@ -35,7 +35,7 @@ import numpy as np
 from easydata.config import ENGINE_NAMES  # `tokenize.engine`'s values, written once in the config
 
 __all__ = ["ENGINE_NAMES", "FAST_ENGINES", "Engine", "EngineChoice", "VerifiedEngine", "load_engine",
-           "choose_engine", "prefetch_engine", "verify_engine", "known_refusal", "fast_candidates",
+           "choose_engine", "prefetch_engine", "end_prefetches", "verify_engine", "known_refusal", "fast_candidates",
            "special_token_strings", "adversarial_texts", "VERIFY_FRACTION", "MAX_MISMATCHES", "engine_version"]
 
 #: The fast engines `auto` tries, fastest first (benchmarks/bench_pipeline.py).
@@ -68,13 +68,25 @@ def engine_version(name: str) -> str:
 
 
 class Engine:
-    """Encodes plain documents: `encode(texts, add_special_tokens) -> (flat int32 ids, int64 lengths)`."""
+    """Encodes plain documents: `encode(texts, add_special_tokens) -> (flat int32 ids, int64 lengths)`.
+
+    Args:
+      tokenizer_file: the tokenizer's `tokenizer.json`.
+      hf: the same tokenizer loaded by `tokenizers` (the reference).
+      native: what `load_native(tokenizer_file)` returned, when it was loaded ahead (`prefetch_engine`).
+    """
 
     name = "hf"
 
-    def __init__(self, tokenizer_file: Path, hf: Any):
+    def __init__(self, tokenizer_file: Path, hf: Any, native: Any = None):
         self.tokenizer_file, self.hf = tokenizer_file, hf
         self.version = engine_version(self.name)
+
+    @staticmethod
+    def load_native(tokenizer_file: Path) -> Any:
+        """The engine's own tokenizer, loaded from `tokenizer_file` alone (no `hf` needed), so that it can
+        load while `hf` does; None for `hf` itself."""
+        return None
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
         from easydata.text import long_texts
@@ -131,11 +143,15 @@ class _Specials:
 class FastokensEngine(Engine):
     name = "fastokens"
 
-    def __init__(self, tokenizer_file: Path, hf: Any):
+    def __init__(self, tokenizer_file: Path, hf: Any, native: Any = None):
         super().__init__(tokenizer_file, hf)
+        self._tokenizer = native if native is not None else self.load_native(tokenizer_file)
+
+    @staticmethod
+    def load_native(tokenizer_file: Path) -> Any:
         import fastokens
 
-        self._tokenizer = fastokens.Tokenizer.from_file(str(tokenizer_file))
+        return fastokens.Tokenizer.from_file(str(tokenizer_file))
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
         ids, offsets = self._tokenizer.encode_batch_flat(list(texts), add_special_tokens=add_special_tokens)
@@ -146,14 +162,20 @@ class FastokensEngine(Engine):
 class GigatokenEngine(Engine):
     name = "gigatoken"
 
-    def __init__(self, tokenizer_file: Path, hf: Any):
+    def __init__(self, tokenizer_file: Path, hf: Any, native: Any = None):
         super().__init__(tokenizer_file, hf)
-        import awkward  # what its batches come as: imported here, where a worker server preloads the
-        import gigatoken  # engine before it forks, not at each worker's first batch
+        import awkward  # what its batches come as
 
-        self._tokenizer = gigatoken.Tokenizer(str(tokenizer_file))
+        self._tokenizer = native if native is not None else self.load_native(tokenizer_file)
         self._specials = _Specials(hf)
         self._ak = awkward
+
+    @staticmethod
+    def load_native(tokenizer_file: Path) -> Any:
+        import awkward  # noqa: F401 - imported here, where a worker server preloads the engine before it
+        import gigatoken  # forks, not at each worker's first batch
+
+        return gigatoken.Tokenizer(str(tokenizer_file))
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
         ak = self._ak
@@ -167,27 +189,48 @@ _ENGINES = {"hf": Engine, "fastokens": FastokensEngine, "gigatoken": GigatokenEn
 
 
 def load_engine(name: str, tokenizer_file: Path, hf: Any) -> Engine:
-    """The engine `name` for this tokenizer.
+    """The engine `name` for this tokenizer (with its native tokenizer from `prefetch_engine`, when that
+    started loading it: waits for it).
 
     Raises:
       ValueError / ImportError / anything the engine raises: it cannot load this tokenizer.
     """
-    return _ENGINES[name](tokenizer_file, hf)
+    prefetched = _PREFETCH.pop((str(tokenizer_file), name), None)
+    native = prefetched.result() if prefetched is not None else None  # raises what loading it raised
+    return _ENGINES[name](tokenizer_file, hf, native)
 
 
+#: Native tokenizers loading on threads of their own, by (tokenizer file, engine name): `load_engine` takes them.
 _PREFETCH: dict[tuple[str, str], Any] = {}
 
 
-def prefetch_engine(requested: str, tokenizer_file: Path, hf: Any) -> None:
-    """Starts loading the first engine `choose_engine` will try for `requested`, on a thread of its own
-    (loading releases the GIL), so that planning's other work overlaps with it."""
+def prefetch_engine(candidates: Sequence[str], tokenizer_file: Path) -> Optional[str]:
+    """Starts loading the native tokenizer of the first of `candidates` that is installed and not known to
+    refuse this tokenizer (`known_refusal`), on a thread of its own (loading releases the GIL; a large
+    vocabulary takes seconds), so that loading `hf` and planning's other work overlap with it; the next
+    `load_engine` of it takes the result. Returns the engine's name, or None when there is none."""
     import concurrent.futures
 
-    candidates = [n for n in fast_candidates(requested) if engine_version(n) != "not installed"]
-    if candidates and (str(tokenizer_file), candidates[0]) not in _PREFETCH:
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-prefetch")
-        _PREFETCH[(str(tokenizer_file), candidates[0])] = pool.submit(load_engine, candidates[0], tokenizer_file, hf)
-        pool.shutdown(wait=False)
+    for name in candidates:
+        if engine_version(name) == "not installed" or known_refusal(tokenizer_file, name) is not None:
+            continue
+        if (str(tokenizer_file), name) not in _PREFETCH:
+            pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-engine-prefetch")
+            _PREFETCH[(str(tokenizer_file), name)] = pool.submit(_ENGINES[name].load_native, tokenizer_file)
+            pool.shutdown(wait=False)
+            _PREFETCH_POOLS.append(pool)
+        return name
+    return None
+
+
+_PREFETCH_POOLS: list[Any] = []
+
+
+def end_prefetches() -> None:
+    """Waits until every `prefetch_engine` thread has ended (before a fork: a child must not inherit
+    a native load half done); what they loaded stays for `load_engine`."""
+    while _PREFETCH_POOLS:
+        _PREFETCH_POOLS.pop().shutdown(wait=True)
 
 
 # ---- verification --------------------------------------------------------------------------------
@@ -350,7 +393,7 @@ def choose_engine(requested: str, tokenizer_file: Path, hf: Any, special_tokens:
                 else:
                     done.set_result(loaded[name])
                 return done
-            return _PREFETCH.pop((str(tokenizer_file), name), None) or pool.submit(load_engine, name, tokenizer_file, hf)
+            return pool.submit(load_engine, name, tokenizer_file, hf)  # with a prefetched native tokenizer
 
         first = load(candidates[0]) if candidates else None
         if candidates:  # meanwhile (tokenizers releases the GIL): what the first candidate is compared with

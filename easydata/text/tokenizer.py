@@ -469,18 +469,25 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str
 
     A local worker server calls this before it forks its workers (`beam_pipelines.local.local_worker`): each
     worker then starts with the tokenizer loaded, instead of every worker parsing the same
-    `tokenizer.json` (a fraction of a second each, all at the start of tokenizing). Loading starts no tokenizer thread,
-    so forking afterwards is safe. A tokenizer that fails to load is left out: the step that needs it
-    loads it again and reports the error there.
+    `tokenizer.json` (a fraction of a second each, all at the start of tokenizing). The first fast engine's
+    own tokenizer loads on a thread beside `hf`'s (`easydata.text.engines.prefetch_engine`); every loading
+    thread has ended when this returns, and loading starts no tokenizer thread, so forking afterwards is
+    safe. A tokenizer that fails to load is left out: the step that needs it loads it again and reports the
+    error there.
     """
-    for config in configs:
-        if config not in _PRELOADED:
-            try:
-                _PRELOADED[config] = TokenizerHandle(config)
-            except Exception:  # noqa: BLE001 - e.g. an unreadable file: the step's own load reports it
-                pass
-    from easydata.text.engines import known_refusal
+    from easydata.text.engines import end_prefetches, known_refusal, prefetch_engine
 
+    configs = [config for config in configs if config not in _PRELOADED]
+    for config in configs:  # the first fast engine's own tokenizer loads (without the GIL) while hf's does
+        try:
+            prefetch_engine(engines, resolve_tokenizer_files(config.name_or_path)[0])
+        except Exception:  # noqa: BLE001 - e.g. no such tokenizer: the step's own load reports it
+            pass
+    for config in configs:
+        try:
+            _PRELOADED[config] = TokenizerHandle(config)
+        except Exception:  # noqa: BLE001 - e.g. an unreadable file: the step's own load reports it
+            pass
     for handle in _PRELOADED.values():  # the fast engine the job will use, where planning accepts it: the first
         for name in engines:            # of `engines` that loads (loading one starts no thread) and is not
             if known_refusal(handle.tokenizer_file, name) is not None:  # known to refuse this tokenizer
@@ -490,6 +497,7 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str
                 break
             except Exception:  # noqa: BLE001 - e.g. fastokens and a Metaspace tokenizer: never used then
                 continue
+    end_prefetches()
 
 
 def choose_engine_here(config: TokenizerConfig, requested: str, sample: Sequence[str],
