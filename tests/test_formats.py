@@ -262,6 +262,23 @@ def test_token_list_array() -> None:
     assert arr.to_pylist() == [[5], [], [6, 7, 8]]
 
 
+def test_attention_masks_of_ones_share_one_read_only_buffer() -> None:
+    """Unpacked rows' all-ones attention masks are views of one buffer per process, not a new array per batch
+    (a gigabyte of ones per gigabyte of ids, each page faulted in), and equal what a fresh array of ones gives."""
+    from easydata.io.token_arrays import ones_list_array
+
+    for offsets in ([0], [0, 0], [0, 3, 3, 7], [0, 70_000, 70_001]):
+        offsets = np.array(offsets, dtype=np.int64)
+        assert ones_list_array(offsets).equals(token_list_array(np.ones(int(offsets[-1]), np.int32), offsets))
+    first = documents_to_batch(np.arange(5, dtype=np.int32), np.array([0, 2, 5]), {})
+    second = documents_to_batch(np.arange(3, dtype=np.int32), np.array([0, 3]), {})
+    masks = [b.column("attention_mask").values for b in (first, second)]
+    assert masks[0].buffers()[1].address == masks[1].buffers()[1].address  # the same ones
+    assert second.column("attention_mask").to_pylist() == [[1, 1, 1]]
+    with pytest.raises(ValueError, match="read-only"):
+        masks[0].to_numpy()[0] = 0
+
+
 def test_documents_to_batch_columns_and_types() -> None:
     flat = np.array([10, 11, 12, 13, 14, 15], dtype=np.int32)
     offsets = np.array([0, 2, 2, 6], dtype=np.int64)

@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import zstandard
 
-from easydata.io.token_arrays import list_column_values, token_list_array
+from easydata.io.token_arrays import list_column_values, ones_list_array, token_list_array
 
 __all__ = ["encode_rows", "encode_row_ranges", "decode_rows", "MIN_COMPRESSED_BYTES"]
 
@@ -258,7 +258,7 @@ def decode_rows(data: bytes, dictionary: Optional[bytes] = None) -> pa.RecordBat
             ids_offsets = offsets
             array = token_list_array(np.frombuffer(parts[1], entry[2]).astype(np.int32), offsets)
         elif kind == "ones":
-            array = token_list_array(np.ones(int(ids_offsets[-1]), dtype=np.int32), ids_offsets)
+            array = ones_list_array(ids_offsets)
         elif kind == "bits":
             bits = np.unpackbits(np.frombuffer(parts[0], np.uint8), count=int(ids_offsets[-1]))
             array = token_list_array(bits.astype(np.int32), ids_offsets)

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from easydata.errors import PROGRAMMING_ERRORS, EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
-from easydata.io.token_arrays import list_column_values, token_list_array  # re-exported: the formats' token columns
+from easydata.io.token_arrays import list_column_values, ones_list_array, token_list_array  # re-exported: the formats' token columns
 from easydata.rows import TOKEN_COLUMNS
 
 __all__ = [
@@ -139,7 +139,7 @@ def documents_to_batch(flat: np.ndarray, offsets: np.ndarray, fields: dict[str, 
     `extra` columns."""
     columns: dict[str, pa.Array] = {
         "input_ids": token_list_array(flat, offsets),
-        "attention_mask": token_list_array(np.ones(len(flat), dtype=np.int32), offsets),
+        "attention_mask": ones_list_array(offsets),
     }
     if loss_mask is not None:
         columns["loss_mask"] = token_list_array(loss_mask, offsets)

@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.filesystems import file_size, get_fs, open_arrow_file, open_file
-from easydata.io.token_arrays import list_column_values, token_list_array
+from easydata.io.token_arrays import list_column_values, ones_list_array, token_list_array
 
 __all__ = ["TOKEN_FILE_FORMATS", "TokenFileSpec", "token_dtype_for", "companion_path", "BinShardWriter",
            "MegatronShardWriter", "NpzShardWriter", "open_token_file_writer", "token_file_spec",
@@ -375,7 +375,7 @@ def _iter_stream(path: str, offsets: np.ndarray, dtype: np.dtype, columns: Optio
             arrays = {name: token_list_array(_read_range(f, int(offsets[first]), int(local[-1]), dt), local)
                       for name, (f, dt) in files.items()}
             if "attention_mask" in wanted:
-                arrays["attention_mask"] = token_list_array(np.ones(int(local[-1]), np.int32), local)
+                arrays["attention_mask"] = ones_list_array(local)
             yield pa.RecordBatch.from_pydict({n: arrays[n] for n in wanted if n in arrays})
             first = last
     finally:
