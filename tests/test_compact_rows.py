@@ -105,6 +105,27 @@ def test_ids_travel_in_the_narrowest_width(high: int, width: int) -> None:
     assert len(encode_rows(batch)) < tokens / 20  # one id repeated: next to nothing once compressed
 
 
+@pytest.mark.parametrize("compress", [False, True])
+def test_four_byte_ids_are_used_where_they_were_decoded_not_copied(compress: bool) -> None:
+    """Ids of a vocabulary past 65,535 travel as 4 bytes; the payloads start 4-byte aligned, so decoding
+    views them in the decoded buffer (a copy of every id otherwise: a gigabyte per gigabyte of Qwen3 ids)."""
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 151_000, 40_000).astype(np.int32)
+    ids[::7] = 11  # compressible, like text
+    batch = documents_to_batch(ids, np.array([0, 1_000, 25_000, 40_000]), {"source": ["a", "bb", "ccc"]})
+    data = encode_rows(batch, compress=compress)
+    assert data.startswith(b"EDZ1") == compress
+    decoded = decode_rows(data)
+    assert decoded.equals(batch)
+    address = decoded.column("input_ids").values.buffers()[1].address
+    if not compress:  # the ids lie inside `data` itself
+        start = np.frombuffer(data, np.uint8).ctypes.data
+        assert start <= address < start + len(data)
+    assert address % 4 == 0
+    narrow = documents_to_batch(ids % 60_000, np.array([0, 40_000]), {})  # 2-byte ids: widened, a copy
+    assert decode_rows(encode_rows(narrow, compress=compress)).equals(narrow)
+
+
 def test_fewer_bytes_than_arrow_ipc_on_token_rows() -> None:
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, 2000, 64)

@@ -16,7 +16,8 @@ few rows each). This encoding ships, column by column:
 - anything else (a column with nulls, nested additional fields, a token column that does not
   qualify): that column as an Arrow IPC stream.
 
-A short JSON directory names each column and how it was written. Segment ids and positions are never
+A short JSON directory names each column and how it was written (padded with spaces so that the payloads
+start 4-byte aligned: 4-byte ids are then used where they were decompressed, not copied). Segment ids and positions are never
 shipped: they are made where packed rows are made, after the shuffle. `decode_rows` gives back a batch
 equal to the one encoded (same schema, same values), so nothing written depends on the encoding.
 
@@ -80,8 +81,8 @@ def _plain(field: pa.Field) -> bool:
     return field.nullable and not field.metadata
 
 
-#: How one column of one row range is written: `(directory entry without sizes, payloads)`.
-_Encoded = tuple[list[Any], list[bytes]]
+#: How one column of one row range is written: `(directory entry without sizes, payloads)` (bytes-like, by byte).
+_Encoded = tuple[list[Any], list[bytes | memoryview]]
 #: A column prepared once for a batch, called per row range `[start, stop)`.
 _RangeEncoder = Callable[[int, int], _Encoded]
 
@@ -124,7 +125,10 @@ def _prepare(field: pa.Field, column: pa.Array, ids_lengths: Optional[np.ndarray
             def ids(start: int, stop: int) -> _Encoded:
                 tokens = values[offsets[start]:offsets[stop]]
                 id_type = _id_type(tokens)
-                return [name, "ids", id_type], [lengths_u4[start:stop].tobytes(), tokens.astype(id_type).tobytes()]
+                # 4-byte ids go as they are (an int32 >= 0 is its own u4): no copy before the one joining the parts
+                same = id_type == "<u4" and tokens.dtype == np.dtype("<i4") and tokens.flags.c_contiguous
+                payload = memoryview(tokens.view("<u4") if same else tokens.astype(id_type)).cast("B")
+                return [name, "ids", id_type], [lengths_u4[start:stop].tobytes(), payload]
             return ids, lengths
         if ids_lengths is not None:
             def mask(start: int, stop: int) -> _Encoded:
@@ -206,12 +210,13 @@ def encode_row_ranges(batch: pa.RecordBatch, starts: Sequence[int], stops: Seque
     encoded = []
     for start, stop in zip(starts, stops):
         directory: list[Any] = []
-        payloads: list[bytes] = []
+        payloads: list[bytes | memoryview] = []
         for encoder in encoders:
             entry, parts = encoder(start, stop)
             directory.append(entry + [len(p) for p in parts])
             payloads += parts
         head = json.dumps([directory, meta] if meta else [directory], separators=(",", ":")).encode()
+        head += b" " * (-(_HEADER.size + len(head)) % 4)  # the payloads start 4-byte aligned (`_int32_ids`)
         encoded.append(_framed(b"".join([_HEADER.pack(_MAGIC, stop - start, len(head)), head, *payloads]),
                                compress, dictionary))
     return encoded
@@ -224,6 +229,14 @@ def _framed(encoded: bytes, compress: bool, dictionary: Optional[bytes]) -> byte
         if _ZSTD_HEADER.size + len(frame) < len(encoded):
             return _ZSTD_HEADER.pack(_ZSTD_MAGIC if dictionary is None else _ZSTD_DICT_MAGIC, len(encoded)) + frame
     return encoded
+
+
+def _int32_ids(ids: np.ndarray) -> np.ndarray:
+    """Decoded ids as int32: 4-byte ids (a vocabulary past 65,535) are viewed as they lie in the decoded
+    buffer when it is aligned (a u4 id came from an int32 >= 0), narrower ones are widened (a copy)."""
+    if ids.dtype.itemsize == 4 and ids.ctypes.data % 4 == 0:
+        return ids.view("<i4")
+    return ids.astype(np.int32)
 
 
 def decode_rows(data: bytes, dictionary: Optional[bytes] = None) -> pa.RecordBatch:
@@ -256,7 +269,7 @@ def decode_rows(data: bytes, dictionary: Optional[bytes] = None) -> pa.RecordBat
             offsets = np.zeros(rows + 1, dtype=np.int64)
             np.cumsum(np.frombuffer(parts[0], "<u4"), out=offsets[1:])
             ids_offsets = offsets
-            array = token_list_array(np.frombuffer(parts[1], entry[2]).astype(np.int32), offsets)
+            array = token_list_array(_int32_ids(np.frombuffer(parts[1], entry[2])), offsets)
         elif kind == "ones":
             array = ones_list_array(ids_offsets)
         elif kind == "bits":
