@@ -7,8 +7,10 @@ the first point its weights hold, after the last point the last ones do.
 `allocate` splits a global batch of `G` rows into exact integer counts per source that track the
 cumulative target: each source is owed `expected_i = sum over steps of G * w_i(step)` rows and has
 taken `consumed_i`; a step gives each source the whole rows it is owed, then the rows left go to the
-largest remaining debts (ties: the order of `names`). A source is never a whole row ahead of its
-target; while the weights stay fixed it is less than one row behind. When the weights change, a
+sources still owed a part of a row, earliest deadline first: the one that would first be a whole row
+behind at its weight (ties: the order of `names`; the largest remaining debt first, as before, let a
+light source take the row a heavy one owed as much needed, which then fell more than a row behind). A
+source is never a whole row ahead of its target; while the weights stay fixed it is at most one row behind. When the weights change, a
 source that was a fraction of a row ahead keeps those rows (counts are never negative), so another
 can fall behind by up to two rows until the next steps repay it; no allocation can do better, and
 per step this one minimises the largest debt. A weight too small for one row per batch (`G * w < 1`)
@@ -147,7 +149,17 @@ def allocate(weights: Sequence[float], expected: Sequence[float], consumed: Sequ
     for _ in range(sum(counts) - global_batch):
         i = min((i for i in range(n) if counts[i] > 0), key=lambda i: (owed[i] - counts[i], -i))
         counts[i] -= 1
-    ranking = sorted(range(n), key=lambda i: (counts[i] - owed[i], i))  # largest remaining debt first
+    # The rows left go to sources still owed a part of a row (never a whole row ahead then), the one that
+    # would first fall a whole row behind at its weight first (earliest deadline); the largest remaining
+    # debt alone is not enough: a light source owed as much as a heavy one can wait, the heavy one cannot.
+    remaining = [owed[i] - counts[i] for i in range(n)]
+
+    def deadline(i: int) -> float:
+        rate = global_batch * weights[i]
+        return (1.0 - remaining[i]) / rate if rate > 0 else math.inf
+
+    ranking = sorted((i for i in range(n) if remaining[i] > 0), key=lambda i: (deadline(i), i))
+    ranking += sorted((i for i in range(n) if remaining[i] <= 0), key=lambda i: (-remaining[i], i))
     for k in range(global_batch - sum(counts)):
         counts[ranking[k % n]] += 1
     return counts, expected
