@@ -492,6 +492,7 @@ def test_preloading_loads_the_fast_engine_beside_hf_and_leaves_no_thread(qwen3_t
     from easydata.text import engines
 
     monkeypatch.setattr(tokenizer_module, "_PRELOADED", {})
+    monkeypatch.setattr(engines, "_PREFETCH", {})  # not what an earlier planning in this process left
     events: list[str] = []
     real_native, real_init = engines.FastokensEngine.load_native, TokenizerHandle.__init__
 
