@@ -156,7 +156,8 @@ class FastokensEngine(Engine):
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
         ids, offsets = self._tokenizer.encode_batch_flat(list(texts), add_special_tokens=add_special_tokens)
         bounds = np.frombuffer(offsets, dtype="<u8").astype(np.int64)
-        return np.frombuffer(ids, dtype="<u4").astype(np.int32), np.diff(bounds)
+        # ids (< 2**31: a vocabulary) as int32 where they lie: a read-only view, not a copy of every id
+        return np.frombuffer(ids, dtype="<i4").astype(np.int32, copy=False), np.diff(bounds)
 
 
 class GigatokenEngine(Engine):
