@@ -17,9 +17,10 @@ few rows each). This encoding ships, column by column:
   qualify): that column as an Arrow IPC stream.
 
 A short JSON directory names each column and how it was written (padded with spaces so that the payloads
-start 4-byte aligned: 4-byte ids are then used where they were decompressed, not copied). Segment ids and positions are never
-shipped: they are made where packed rows are made, after the shuffle. `decode_rows` gives back a batch
-equal to the one encoded (same schema, same values), so nothing written depends on the encoding.
+start 4-byte aligned: 4-byte ids are then used where they were decompressed, not copied). Segment ids and
+positions are never shipped: they are made where packed rows are made, after the shuffle. `decode_rows`
+gives back a batch equal to the one encoded (same schema, same values), so nothing written depends on the
+encoding.
 
 Then the whole encoding is compressed with zstd at level 1 (one frame), when it is at least
 `MIN_COMPRESSED_BYTES` long and the frame is smaller (with a run's shuffle dictionary, when it has one,
