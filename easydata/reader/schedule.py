@@ -13,8 +13,8 @@ light source take the row a heavy one owed as much needed, which then fell more 
 source is never a whole row ahead of its target; while the weights stay fixed it is at most one row
 behind. When the weights change, a source that was a fraction of a row ahead keeps those rows (counts
 are never negative), so another can fall behind by up to two rows until the next steps repay it; no
-allocation can do better, and per step this one minimises the largest debt. A weight too small for one row per batch (`G * w < 1`)
-still gets its share over several batches; a source whose weight has always been 0 gets nothing.
+allocation can do better. A weight too small for one row per batch (`G * w < 1`) still gets its share
+over several batches; a source whose weight has always been 0 gets nothing.
 
 Everything here is pure Python on floats and ints, a deterministic function of its arguments: every
 process of a job computes the same counts from the same state, and resumed runs recompute them.
