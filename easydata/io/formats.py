@@ -105,10 +105,9 @@ def _default_loss_mask(batch: pa.RecordBatch) -> pa.Array:
     ids = batch.column("input_ids")
     offsets = ids.offsets.to_numpy().astype(np.int64)
     offsets = offsets - offsets[0]
-    if "segment_ids" in batch.schema.names:
-        values = (batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False) != 0).astype(np.int32)
-    else:
-        values = np.ones(int(offsets[-1]), dtype=np.int32)
+    if "segment_ids" not in batch.schema.names:
+        return ones_list_array(offsets)
+    values = (batch.column("segment_ids").flatten().to_numpy(zero_copy_only=False) != 0).astype(np.int32)
     return token_list_array(values, offsets)
 
 

@@ -203,6 +203,8 @@ def load_engine(name: str, tokenizer_file: Path, hf: Any) -> Engine:
 
 #: Native tokenizers loading on threads of their own, by (tokenizer file, engine name): `load_engine` takes them.
 _PREFETCH: dict[tuple[str, str], Any] = {}
+#: The executors of those threads, for `end_prefetches` to join.
+_PREFETCH_POOLS: list[Any] = []
 
 
 def prefetch_engine(candidates: Sequence[str], tokenizer_file: Path) -> Optional[str]:
@@ -222,9 +224,6 @@ def prefetch_engine(candidates: Sequence[str], tokenizer_file: Path) -> Optional
             _PREFETCH_POOLS.append(pool)
         return name
     return None
-
-
-_PREFETCH_POOLS: list[Any] = []
 
 
 def end_prefetches() -> None:

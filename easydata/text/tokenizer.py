@@ -477,7 +477,7 @@ def preload_tokenizers(configs: Iterable[TokenizerConfig], engines: Sequence[str
     """
     from easydata.text.engines import end_prefetches, known_refusal, prefetch_engine
 
-    configs = [config for config in configs if config not in _PRELOADED]
+    configs = [config for config in dict.fromkeys(configs) if config not in _PRELOADED]  # each once
     for config in configs:  # the first fast engine's own tokenizer loads (without the GIL) while hf's does
         try:
             prefetch_engine(engines, resolve_tokenizer_files(config.name_or_path)[0])
