@@ -215,6 +215,25 @@ def test_engines_take_an_empty_batch(qwen3_tokenizer_dir, mistral_tokenizer_dir)
         assert verify_engine(GigatokenEngine(path, hf), Engine(path, hf), []) is None
 
 
+def test_gigatoken_ids_are_its_batchs_own_buffer_and_any_layout_still_converts(mistral_tokenizer_dir) -> None:
+    """gigatoken's ids are used where it put them (a view, not awkward's copy of every id), slices of a batch
+    included; a layout it does not make (other numbers, a regular array) goes through awkward and gives the same."""
+    import awkward as ak
+
+    path, hf = _hf(mistral_tokenizer_dir)
+    engine = GigatokenEngine(path, hf)
+    batch = engine._tokenizer.encode_batch(["a first document", "", "and the third one, longer than the first"])
+    for encoded in (batch, batch[1:]):
+        flat, lengths = engine._flat(encoded)
+        assert flat.dtype == np.int32 and lengths.dtype == np.int64
+        assert np.shares_memory(flat, np.asarray(batch.layout.content.data))
+        assert flat.tolist() == ak.flatten(encoded).tolist() and lengths.tolist() == ak.num(encoded).tolist()
+    for other in (ak.Array([[5, 6], [], [7]]), ak.to_regular(ak.Array([[5, 6], [7, 8]]), axis=1)):
+        flat, lengths = engine._flat(other)
+        assert flat.dtype == np.int32 and flat.tolist() == ak.flatten(other).tolist()
+        assert lengths.tolist() == ak.num(other).tolist()
+
+
 def test_the_worker_server_chooses_like_the_launcher(qwen3_tokenizer_dir, mistral_tokenizer_dir, tmp_path,
                                                      monkeypatch) -> None:
     """Planning's choice made by a child of the local worker server, with the engines the server

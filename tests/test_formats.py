@@ -279,6 +279,26 @@ def test_attention_masks_of_ones_share_one_read_only_buffer() -> None:
         masks[0].to_numpy()[0] = 0
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 99), max_size=6), max_size=8), st.lists(st.integers(100, 109), max_size=3),
+       st.lists(st.integers(110, 119), max_size=3), st.data())
+def test_surround_adds_tokens_around_each_document_like_a_loop_over_them(docs, prefix, suffix, data) -> None:
+    """`surround` (the one way tokens are added around documents: an engine's post-processor ids, BOS and EOS)
+    equals adding them document by document, for every mix of empty documents, masks and prefix/suffix sizes."""
+    from easydata.io.token_arrays import surround
+
+    lengths = np.array([len(d) for d in docs], dtype=np.int64)
+    flat = np.array([t for d in docs for t in d], dtype=np.int32)
+    front = data.draw(st.none() | st.lists(st.booleans(), min_size=len(docs), max_size=len(docs)))
+    back = data.draw(st.none() | st.lists(st.booleans(), min_size=len(docs), max_size=len(docs)))
+    want = []
+    for i, doc in enumerate(docs):
+        want += (prefix if front is None or front[i] else []) + doc + (suffix if back is None or back[i] else [])
+    got = surround(flat, lengths, prefix, suffix, front=None if front is None else np.array(front, dtype=bool),
+                   back=None if back is None else np.array(back, dtype=bool))
+    assert got.dtype == np.int32 and got.tolist() == want
+
+
 def test_documents_to_batch_columns_and_types() -> None:
     flat = np.array([10, 11, 12, 13, 14, 15], dtype=np.int32)
     offsets = np.array([0, 2, 2, 6], dtype=np.int64)

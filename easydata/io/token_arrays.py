@@ -1,17 +1,19 @@
 """Token lists as Arrow `list<int32>` columns built from, and taken apart into, flat numpy buffers.
 
 The one conversion every stage uses between numpy token arrays (`flat`, `offsets`) and Arrow list
-columns, without a per-row Python loop. A leaf module: it imports nothing of easydata.
+columns, and the one way tokens are added around each document of a flat buffer (`surround`), without
+a per-row Python loop. A leaf module: it imports nothing of easydata.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["token_list_array", "ones_list_array", "list_column_values"]
+__all__ = ["token_list_array", "ones_list_array", "list_column_values", "surround"]
 
 
 def token_list_array(flat: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
@@ -44,3 +46,32 @@ def list_column_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, 
     offsets = array.offsets.to_numpy().astype(np.int64)
     values = array.values.to_numpy(zero_copy_only=False)
     return values[offsets[0]:offsets[-1]], offsets - offsets[0]
+
+
+def surround(values: np.ndarray, lengths: np.ndarray, prefix: Sequence[int], suffix: Sequence[int],
+             front: Optional[np.ndarray] = None, back: Optional[np.ndarray] = None) -> np.ndarray:
+    """`values` (documents back to back, `lengths[i]` values each) with `prefix` before every document
+    and `suffix` after it; only before the documents where `front` is true and after those where `back`
+    is, when given. Returns the new flat values (int32); each document grows by what was added to it.
+
+    One `np.insert` (a boolean mask and one copy inside) instead of per-value index arrays, which cost
+    ten times as much (docs/performance.md#figures-behind-design-choices). Insertions are listed
+    document by document, prefix before suffix; `np.insert` keeps that order among equal positions, so
+    an empty document gets its prefix then its suffix, and one document's suffix comes before the next
+    one's prefix at their shared boundary.
+    """
+    values = values.astype(np.int32, copy=False)
+    p, s, n = len(prefix), len(suffix), len(lengths)
+    if not (p + s) or not n:
+        return values
+    starts = np.cumsum(lengths, dtype=np.int64) - lengths
+    where = np.empty((n, p + s), dtype=np.int64)
+    where[:, :p] = starts[:, None]
+    where[:, p:] = (starts + lengths)[:, None]
+    what = np.broadcast_to(np.asarray([*prefix, *suffix], dtype=np.int32), (n, p + s))
+    if front is None and back is None:
+        return np.insert(values, where.ravel(), what.ravel())
+    wanted = np.empty((n, p + s), dtype=bool)
+    wanted[:, :p] = True if front is None else np.asarray(front, dtype=bool)[:, None]
+    wanted[:, p:] = True if back is None else np.asarray(back, dtype=bool)[:, None]
+    return np.insert(values, where[wanted], what[wanted])

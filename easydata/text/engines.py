@@ -33,6 +33,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from easydata.config import ENGINE_NAMES  # `tokenize.engine`'s values, written once in the config
+from easydata.io.token_arrays import surround
 
 __all__ = ["ENGINE_NAMES", "FAST_ENGINES", "Engine", "EngineChoice", "VerifiedEngine", "load_engine",
            "choose_engine", "prefetch_engine", "end_prefetches", "verify_engine", "known_refusal", "fast_candidates",
@@ -125,19 +126,8 @@ class _Specials:
     def add(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not len(self.prefix) and not len(self.suffix):
             return flat, lengths
-        p, s = len(self.prefix), len(self.suffix)
-        new_lengths = lengths + p + s
-        starts = np.concatenate([[0], np.cumsum(new_lengths)])[:-1].astype(np.int64)
-        out = np.empty(int(new_lengths.sum()), dtype=np.int32)
-        body = np.repeat(starts + p, lengths) + (np.arange(len(flat)) - np.repeat(
-            np.concatenate([[0], np.cumsum(lengths)])[:-1].astype(np.int64), lengths))
-        out[body] = flat
-        for k in range(p):
-            out[starts + k] = self.prefix[k]
-        ends = starts + new_lengths
-        for k in range(s):
-            out[ends - s + k] = self.suffix[k]
-        return out, new_lengths
+        return (surround(flat, lengths, self.prefix.tolist(), self.suffix.tolist()),
+                lengths + len(self.prefix) + len(self.suffix))
 
 
 class FastokensEngine(Engine):
@@ -179,11 +169,20 @@ class GigatokenEngine(Engine):
         return gigatoken.Tokenizer(str(tokenizer_file))
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
-        ak = self._ak
-        encoded = self._tokenizer.encode_batch(list(texts))
-        flat = np.asarray(ak.to_numpy(ak.flatten(encoded)), dtype=np.int32)
-        lengths = np.asarray(ak.to_numpy(ak.num(encoded)), dtype=np.int64)
+        flat, lengths = self._flat(self._tokenizer.encode_batch(list(texts)))
         return self._specials.add(flat, lengths) if add_special_tokens else (flat, lengths)
+
+    def _flat(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
+        """gigatoken's batch (an awkward array of uint32 ids, one list per document) -> flat int32 ids and
+        int64 lengths: the ids as a view of the array's own buffer (< 2**31: a vocabulary) when it is one
+        list-offset layout over plain numbers, as gigatoken makes it; through awkward's copies otherwise."""
+        ak, layout = self._ak, encoded.layout
+        if isinstance(layout, ak.contents.ListOffsetArray) and isinstance(layout.content, ak.contents.NumpyArray):
+            offsets, ids = np.asarray(layout.offsets.data), np.asarray(layout.content.data)
+            if ids.dtype in (np.uint32, np.int32) and ids.ndim == 1 and offsets.dtype == np.int64:
+                return ids[offsets[0]:offsets[-1]].view(np.int32), np.diff(offsets)
+        flat = np.asarray(ak.to_numpy(ak.flatten(encoded)), dtype=np.int32)
+        return flat, np.asarray(ak.to_numpy(ak.num(encoded)), dtype=np.int64)
 
 
 _ENGINES = {"hf": Engine, "fastokens": FastokensEngine, "gigatoken": GigatokenEngine}

@@ -26,6 +26,7 @@ from easydata.text.engines import flat_ids
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
 from easydata.text.windows import cut_documents
+from easydata.io.token_arrays import surround
 
 __all__ = ["TokenizerHandle", "TokenizerInfo", "load_tokenizer", "preload_tokenizers", "resolve_tokenizer_files",
            "shared_tokenizer", "choose_engine_here"]
@@ -398,24 +399,14 @@ class _Layout:
     """Where BOS / EOS go when they are added (see `_special_layout`)."""
 
     offsets: np.ndarray  # new document boundaries
-    starts: np.ndarray   # each document's first position in the input
     lengths: np.ndarray  # each document's input length
     front: np.ndarray    # 1 where a BOS is prepended
     back: np.ndarray     # 1 where an EOS is appended
 
     def apply(self, values: np.ndarray, bos_value: int, eos_value: int) -> np.ndarray:
-        """`values` (aligned with the input ids) laid out like the output ids, specials filled in.
-
-        One `np.insert` (a boolean mask inside) instead of per-token index arrays (docs/performance.md#figures-behind-design-choices).
-        Insertions are listed document by document, BOS before EOS; `np.insert` keeps that order
-        among equal positions, so an empty document gets BOS then EOS, and one document's EOS comes
-        before the next one's BOS at their shared boundary.
-        """
-        values = values.astype(np.int32, copy=False)
-        where = np.column_stack([self.starts, self.starts + self.lengths]).ravel()
-        what = np.tile(np.array([bos_value, eos_value], dtype=np.int32), len(self.lengths))
-        wanted = np.column_stack([self.front > 0, self.back > 0]).ravel()
-        return np.insert(values, where[wanted], what[wanted])
+        """`values` (aligned with the input ids) laid out like the output ids, specials filled in
+        (`token_arrays.surround`: an empty document gets BOS then EOS)."""
+        return surround(values, self.lengths, [bos_value], [eos_value], front=self.front > 0, back=self.back > 0)
 
 
 def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int]) -> _Layout:
@@ -433,7 +424,7 @@ def _special_layout(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int]
         last = np.clip(starts + lengths - 1, 0, safe)
         back = (~(nonempty & (flat[last] == eos)) if len(flat) else np.ones(n, bool)).astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(front + lengths + back)]).astype(np.int64)
-    return _Layout(offsets=offsets, starts=starts, lengths=lengths, front=front, back=back)
+    return _Layout(offsets=offsets, lengths=lengths, front=front, back=back)
 
 
 def _apply_specials(flat: np.ndarray, lengths: np.ndarray, *, bos: Optional[int], eos: Optional[int],
