@@ -79,6 +79,58 @@ def test_an_unused_fork_server_ends_when_closed():
     assert workers.worker_pids() == [] and workers.failures() == []
 
 
+def _idle_log_stream_error(address: str, seconds: float) -> Any:
+    """Opens a worker's log stream to `address` with keepalive pings every 0.2 s (Beam's workers: every 20 s),
+    sends nothing, and returns the stream's error within `seconds` (None: it stayed open)."""
+    import queue
+    import threading
+
+    channel = grpc.insecure_channel(address, options=[("grpc.keepalive_time_ms", 200),
+                                                      ("grpc.keepalive_permit_without_calls", True),
+                                                      ("grpc.http2.max_pings_without_data", 0)])
+    entries: queue.Queue = queue.Queue()
+    stream = beam_fn_api_pb2_grpc.BeamFnLoggingStub(channel).Logging(iter(entries.get, None))
+    errors: list[Any] = []
+
+    def consume() -> None:
+        try:
+            for _ in stream:
+                pass
+        except grpc.RpcError as e:
+            errors.append(e)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    reader.join(seconds)
+    found = errors[0] if errors else None  # before closing the channel, which cancels the stream
+    entries.put(None)
+    channel.close()
+    return found
+
+
+@pytest.mark.slow
+def test_an_idle_worker_log_stream_is_not_cut_for_its_keepalive_pings():
+    """Beam's workers ping their idle log stream; the pool's server takes the pings (gRPC's defaults answer the
+    third with GOAWAY "too_many_pings", which a long quiet run printed as "Logging client failed")."""
+    from apache_beam.runners.portability import local_job_service
+    from apache_beam.utils import thread_pool_executor
+
+    default = grpc.server(thread_pool_executor.shared_unbounded_instance())
+    beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(local_job_service.BeamFnLoggingServicer(), default)
+    port = default.add_insecure_port("localhost:0")
+    default.start()
+    try:
+        cut = _idle_log_stream_error(f"localhost:{port}", 15)  # cut after ~4.5 s
+        assert cut is not None and "Too many pings" in cut.details()  # what the check below guards against
+    finally:
+        default.stop(None)
+    workers = StandbyWorkers()
+    try:
+        assert _idle_log_stream_error(workers.serve("{}"), 9) is None
+    finally:
+        workers.close()
+
+
 @pytest.mark.slow
 def test_prestarting_starts_one_server_that_is_taken_once():
     prestart(["--direct_num_workers=2"])

@@ -42,7 +42,7 @@ from easydata.run.machine import physical_memory_bytes, usable_cores
 
 __all__ = ["StandbyWorkers", "LOCAL_RUNNERS", "local_worker_count", "default_worker_count",
            "tokenizer_threads_per_worker", "runs_locally", "prestart", "job_tokenizers", "take_prestarted",
-           "prestarted_engine_chooser",
+           "prestarted_engine_chooser", "SERVER_OPTIONS",
            "discard_prestarted", "WORKER_EXIT_SECONDS", "FAILURE_REPORT_SECONDS", "WORKER_MEMORY_BYTES"]
 
 #: How long `StandbyWorkers.close` waits for the workers that were handed a job to exit before killing them.
@@ -56,6 +56,13 @@ VERIFY_SECONDS = 300.0
 #: Memory to allow per default worker process: its tokenizer, Beam, a few batches and one hash group
 #: being packed (~0.35 GB at rest plus 2-3x a 48 MB group, docs/performance.md).
 WORKER_MEMORY_BYTES = 2**30
+
+#: The pool's gRPC server options. It serves the workers' log stream, on which Beam's workers send a keepalive
+#: ping every 20 s while it is idle (`apache_beam/runners/worker/channel_factory.py`); gRPC's defaults answer
+#: the third such ping with GOAWAY "too_many_pings", so a run whose workers logged nothing for about a minute
+#: printed "Logging client failed ... Too many pings" under `--quiet`. Beam's own servers take the same.
+SERVER_OPTIONS = (("grpc.http2.max_ping_strikes", 0), ("grpc.http2.min_ping_interval_without_data_ms", 20_000),
+                  ("grpc.http2.max_pings_without_data", 0))
 
 #: The tokenizer library's thread-pool size variable; left alone when the user sets it.
 TOKENIZER_THREADS_VARIABLE = "RAYON_NUM_THREADS"
@@ -241,7 +248,7 @@ class StandbyWorkers:
                 return beam_fn_api_pb2.StopWorkerResponse()  # a worker ends when the runner closes it
 
         logging.getLogger(local_job_service.__name__).addFilter(self._after_a_death)
-        self._server = grpc.server(thread_pool_executor.shared_unbounded_instance())
+        self._server = grpc.server(thread_pool_executor.shared_unbounded_instance(), options=SERVER_OPTIONS)
         port = self._server.add_insecure_port("localhost:0")
         beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(_Servicer(), self._server)
         beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(local_job_service.BeamFnLoggingServicer(), self._server)
