@@ -124,10 +124,7 @@ class _Specials:
         self.prefix, self.suffix = post_processor_ids(hf)
 
     def add(self, flat: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if not len(self.prefix) and not len(self.suffix):
-            return flat, lengths
-        return (surround(flat, lengths, self.prefix.tolist(), self.suffix.tolist()),
-                lengths + len(self.prefix) + len(self.suffix))
+        return surround(flat, lengths, self.prefix, self.suffix), lengths + len(self.prefix) + len(self.suffix)
 
 
 class FastokensEngine(Engine):
