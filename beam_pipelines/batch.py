@@ -29,6 +29,7 @@ from easydata.logs import quiet_user_errors
 from easydata.io.group_files import group_files_dir
 from easydata.io.sources import work_units
 from easydata.run.lock import OutputLock
+from easydata.run.machine import return_free_memory
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
 from easydata.run.progress import ProgressMonitor, say
@@ -209,6 +210,9 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     pipeline = beam.Pipeline(runner=runner, options=options)
     build_batch_pipeline(pipeline, config, plan, time.time() if started is None else started,
                          progress_dir if local else None, group_via_files=local)
+    # Planning's tokenizers (hf's, a fast engine's) are freed by now, but glibc keeps their heap pages while
+    # this process runs a local job's runner: ~120 MiB of a Qwen3 job's peak PSS. A no-op for other runners.
+    return_free_memory()
     return pipeline, plan, local
 
 
