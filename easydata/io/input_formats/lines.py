@@ -44,9 +44,9 @@ READ_BUFFER_BYTES = 1 << 20
 
 
 def _sized_lines(f: Any, path: str) -> Any:
-    """`f` buffered: behind `READ_BUFFER_BYTES` when `path` is local and not compressed, else as it is where its `readline`
-    takes a size, else behind io's default buffer (fsspec's remote files): every line read here is read in
-    bounded pieces."""
+    """`f` buffered: behind `READ_BUFFER_BYTES` when `path` is local and not compressed, else as it is where its
+    `readline` takes a size, else behind io's default buffer (fsspec's remote files): every line read here is read
+    in bounded pieces."""
     if local_path(path) is not None and compression_of(path) is None:
         return io.BufferedReader(f, buffer_size=READ_BUFFER_BYTES)
     try:
