@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record
-from easydata.io.filesystems import compression_of, local_path, open_file
+from easydata.io.filesystems import open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
 __all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap", "BLOCK_LINES", "BLOCK_BYTES"]
@@ -35,20 +35,9 @@ def line_cap(max_bytes: Optional[int]) -> int:
     to 6 bytes (`\\uXXXX`); a longer line is rejected unread, so one huge line cannot fill memory."""
     return -1 if max_bytes is None else 6 * max_bytes + (1 << 16)
 
-#: The read buffer of a local, uncompressed JSONL / text split: `readline` through fsspec's local file (8 KiB
-#: buffered) cost ~0.7 CPU s per GB of 23 KB lines, through this buffer ~0.25 (docs/performance.md, "Reading
-#: inputs"). Not for a compressed or remote file: a read that fails (a truncated gzip, a dropped connection) fails
-#: the whole buffer's fill, and the lines read before the damage still count (so a small buffer keeps all but the
-#: last few KB of them); remote files have fsspec's own block cache.
-READ_BUFFER_BYTES = 1 << 20
-
-
-def _sized_lines(f: Any, path: str) -> Any:
-    """`f` buffered: behind `READ_BUFFER_BYTES` when `path` is local and not compressed, else as it is where its
-    `readline` takes a size, else behind io's default buffer (fsspec's remote files): every line read here is read
-    in bounded pieces."""
-    if local_path(path) is not None and compression_of(path) is None:
-        return io.BufferedReader(f, buffer_size=READ_BUFFER_BYTES)
+def _sized_lines(f: Any) -> Any:
+    """`f`, or `f` buffered where its `readline` takes no size (fsspec's remote files): every line read
+    here is read in bounded pieces."""
     try:
         f.readline(0)  # reads nothing
     except TypeError:
@@ -89,7 +78,7 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
     blocks = is_json and out.takes_plain_json
     cap = line_cap(out.max_bytes)
     with open_file(split.path) as opened:
-        f = _sized_lines(opened, split.path)
+        f = _sized_lines(opened)
         position = split.start
         if split.start > 0:
             f.seek(split.start - 1)
