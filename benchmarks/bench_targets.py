@@ -110,8 +110,9 @@ def run(label: str, corpus: Path, tokenizer_dir: Path, workdir: Path, *, engine:
 
 
 def profile(label: str, timed: dict[str, Any], corpus: Path, tokenizer_dir: Path, workdir: Path,
-            input_bytes: int) -> None:
-    """The timed run's command again under py-spy; its stages scaled to the CPU the timed run used."""
+            input_bytes: int, hf_tokens_per_second: Optional[float] = None) -> None:
+    """The timed run's command again under py-spy; its stages scaled to the CPU the timed run used, beside the
+    `hf` re-check py-spy cannot see, estimated at `hf_tokens_per_second` (one process's speed)."""
     if not stage_profile.available():
         print("  profile: py-spy is not installed (pip install py-spy)")
         return
@@ -127,8 +128,14 @@ def profile(label: str, timed: dict[str, Any], corpus: Path, tokenizer_dir: Path
     if raw is None:
         print(f"  profile: the profiled run failed; see {workdir / f'log-{label}-profiled.txt'}")
         return
+    unseen = {}
+    manifest = timed["out"] / "manifest.json"
+    if hf_tokens_per_second and timed.get("tokens") and manifest.is_file():
+        engines = json.loads(manifest.read_text()).get("tokenizer_engines", {}).values()
+        unseen["tokenize: hf re-check"] = sum(stage_profile.hf_recheck_seconds(e, timed["tokens"], hf_tokens_per_second)
+                                              for e in engines) / max(len(engines), 1)
     stage_profile.print_profile(stage_profile.stage_seconds(raw), input_bytes, timed.get("tokens"),
-                                cpu_seconds=timed.get("cpu_seconds"))
+                                cpu_seconds=timed.get("cpu_seconds"), unseen=unseen)
     print(f"  (scaled to the unprofiled run's {timed.get('cpu_seconds') or 0:.1f} CPU s; raw samples:"
           f" {workdir / f'profile-{label}.txt'})")
 
@@ -338,7 +345,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             results.append([f"{name} Parquet ÷ JSONL tokens/s", ">= 1.0", f"{ratio:.2f}",
                             "met" if ratio >= 1.0 else "not met"])
         if not args.no_profile and default["returncode"] == 0:
-            profile(f"{name}-default", default, corpus, tokenizer_dir, args.workdir, meta["file_bytes"])
+            profile(f"{name}-default", default, corpus, tokenizer_dir, args.workdir, meta["file_bytes"],
+                    rate / cores if rate else None)
         if args.peer_python and args.peer_checkout:
             compared = megatron_comparison(name, tokenizer_dir, args)
             if compared:

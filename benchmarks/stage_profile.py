@@ -6,9 +6,13 @@ the fork server and every worker, 100 samples a second, idle threads left out) a
 the samples per stage. A sample's stage is that of the innermost frame matching `STAGES` (a file of the
 product, or a call such as the tokenizer's `encode_batch`), so a checkpoint written from inside the tokenize
 step counts as checkpointing, not tokenizing; frames of threads waiting on a lock, a queue or a socket count
-nowhere. What py-spy cannot see is not counted either: native threads with no Python frame (a tokenizer's
-Rust thread pool; the default local run has one tokenizer thread per worker, which encodes in its caller's
-thread). Sampling slows the run a little, so the profile run is an extra run, not one of the timed ones.
+nowhere. What py-spy cannot see is not counted either: native threads with no Python frame. The fast
+engines encode in their caller's thread (one engine thread per worker in a local run), but `tokenizers`
+(`hf`) hands a batch to its own Rust thread pool and its caller waits, so `hf`'s encoding is unseen: for the
+re-check of 1 % of documents (`tokenize: hf re-check`) `hf_recheck_seconds` estimates it from the run's
+manifest and HF's measured speed, and `print_profile` shows it as its own row (perf's call stacks on the 1 GB
+Qwen3 run: 11 % of the CPU, where py-spy saw 3 %; docs/performance.md). Sampling slows the run a little, so
+the profile run is an extra run, not one of the timed ones.
 
 py-spy is not a dependency of the project: `pip install py-spy` to use `--profile`.
 """
@@ -21,7 +25,8 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["STAGES", "available", "profile_run", "stage_seconds", "print_profile"]
+__all__ = ["STAGES", "ENCLOSING", "available", "profile_run", "stage_seconds", "hf_recheck_seconds",
+           "print_profile"]
 
 RATE = 100  # samples per second per thread
 
@@ -46,6 +51,12 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("progress", ("run/progress.py",)),
     ("Beam runner + gRPC", ("apache_beam/", "grpc/")),
     ("start-up (imports)", ("<module>", "importlib", "_find_and_load")),
+]
+
+#: Stages a sample belongs to when any frame of its stack matches, before `STAGES`: steps that call code of
+#: another stage (the `hf` re-check of 1 % of documents calls the tokenizer like the engine's encoding does).
+ENCLOSING: list[tuple[str, tuple[str, ...]]] = [
+    ("tokenize: hf re-check", ("VerifiedEngine._recheck",)),
 ]
 
 #: Helpers every stage calls (staged Arrow files, file opening, error wrapping): a sample in one belongs to its
@@ -84,6 +95,9 @@ def stage_of(frames: list[str]) -> Optional[str]:
     """The stage of one sample's stack (root first), None for an idle thread."""
     if frames and _function(frames[-1]) in IDLE:
         return None
+    for stage, patterns in ENCLOSING:
+        if any(p in frame for frame in frames for p in patterns):
+            return stage
     for frame in reversed(frames):
         if any(p in frame for p in SHARED):
             continue
@@ -106,17 +120,39 @@ def stage_seconds(raw: Path) -> dict[str, float]:
     return {stage: n / RATE for stage, n in samples.most_common()}
 
 
+def hf_recheck_seconds(engine: dict, tokens: int, hf_tokens_per_second: float) -> float:
+    """CPU seconds of the `hf` re-check py-spy cannot see, estimated: the share of documents re-checked (the
+    manifest's `tokenizer_engines.<dataset>.while_running`: `verified` of `documents`, chosen by a hash of
+    their key, so about that share of the tokens too) times the run's tokens, at `hf`'s speed in one process
+    (HF's ceiling divided by its processes)."""
+    running = engine.get("while_running") or {}
+    if not running.get("documents") or hf_tokens_per_second <= 0:
+        return 0.0
+    return running.get("verified", 0) / running["documents"] * tokens / hf_tokens_per_second
+
+
 def print_profile(seconds: dict[str, float], input_bytes: int, tokens: Optional[int] = None, *,
-                  cpu_seconds: Optional[float] = None) -> None:
+                  cpu_seconds: Optional[float] = None, unseen: Optional[dict[str, float]] = None) -> None:
     """The table: each stage's CPU seconds, per GB of input, and share. With `cpu_seconds` (what the run's
     processes used, from the OS), the sampled seconds are scaled to it: a sample of a thread that waits for a
-    core counts as running, so on a busy host the samples add up to more than the CPU used."""
+    core counts as running, so on a busy host the samples add up to more than the CPU used.
+
+    `unseen`: CPU seconds of stages py-spy cannot see, estimated elsewhere (`hf_recheck_seconds`). Each
+    replaces the samples of its stage (the calling thread's share of the same calls) as a row marked
+    "estimated", and the sampled stages are scaled to what is left of `cpu_seconds`.
+    """
+    unseen = {k: v for k, v in (unseen or {}).items() if v > 0}
+    seconds = {k: v for k, v in seconds.items() if k not in unseen}
     sampled = sum(seconds.values()) or 1.0
-    scale = cpu_seconds / sampled if cpu_seconds else 1.0
+    extra = sum(unseen.values())
+    total = cpu_seconds if cpu_seconds else sampled + extra
+    scale = max(total - extra, 0.0) / sampled if cpu_seconds else 1.0
     gigabytes = max(input_bytes, 1) / 1e9
     basis = f"{cpu_seconds:.1f} CPU s used, {sampled:.1f} sampled" if cpu_seconds else f"{sampled:.1f} CPU s sampled"
     print(f"\nCPU by stage (py-spy samples of every process, idle threads left out; {basis};"
           f" {input_bytes / 1e6:.0f} MB of input{f', {tokens:,} tokens' if tokens else ''}):")
-    print(f"  {'stage':<26} {'CPU s':>7} {'s per GB':>9} {'share':>6}")
-    for stage, value in seconds.items():
-        print(f"  {stage:<26} {value * scale:7.1f} {value * scale / gigabytes:9.1f} {100 * value / sampled:5.1f}%")
+    print(f"  {'stage':<34} {'CPU s':>7} {'s per GB':>9} {'share':>6}")
+    rows = [(stage, value * scale) for stage, value in seconds.items()] + \
+        [(f"{stage} (estimated)", value) for stage, value in unseen.items()]
+    for stage, value in sorted(rows, key=lambda r: -r[1]):
+        print(f"  {stage:<34} {value:7.1f} {value / gigabytes:9.1f} {100 * value / total:5.1f}%")

@@ -474,7 +474,7 @@ class VerifiedEngine:
         chosen = [i for i, key in enumerate(keys) if sampled(key, self.fraction)]
         mismatched = 0
         if chosen:
-            want_flat, want_lengths = self.reference.encode([texts[i] for i in chosen], add_special_tokens)
+            want_flat, want_lengths = self._recheck([texts[i] for i in chosen], add_special_tokens)
             starts = np.concatenate([[0], np.cumsum(lengths)])
             want_starts = np.concatenate([[0], np.cumsum(want_lengths)])
             replace = {}
@@ -492,6 +492,11 @@ class VerifiedEngine:
         if self._mismatches >= self.max_mismatches:
             self.switched = True
         return flat, lengths
+
+    def _recheck(self, texts: list[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The sampled documents encoded again with `hf`: a step of its own, so that a profile tells the
+        re-check (`benchmarks/stage_profile.py`) from the engine's encoding."""
+        return self.reference.encode(texts, add_special_tokens)
 
     def _count(self, **counts: int) -> None:
         with self._lock:
