@@ -132,10 +132,8 @@ def profile(label: str, timed: dict[str, Any], corpus: Path, tokenizer_dir: Path
     manifest = timed["out"] / "manifest.json"
     if hf_tokens_per_second and timed.get("tokens") and manifest.is_file():
         engines = json.loads(manifest.read_text()).get("tokenizer_engines", {}).values()
-        running = {key: sum((e.get("while_running") or {}).get(key, 0) for e in engines)
-                   for key in ("documents", "verified")}  # every dataset's: shares of the run's tokens
-        unseen["tokenize: hf re-check"] = stage_profile.hf_recheck_seconds({"while_running": running},
-                                                                           timed["tokens"], hf_tokens_per_second)
+        unseen["tokenize: hf re-check"] = stage_profile.hf_recheck_seconds(engines, timed["tokens"],
+                                                                           hf_tokens_per_second)
     stage_profile.print_profile(stage_profile.stage_seconds(raw), input_bytes, timed.get("tokens"),
                                 cpu_seconds=timed.get("cpu_seconds"), unseen=unseen)
     print(f"  (scaled to the unprofiled run's {timed.get('cpu_seconds') or 0:.1f} CPU s; raw samples:"

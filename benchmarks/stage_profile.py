@@ -23,7 +23,7 @@ import collections
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 __all__ = ["STAGES", "ENCLOSING", "available", "profile_run", "stage_seconds", "hf_recheck_seconds",
            "print_profile"]
@@ -120,15 +120,16 @@ def stage_seconds(raw: Path) -> dict[str, float]:
     return {stage: n / RATE for stage, n in samples.most_common()}
 
 
-def hf_recheck_seconds(engine: dict, tokens: int, hf_tokens_per_second: float) -> float:
+def hf_recheck_seconds(engines: Iterable[dict], tokens: int, hf_tokens_per_second: float) -> float:
     """CPU seconds of the `hf` re-check py-spy cannot see, estimated: the share of documents re-checked (the
-    manifest's `tokenizer_engines.<dataset>.while_running`: `verified` of `documents`, chosen by a hash of
-    their key, so about that share of the tokens too) times the run's tokens, at `hf`'s speed in one process
-    (HF's ceiling divided by its processes)."""
-    running = engine.get("while_running") or {}
-    if not running.get("documents") or hf_tokens_per_second <= 0:
+    manifest's `tokenizer_engines.<dataset>.while_running`: `verified` of `documents`, added up over its
+    datasets; chosen by a hash of their key, so about that share of the tokens too) times the run's tokens, at
+    `hf`'s speed in one process (HF's ceiling divided by its processes)."""
+    running = [e.get("while_running") or {} for e in engines]
+    documents = sum(r.get("documents", 0) for r in running)
+    if not documents or hf_tokens_per_second <= 0:
         return 0.0
-    return running.get("verified", 0) / running["documents"] * tokens / hf_tokens_per_second
+    return sum(r.get("verified", 0) for r in running) / documents * tokens / hf_tokens_per_second
 
 
 def print_profile(seconds: dict[str, float], input_bytes: int, tokens: Optional[int] = None, *,
@@ -141,6 +142,7 @@ def print_profile(seconds: dict[str, float], input_bytes: int, tokens: Optional[
     replaces the samples of its stage (the calling thread's share of the same calls) as a row marked
     "estimated", and the sampled stages are scaled to what is left of `cpu_seconds`.
     """
+    all_sampled = sum(seconds.values())
     unseen = {k: v for k, v in (unseen or {}).items() if v > 0}
     seconds = {k: v for k, v in seconds.items() if k not in unseen}
     sampled = sum(seconds.values()) or 1.0
@@ -148,7 +150,8 @@ def print_profile(seconds: dict[str, float], input_bytes: int, tokens: Optional[
     total = cpu_seconds if cpu_seconds else sampled + extra
     scale = max(total - extra, 0.0) / sampled if cpu_seconds else 1.0
     gigabytes = max(input_bytes, 1) / 1e9
-    basis = f"{cpu_seconds:.1f} CPU s used, {sampled:.1f} sampled" if cpu_seconds else f"{sampled:.1f} CPU s sampled"
+    basis = f"{cpu_seconds:.1f} CPU s used, {all_sampled:.1f} sampled" if cpu_seconds else \
+        f"{all_sampled:.1f} CPU s sampled"
     print(f"\nCPU by stage (py-spy samples of every process, idle threads left out; {basis};"
           f" {input_bytes / 1e6:.0f} MB of input{f', {tokens:,} tokens' if tokens else ''}):")
     print(f"  {'stage':<34} {'CPU s':>7} {'s per GB':>9} {'share':>6}")

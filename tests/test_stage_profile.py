@@ -57,8 +57,8 @@ def test_waiting_threads_count_nowhere_and_seconds_follow_the_rate(tmp_path):
 def test_the_hf_recheck_py_spy_cannot_see_is_estimated_from_the_manifest_and_replaces_its_samples(capsys):
     engine = {"name": "fastokens", "while_running": {"documents": 44_494, "verified": 469, "mismatches": 0}}
     # 469 of 44,494 documents re-checked: that share of 264.6 M tokens at 0.48 M tokens/s in one process
-    assert abs(stage_profile.hf_recheck_seconds(engine, 264_569_274, 479_473) - 5.816) < 0.01
-    assert stage_profile.hf_recheck_seconds({"name": "hf"}, 264_569_274, 479_473) == 0.0  # no re-check: hf ran
+    assert abs(stage_profile.hf_recheck_seconds([engine], 264_569_274, 479_473) - 5.816) < 0.01
+    assert stage_profile.hf_recheck_seconds([{"name": "hf"}], 264_569_274, 479_473) == 0.0  # no re-check: hf ran
 
     seconds = {"write shards": 30.0, "tokenize: encode": 20.0, "tokenize: hf re-check": 10.0}  # sampled
     stage_profile.print_profile(seconds, 10**9, cpu_seconds=40.0, unseen={"tokenize: hf re-check": 8.0})
