@@ -386,8 +386,57 @@ def test_assemble_shard_counts_tokens_of_sliced_pieces(tmp_path: Path) -> None:
 def test_write_piece_round_trips(tmp_path: Path) -> None:
     piece = _piece(make_rows(9))
     write_piece(piece, str(tmp_path / "p.arrow"))
-    assert read_shard_table(str(tmp_path / "p.arrow"), "arrow").equals(piece)
-    assert read_shard_table(str(tmp_path / "p.arrow"), "arrow").num_rows == 9
+    read = pa.Table.from_batches(list(iter_staged_rows(str(tmp_path / "p.arrow"))))
+    assert read.equals(piece) and read.schema == piece.schema and read.num_rows == 9
+
+
+def _mask_piece(lengths: list[int], mask_values=None, metadata=None) -> pa.Table:
+    """An unpacked piece: ids, an attention mask (ones unless given), a text field, key and hash."""
+    ids = [[(i * 31 + j) % 70_000 for j in range(n)] for i, n in enumerate(lengths)]
+    masks = mask_values if mask_values is not None else [[1] * n for n in lengths]
+    table = pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())),
+                      "attention_mask": pa.array(masks, pa.list_(pa.int32())),
+                      "path": pa.array([f"f{i}" for i in range(len(lengths))]),
+                      KEY_COLUMN: pa.array([f"k{i}" for i in range(len(lengths))]),
+                      HASH_COLUMN: pa.array(range(len(lengths)), pa.uint64())})
+    return table.replace_schema_metadata(metadata) if metadata else table
+
+
+def test_write_piece_leaves_out_an_all_ones_attention_mask(tmp_path: Path) -> None:
+    """An unpacked piece's attention mask (all ones) is not written, half of its token bytes, and reads back
+    where it was, the same table; a mask with a zero, or lengths other than the ids', is written as it is."""
+    lengths = [300, 0, 17, 1024, 5]
+    piece = _mask_piece(lengths, metadata={b"origin": b"test"})
+    path = str(tmp_path / "p.arrow")
+    write_piece(piece, path)
+    raw = read_shard_table(path, "arrow")
+    assert "attention_mask" not in raw.schema.names and raw.num_rows == len(lengths)
+    kept = tmp_path / "kept.arrow"
+    write_piece(_mask_piece(lengths, [[1] * n for n in lengths[:-1]] + [[1, 1, 0, 1, 1]]), str(kept))
+    assert Path(path).stat().st_size < kept.stat().st_size - 4 * sum(lengths) // 2
+    read = pa.Table.from_batches(list(iter_staged_rows(path)))
+    assert read.equals(piece) and read.schema == piece.schema  # metadata and column order too
+    for masks in ([[1] * n for n in lengths[:-1]] + [[1, 1, 0, 1, 1]],  # a zero
+                  [[1] * n for n in lengths[:-1]] + [[1] * 4]):  # a row one shorter than its ids
+        other = _mask_piece(lengths, masks)
+        write_piece(other, str(tmp_path / "o.arrow"))
+        assert read_shard_table(str(tmp_path / "o.arrow"), "arrow").equals(other)
+        assert pa.Table.from_batches(list(iter_staged_rows(str(tmp_path / "o.arrow")))).equals(other)
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=12), st.data())
+@settings(max_examples=40, deadline=None)
+def test_pieces_without_their_mask_read_back_any_range(lengths: list[int], data) -> None:
+    import tempfile
+
+    table = _mask_piece(lengths)
+    start = data.draw(st.integers(0, table.num_rows))
+    stop = data.draw(st.integers(start, table.num_rows))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "p.arrow")
+        write_piece(table, path)
+        got = list(iter_staged_rows(path, start, stop))
+        assert pa.Table.from_batches(got, table.schema).equals(table.slice(start, stop - start))
 
 
 @given(st.lists(st.integers(1, 9), min_size=1, max_size=6), st.data())
