@@ -417,7 +417,8 @@ def test_write_piece_leaves_out_an_all_ones_attention_mask(tmp_path: Path) -> No
     read = pa.Table.from_batches(list(iter_staged_rows(path)))
     assert read.equals(piece) and read.schema == piece.schema  # metadata and column order too
     for masks in ([[1] * n for n in lengths[:-1]] + [[1, 1, 0, 1, 1]],  # a zero
-                  [[1] * n for n in lengths[:-1]] + [[1] * 4]):  # a row one shorter than its ids
+                  [[1] * n for n in lengths[:-1]] + [[1] * 4],  # a row one shorter than its ids
+                  [[1] * n for n in lengths[:-1]] + [[1, None, 1, 1, 1]]):  # a null inside
         other = _mask_piece(lengths, masks)
         write_piece(other, str(tmp_path / "o.arrow"))
         assert read_shard_table(str(tmp_path / "o.arrow"), "arrow").equals(other)

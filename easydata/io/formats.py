@@ -451,8 +451,9 @@ def _ones_mask_position(table: pa.Table) -> Optional[int]:
     mask, ids = table.column(_MASK), table.column("input_ids")
     if table.schema.field(_MASK) != _MASK_FIELD or mask.null_count or ids.null_count:
         return None
-    values = pc.min_max(pc.list_flatten(mask))
-    if values["min"].as_py() != 1 or values["max"].as_py() != 1:
+    flat = pc.list_flatten(mask)
+    values = pc.min_max(flat)  # nulls left out: refused below
+    if flat.null_count or values["min"].as_py() != 1 or values["max"].as_py() != 1:
         return None
     if not pc.all(pc.equal(pc.list_value_length(mask), pc.list_value_length(ids))).as_py():
         return None
