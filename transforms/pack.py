@@ -21,7 +21,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from easydata.config import PackStageConfig
-from easydata.ops.pack_stage import pack_group
+from easydata.ops.pack_stage import pack_group, uint16_columns
 from easydata.io.formats import write_staged_batches
 from easydata.run.machine import return_free_memory
 from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema
@@ -59,7 +59,8 @@ class _PackGroupFn(beam.DoFn):
                 yield batch
 
         path = sorted_group_path(self._staging, self._name, group)
-        rows, schema = write_staged_batches(measure(packed), path)
+        narrow = uint16_columns(table, config=self._config, pad_id=self._pad_id)
+        rows, schema = write_staged_batches(measure(packed), path, narrow=narrow)
         if rows:
             yield SortedGroup(dataset=self._name, group=group, path=path, rows=rows, data_bytes=measured["bytes"],
                               schema=serialize_schema(schema))

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from easydata.errors import PROGRAMMING_ERRORS, EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
+from easydata.io.staged_columns import compact, restorer
 from easydata.io.token_arrays import list_column_values, ones_list_array, token_list_array  # re-exported: the formats' token columns
 from easydata.rows import TOKEN_COLUMNS
 
@@ -433,44 +434,13 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
         raise ShardUnreadable(path, f"{type(e).__name__}: {message}"[:300]) from None
 
 
-#: Schema metadata of a staged piece written without its all-ones attention mask (`write_piece`): the
-#: column's position, where `iter_staged_rows` puts it back.
-_ONES_MASK_KEY = b"easydata.ones_attention_mask"
-_MASK = "attention_mask"
-_MASK_FIELD = pa.field(_MASK, pa.list_(pa.int32()))
-
-
-def _ones_mask_position(table: pa.Table) -> Optional[int]:
-    """The position of `table`'s attention mask when it is all ones over exactly `input_ids`' rows (as an
-    unpacked row's always is), else None. Arrow's kernels, no copy of the tokens."""
-    import pyarrow.compute as pc
-
-    names = table.schema.names
-    if _MASK not in names or "input_ids" not in names or table.num_rows == 0:
-        return None
-    mask, ids = table.column(_MASK), table.column("input_ids")
-    if table.schema.field(_MASK) != _MASK_FIELD or mask.null_count or ids.null_count:
-        return None
-    flat = pc.list_flatten(mask)
-    values = pc.min_max(flat)  # nulls left out: refused below
-    if flat.null_count or values["min"].as_py() != 1 or values["max"].as_py() != 1:
-        return None
-    if not pc.all(pc.equal(pc.list_value_length(mask), pc.list_value_length(ids))).as_py():
-        return None
-    return names.index(_MASK)
-
-
 def write_piece(table: pa.Table, path: str) -> None:
     """Writes a staged piece (uncompressed Arrow IPC: cheapest to write and read back), through a
     temporary name of its own: a retried or duplicate attempt never leaves or reads half a piece.
 
-    An all-ones attention mask (unpacked rows') is not written: it was half of an unpacked piece's bytes
-    (4 of 8 per token), and `iter_staged_rows` makes it again from the ids' offsets, as a view of one
-    buffer of ones (`token_arrays.ones_list_array`)."""
-    position = _ones_mask_position(table)
-    if position is not None:
-        table = table.remove_column(position).replace_schema_metadata(
-            {**(table.schema.metadata or {}), _ONES_MASK_KEY: str(position).encode()})
+    Held compactly (`easydata.io.staged_columns`): an all-ones attention mask (unpacked rows') is left out
+    and token columns that fit in 16 bits are stored so; `iter_staged_rows` gives the rows back as they were."""
+    table = compact(table)
     temp = temp_name(path)
     with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, table.schema) as writer:
         writer.write_table(table)
@@ -478,11 +448,18 @@ def write_piece(table: pa.Table, path: str) -> None:
     fs.mv(get_fs(temp)[1], target)
 
 
-def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str) -> tuple[int, Optional[pa.Schema]]:
+def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str, narrow: Sequence[str] = ()
+                         ) -> tuple[int, Optional[pa.Schema]]:
     """Streams record batches (one schema) into a staged Arrow IPC file (LZ4, `staging_ipc_options`), in order.
 
+    Args:
+      narrow: `list<int32>` columns whose values the caller knows lie in 0..65535 in every batch: stored as
+        `uint16` (`easydata.io.staged_columns.compact`; a value that does not fit raises), widened back by
+        `iter_staged_rows`.
+
     Returns:
-      Rows written and their schema; `(0, None)` and no file when there are no batches.
+      Rows written and their schema (the batches', not the file's); `(0, None)` and no file when there are no
+      batches.
     """
     rows, schema = 0, None
     f = writer = None
@@ -491,8 +468,10 @@ def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str) -> tuple[
             if writer is None:
                 schema = batch.schema
                 f = open_arrow_file(path, "wb")
-                writer = pa.ipc.new_file(f, schema, options=staging_ipc_options())
-            writer.write_batch(batch)
+            staged = compact(batch, narrow)
+            if writer is None:
+                writer = pa.ipc.new_file(f, staged.schema, options=staging_ipc_options())
+            writer.write_batch(staged)
             rows += batch.num_rows
     finally:
         if writer is not None:
@@ -507,7 +486,7 @@ def iter_staged_rows(path: str, start: int = 0, stop: Optional[int] = None) -> I
     (memory-mapped when local; a compressed batch is decompressed, an uncompressed one sliced without a copy)."""
     with open_arrow_file(path) as f:
         reader = pa.ipc.open_file(f)
-        restore = _mask_restorer(reader.schema)
+        restore = restorer(reader.schema)
         first = 0
         for i in range(reader.num_record_batches):
             if stop is not None and first >= stop:
@@ -519,25 +498,6 @@ def iter_staged_rows(path: str, start: int = 0, stop: Optional[int] = None) -> I
                 hi = batch.num_rows if stop is None else min(stop - first, batch.num_rows)
                 yield restore(batch if (lo, hi) == (0, batch.num_rows) else batch.slice(lo, hi - lo))
             first = last
-
-
-def _mask_restorer(schema: pa.Schema) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
-    """What puts back the attention mask `write_piece` left out of a piece with this schema (identity for others)."""
-    metadata = dict(schema.metadata or {})
-    position = metadata.pop(_ONES_MASK_KEY, None)
-    if position is None:
-        return lambda batch: batch
-    at = int(position)
-    fields = list(schema)
-    fields.insert(at, _MASK_FIELD)
-    restored = pa.schema(fields, metadata=metadata or None)
-
-    def restore(batch: pa.RecordBatch) -> pa.RecordBatch:
-        offsets = list_column_values(batch.column("input_ids"))[1]
-        columns = batch.columns
-        columns.insert(at, ones_list_array(offsets))
-        return pa.RecordBatch.from_arrays(columns, schema=restored)
-    return restore
 
 
 class AssembledShard(NamedTuple):

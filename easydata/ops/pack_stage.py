@@ -25,12 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.config import PackStageConfig
+from easydata.io.staged_columns import UINT16_MAX, fits_uint16
 from easydata.io.token_arrays import list_column_values, token_list_array
 from easydata.ops.packing import PackedRows, document_lengths, fill_rows, plan_packing
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, hashes_in_group, row_hashes
 from easydata.rows import PIECE_COLUMN, piece_counts
 
-__all__ = ["PackStats", "pack_group", "resolve_pad_id", "PACKED_COLUMNS", "SOURCES_COLUMN"]
+__all__ = ["PackStats", "pack_group", "uint16_columns", "resolve_pad_id", "PACKED_COLUMNS", "SOURCES_COLUMN"]
 
 PACKED_COLUMNS = ("input_ids", "segment_ids", "positions", "loss_mask")
 #: Per packed row, each segment's document key (`path@position`): where its tokens came from.
@@ -90,6 +91,21 @@ def pack_group(table: pa.Table, *, config: PackStageConfig, pad_id: int, seed: i
                       rows=rows.num_rows, segments=rows.num_segments,
                       tokens=int(len(tokens)), padding_tokens=rows.padding_tokens)
     return _batches(rows, keys[by_hash], hashes[by_hash], seq_length=config.seq_length, extra=provenance), stats
+
+
+def uint16_columns(table: pa.Table, *, config: PackStageConfig, pad_id: int) -> tuple[str, ...]:
+    """The packed columns `pack_group` makes of `table` whose every value lies in 0..65535, for the packed
+    group to be staged in 16 bits (`easydata.io.staged_columns`): `input_ids` when the documents' ids and the
+    padding id do, `segment_ids` and `positions` (each under the row's length) when rows are at most 65,535
+    long, `loss_mask` when the documents' masks fit (padding adds zeros)."""
+    names = []
+    if fits_uint16(table.column("input_ids")) and 0 <= pad_id <= UINT16_MAX:
+        names.append("input_ids")
+    if config.seq_length <= UINT16_MAX:
+        names += ["segment_ids", "positions"]
+    if "loss_mask" in table.column_names and fits_uint16(table.column("loss_mask")):
+        names.append("loss_mask")
+    return tuple(names)
 
 
 def _provenance(table: pa.Table, plan: Any, order: Optional[np.ndarray], slots: np.ndarray) -> dict[str, pa.Array]:

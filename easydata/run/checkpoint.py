@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from easydata.errors import InputError
 from easydata.io.filesystems import get_fs, join, open_arrow_file, staging_ipc_options, open_file, open_regular, temp_name, write_atomic
+from easydata.io.staged_columns import compact, restorer
 from easydata.io.staging import TEMP_PREFIX, Staging
 
 __all__ = ["run_signature", "write_run_info", "unfinished_runs", "batch_path", "write_batch",
@@ -98,13 +99,14 @@ def batch_path(staging: str, dataset: str, unit: int, index: int) -> str:
 
 
 def write_batch(path: str, rows: pa.RecordBatch, info: dict[str, Any]) -> None:
-    """Writes one tokenized batch (Arrow IPC, LZ4: `staging_ipc_options`) with `info` in its schema metadata."""
+    """Writes one tokenized batch (Arrow IPC, LZ4: `staging_ipc_options`) with `info` in its schema metadata,
+    held compactly (`easydata.io.staged_columns`: no all-ones attention mask, 16-bit ids where they fit)."""
     fs, target = get_fs(path)
     fs.makedirs(posixpath.dirname(target), exist_ok=True)
-    schema = rows.schema.with_metadata({**(rows.schema.metadata or {}), _META_KEY: json.dumps(info).encode()})
+    rows = compact(rows.replace_schema_metadata({**(rows.schema.metadata or {}), _META_KEY: json.dumps(info).encode()}))
     temp = temp_name(path)  # its own per attempt: a retried or duplicate step may write the same batch
-    with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, schema, options=staging_ipc_options()) as writer:
-        writer.write_batch(rows.replace_schema_metadata(schema.metadata))
+    with open_arrow_file(temp, "wb") as f, pa.ipc.new_file(f, rows.schema, options=staging_ipc_options()) as writer:
+        writer.write_batch(rows)
     fs.mv(get_fs(temp)[1], target)
 
 
@@ -113,6 +115,7 @@ def read_batch(path: str) -> tuple[pa.RecordBatch, dict[str, Any]]:
     with open_arrow_file(path) as f:
         reader = pa.ipc.open_file(f)
         batch = reader.get_batch(0) if reader.num_record_batches else reader.schema.empty_table().to_batches()[0]
+        batch = restorer(reader.schema)(batch)
     metadata = dict(batch.schema.metadata or {})
     info = json.loads(metadata.pop(_META_KEY, b"{}"))
     return batch.replace_schema_metadata(metadata or None), info
