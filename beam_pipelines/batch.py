@@ -29,7 +29,7 @@ from easydata.logs import quiet_user_errors
 from easydata.io.group_files import group_files_dir
 from easydata.io.sources import work_units
 from easydata.run.lock import OutputLock
-from easydata.run.machine import return_free_memory
+from easydata.memory import return_free_memory
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
 from easydata.run.progress import ProgressMonitor, say

@@ -21,7 +21,7 @@ def run_batch_job(config: Any, beam_args: Sequence[str], *, show_progress: bool,
     `whole_process`: the caller is the `easydata` command, which ends with the job: local worker
     processes start while this process imports Beam, and a local job runs without the optional
     libraries it never uses (`beam_pipelines.local.lean_import`) and with glibc mapping large blocks on
-    their own (`easydata.run.machine.map_large_blocks`). A Python API caller goes on after the job, so
+    their own (`easydata.memory.map_large_blocks`). A Python API caller goes on after the job, so
     none of this applies.
     """
     beam_args = list(beam_args)
@@ -31,7 +31,7 @@ def run_batch_job(config: Any, beam_args: Sequence[str], *, show_progress: bool,
         return run_batch(config, beam_args, show_progress=show_progress, resume=resume)
     from beam_pipelines.local.lean_import import without_unused_libraries
     from beam_pipelines.local.worker_pool import prestart, runs_locally
-    from easydata.run.machine import map_large_blocks
+    from easydata.memory import map_large_blocks
 
     local = runs_locally(beam_args)
     if local:

@@ -79,12 +79,12 @@ def test_tokens_equal_tokenizer_output_and_counters_add_up(corpus, tokenizer_dir
 
 def test_the_steps_that_free_the_most_return_free_memory(corpus, tokenizer_dir, tmp_path, monkeypatch):
     """Each input work unit, tokenize bundle, packed group and assembled shard ends with
-    `easydata.run.machine.return_free_memory` (here glibc's `malloc_trim` is replaced by a counter:
+    `easydata.memory.return_free_memory` (here glibc's `malloc_trim` is replaced by a counter:
     this test process is not a local job's, where the real one is set)."""
-    import easydata.run.machine
+    import easydata.memory
 
     trims: list[int] = []
-    monkeypatch.setattr(easydata.run.machine, "_malloc_trim", trims.append)
+    monkeypatch.setattr(easydata.memory, "_malloc_trim", trims.append)
     pattern, _ = corpus
     config = _config(str(pattern), tokenizer_dir, tmp_path / "out")
     config = dataclasses.replace(config, pack=dataclasses.replace(config.pack, enabled=True, seq_length=256))

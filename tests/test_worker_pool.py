@@ -243,7 +243,7 @@ def heap_pages_returned_mib() -> float:
     """Frees nine in ten of 2,000 heap blocks of 100 KB (below any mmap threshold: what the kept tenth
     holds apart cannot leave by shrinking the heap's top), then calls `return_free_memory`: the MiB
     of resident memory that went back to the system."""
-    from easydata.run.machine import return_free_memory
+    from easydata.memory import return_free_memory
 
     def resident() -> int:
         return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -256,6 +256,34 @@ def heap_pages_returned_mib() -> float:
     returned = (before - resident()) / 2**20
     del kept
     return returned
+
+
+def scratch_faults() -> list[int]:
+    """Page faults of ten rounds of a 16 MiB block allocated, written and freed (a tokenizer's scratch per
+    call): outside `tokenizer_scratch`, inside it (nested twice, as concurrent callers share one window),
+    and outside again after it."""
+    import ctypes
+    import resource
+
+    from easydata.memory import tokenizer_scratch
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+
+    def rounds() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(10):
+            block = libc.malloc(16 << 20)
+            ctypes.memset(block, 1, 16 << 20)
+            libc.free(block)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    outside = rounds()
+    with tokenizer_scratch():
+        with tokenizer_scratch():
+            inside = rounds()
+        inside_outer = rounds()  # the inner one left: the window stays open
+    return [outside, inside, inside_outer, rounds()]
 
 
 needs_glibc = pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"), reason="glibc >= 2.33 only")
@@ -274,13 +302,28 @@ def test_map_large_blocks_returns_freed_blocks_unless_the_user_set_the_threshold
 
     def run(call: bool) -> list[str]:
         code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.test_worker_pool import second_large_block_is_mapped;"
-                " from easydata.run.machine import map_large_blocks;"
+                " from easydata.memory import map_large_blocks;"
                 f" print({'map_large_blocks()' if call else 'None'}, second_large_block_is_mapped())")
         return subprocess.run([sys.executable, "-c", code, str(Path(__file__).parents[1])], env=env, capture_output=True,
                               text=True, check=True).stdout.split()
 
     assert run(False) == ["None", "False"]  # glibc's default
     assert run(True) == (["True", "True"] if user_setting is None else ["False", "False"])
+
+
+@needs_glibc
+def test_tokenizer_scratch_keeps_large_blocks_in_the_heap_between_calls():
+    """In a local job's process (`map_large_blocks`) a 16 MiB block is mapped, faulted in page by page and
+    unmapped at every round outside the window (~4,096 faults each); inside, the first round's pages serve the
+    next nine, also after a nested window left; after the window the job's settings are back."""
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.test_worker_pool import scratch_faults;"
+            " from easydata.memory import map_large_blocks; assert map_large_blocks(); print(*scratch_faults())")
+    outside, inside, inside_outer, after = map(int, subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parents[1])], env=env, capture_output=True, text=True,
+        check=True).stdout.split())
+    assert outside > 10 * 4000 and after > 8 * 4000  # (its first round may still find the heap's pages)
+    assert inside < 2 * 4096 + 1000 and inside_outer < 1000
 
 
 @pytest.mark.slow
@@ -292,7 +335,7 @@ def test_return_free_memory_hands_the_heaps_free_pages_back_in_a_local_jobs_proc
 
     def returned(local: bool) -> float:
         code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.test_worker_pool import heap_pages_returned_mib;"
-                f" from easydata.run.machine import map_large_blocks; {'map_large_blocks();' if local else ''}"
+                f" from easydata.memory import map_large_blocks; {'map_large_blocks();' if local else ''}"
                 " print(heap_pages_returned_mib())")
         return float(subprocess.run([sys.executable, "-c", code, str(Path(__file__).parents[1])], env=env,
                                     capture_output=True, text=True, check=True).stdout)
@@ -318,7 +361,7 @@ def test_the_servers_workers_map_large_blocks_and_return_free_memory(tokenizer_d
 #: loads the tokenizer and verifies the fast engine) and prints the process's anonymous memory before and after.
 _LAUNCHER_MEMORY = """
 import json, sys
-from easydata.run.machine import map_large_blocks
+from easydata.memory import map_large_blocks
 assert map_large_blocks()
 import beam_pipelines.batch
 from easydata.config import PipelineConfig

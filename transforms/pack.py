@@ -23,7 +23,7 @@ import pyarrow as pa
 from easydata.config import PackStageConfig
 from easydata.ops.pack_stage import pack_group, uint16_columns
 from easydata.io.formats import write_staged_batches
-from easydata.run.machine import return_free_memory
+from easydata.memory import return_free_memory
 from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema
 from transforms.shuffle import ShuffleRows
 from easydata.rows import HIDDEN_COLUMNS

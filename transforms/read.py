@@ -24,7 +24,7 @@ from easydata.run.checkpoint import write_unit
 from easydata.config import DatasetConfig
 from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.run.counters import RunCounters
-from easydata.run.machine import return_free_memory
+from easydata.memory import return_free_memory
 from easydata.run.progress import ProgressSink
 from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split, work_units
 from transforms.counters import STATS_TAG

@@ -40,7 +40,7 @@ from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.io.documents import DocumentBatch
 from easydata.run.checkpoint import batch_path, write_batch
 from easydata.run.counters import RunCounters
-from easydata.run.machine import return_free_memory
+from easydata.memory import return_free_memory
 from easydata.run.progress import ProgressSink
 from easydata.text.stages import DocumentStages
 from easydata.text.tokenization import EncodedDocuments, TokenizedStats

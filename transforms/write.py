@@ -28,7 +28,7 @@ from easydata.io.staging import Staging
 from easydata.rows import HIDDEN_COLUMNS
 from easydata.ops.sharding import PieceInfo, ShardInfo, SortedGroup, cut_ranges, data_bytes, \
     plan_shards, serialize_schema, sort_group, unify_schemas
-from easydata.run.machine import return_free_memory
+from easydata.memory import return_free_memory
 from easydata.io.token_files import TokenFileSpec
 from transforms.shuffle import ShuffleRows
 from transforms.counters import STATS_TAG

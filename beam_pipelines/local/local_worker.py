@@ -229,7 +229,7 @@ def _exit_quietly_on_signals() -> None:
 
 
 def _serve_or_work() -> None:
-    from easydata.run.machine import map_large_blocks
+    from easydata.memory import map_large_blocks
 
     map_large_blocks()  # before this process allocates much; forked workers inherit it
     _exit_quietly_on_signals()  # inherited by forked workers; spawned ones run this too

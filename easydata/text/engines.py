@@ -166,7 +166,11 @@ class GigatokenEngine(Engine):
         return gigatoken.Tokenizer(str(tokenizer_file))
 
     def encode(self, texts: Sequence[str], add_special_tokens: bool) -> tuple[np.ndarray, np.ndarray]:
-        flat, lengths = self._flat(self._tokenizer.encode_batch(list(texts)))
+        from easydata.memory import tokenizer_scratch
+
+        with tokenizer_scratch():  # its 8 and 16 MiB blocks of scratch per call stay in glibc's heap
+            encoded = self._tokenizer.encode_batch(list(texts))
+        flat, lengths = self._flat(encoded)
         return self._specials.add(flat, lengths) if add_special_tokens else (flat, lengths)
 
     def _flat(self, encoded: Any) -> tuple[np.ndarray, np.ndarray]:
