@@ -78,7 +78,8 @@ def tokenizer_scratch() -> Iterator[None]:
     mmap threshold alone the freed blocks are trimmed off the heap's top at once and faulted in again.
     Outside, the job keeps `map_large_blocks`' settings (its arrays and buffers go back to the system when
     freed: a lower peak). Nested and concurrent uses (threads) share one window: the settings are restored
-    when the last one leaves. Figures: docs/performance.md (the tokenizer's scratch, seventh session).
+    when the last one leaves; a child forked meanwhile starts outside it. Figures: docs/performance.md (the
+    tokenizer's scratch, seventh session).
     """
     global _scratch_depth
     if _mallopt is None:
@@ -95,8 +96,26 @@ def tokenizer_scratch() -> Iterator[None]:
         with _scratch_lock:
             _scratch_depth -= 1
             if _scratch_depth == 0:
-                _mallopt(_M_MMAP_THRESHOLD, _thresholds[0])
-                _mallopt(_M_TRIM_THRESHOLD, _thresholds[1])
+                _restore_thresholds()
+
+
+def _restore_thresholds() -> None:
+    _mallopt(_M_MMAP_THRESHOLD, _thresholds[0])
+    _mallopt(_M_TRIM_THRESHOLD, _thresholds[1])
+
+
+def _leave_window_in_child() -> None:
+    """A process forked while another of its parent's threads was inside `tokenizer_scratch` (a worker server
+    forking a worker) starts outside it: the job's thresholds, no window open, a lock no thread holds."""
+    global _scratch_lock, _scratch_depth
+    _scratch_lock = threading.Lock()
+    if _scratch_depth and _mallopt is not None:
+        _restore_thresholds()
+    _scratch_depth = 0
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_leave_window_in_child)
 
 
 def return_free_memory() -> None:

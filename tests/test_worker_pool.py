@@ -286,6 +286,33 @@ def scratch_faults() -> list[int]:
     return [outside, inside, inside_outer, rounds()]
 
 
+def scratch_faults_after_fork() -> int:
+    """`scratch_faults`' rounds in a child forked while this process is inside `tokenizer_scratch`."""
+    import ctypes
+    import resource
+
+    from easydata.memory import tokenizer_scratch
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+    read, write = os.pipe()
+    with tokenizer_scratch():
+        pid = os.fork()
+        if pid == 0:  # the child: ten rounds of a 16 MiB block, under whatever settings it started with
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            with tokenizer_scratch():  # and a window of its own opens and closes as in any process
+                pass
+            for _ in range(10):
+                block = libc.malloc(16 << 20)
+                ctypes.memset(block, 1, 16 << 20)
+                libc.free(block)
+            os.write(write, str(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before).encode())
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    return int(os.read(read, 64))
+
+
 needs_glibc = pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"), reason="glibc >= 2.33 only")
 
 
@@ -324,6 +351,18 @@ def test_tokenizer_scratch_keeps_large_blocks_in_the_heap_between_calls():
         check=True).stdout.split())
     assert outside > 10 * 4000 and after > 8 * 4000  # (its first round may still find the heap's pages)
     assert inside < 2 * 4096 + 1000 and inside_outer < 1000
+
+
+@needs_glibc
+def test_a_child_forked_inside_the_scratch_window_starts_outside_it():
+    """A worker forked while its server's other thread is inside `tokenizer_scratch` gets the job's settings back
+    (its 16 MiB blocks are mapped and faulted in every round), not the window's for good."""
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.test_worker_pool import scratch_faults_after_fork;"
+            " from easydata.memory import map_large_blocks; assert map_large_blocks(); print(scratch_faults_after_fork())")
+    faults = int(subprocess.run([sys.executable, "-c", code, str(Path(__file__).parents[1])], env=env,
+                                capture_output=True, text=True, check=True).stdout)
+    assert faults > 8 * 4000
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from typing import Optional
 
 __all__ = ["usable_cores", "physical_memory_bytes", "splits_per_dataset"]
 
+
 def usable_cores() -> int:
     """Cores this process may run on (its CPU affinity, e.g. under `taskset`, else the machine's)."""
     try:
