@@ -216,3 +216,29 @@ def test_npz_output_loads_with_numpy(tmp_path, tokenizer_dir):
         tokens += int(arrays["attention_mask"].sum())
     assert (rows, tokens) == (entry["rows"], entry["tokens"])
     assert entry["documents_written"] == 60 and rows == 60 + entry["extra_windows"] and entry["windowed_documents"] > 0
+
+
+@pytest.mark.parametrize("fmt, dtype", [("megatron", "uint32"), ("bin", "uint32"), ("bin", "uint16")])
+def test_token_file_writers_write_int32_ids_without_copying_them(tmp_path, fmt, dtype):
+    """Wide ids already `int32` go to the file from the batch's own buffer (no `astype` / `tobytes` copies:
+    two of each id per write before); narrowed ids are copied once."""
+    import tracemalloc
+
+    from easydata.io.token_files import MegatronShardWriter
+
+    ids = np.arange(2_000_000, dtype=np.int32) % (60_000 if dtype == "uint16" else 100_000)
+    offsets = np.arange(0, len(ids) + 1, 1_000, dtype=np.int64)
+    batch = pa.record_batch({"input_ids": token_list_array(ids, offsets)})
+    path = str(tmp_path / "part-00000-of-00001.bin")
+    writer = (MegatronShardWriter if fmt == "megatron" else BinShardWriter)(path, batch.schema, dtype)
+    tracemalloc.start()
+    try:
+        writer.write(batch)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    writer.close()
+    copies = 0 if dtype == "uint32" else 1
+    assert peak < (copies + 0.5) * len(ids) * np.dtype(dtype).itemsize, peak
+    stored = np.fromfile(path, dtype="<i4" if fmt == "megatron" else dtype)
+    assert np.array_equal(stored, ids)
