@@ -213,3 +213,46 @@ def test_no_documents_no_rows():
         assert rows.num_rows == 0 and rows.input_ids.shape == (0, 8)
         assert fill_rows(plan_packing(np.array([0, 0]), 8, strategy), np.zeros(0, np.int32),
                          np.zeros(3, np.int64), 8, 0).num_rows == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(1, 40), fill=st.sampled_from([-1, 0]),
+       steps=st.lists(st.tuples(st.integers(0, 39), st.integers(-1, 9), st.integers(0, 39), st.integers(1, 10)),
+                      max_size=60))
+def test_max_tree_answers_as_a_scan_of_its_slots(size, fill, steps):
+    """The segment tree behind first-fit and best-fit (its `set` stops walking up at the first unchanged
+    maximum): after every update each node holds its children's maximum and `leftmost` equals a plain scan."""
+    tree = packing._MaxTree(size, fill)
+    slots = [fill] * size
+    for slot, value, lo, x in steps:
+        slot %= size
+        tree.set(slot, value)
+        slots[slot] = value
+        assert all(tree.tree[i] == max(tree.tree[2 * i], tree.tree[2 * i + 1]) for i in range(1, tree.n))
+        expected = next((i for i in range(lo, size) if slots[i] >= x), -1)
+        assert tree.leftmost(lo, x) == expected
+
+
+def _first_fit_by_scan(sizes: list[int], capacity: int, max_segments: Optional[int]) -> list[list[int]]:
+    """First-fit as its definition reads: each item into the first open bin with room, else a new bin."""
+    bins: list[list[int]] = []
+    free: list[int] = []
+    for item, size in enumerate(sizes):
+        b = next((b for b in range(len(bins)) if free[b] >= size and free[b] > 0
+                  and (max_segments is None or len(bins[b]) < max_segments)), len(bins))
+        if b == len(bins):
+            bins.append([])
+            free.append(capacity)
+        bins[b].append(item)
+        free[b] -= size
+    return bins
+
+
+@settings(max_examples=300, deadline=None)
+@given(capacity=st.integers(1, 12), whole=st.integers(0, 6),
+       sizes=st.lists(st.integers(1, 12), max_size=40), cap=st.sampled_from([None, 1, 2, 3]))
+def test_first_fit_places_items_as_a_scan_of_the_bins_would(capacity, whole, sizes, cap):
+    """The segment tree (and the shortcut for a leading run of bin-long items) decide as a scan would."""
+    items = [capacity] * whole + sorted((min(s, capacity) for s in sizes), reverse=True)
+    assigned = packing._assign_bins(np.array(items, dtype=np.int64), capacity, cap, best=False)
+    assert assigned == _first_fit_by_scan(items, capacity, cap)

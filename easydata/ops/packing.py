@@ -187,11 +187,17 @@ class _MaxTree:
         self.tree = [fill] * (2 * self.n)
 
     def set(self, i: int, value: int) -> None:
+        """Sets slot `i`; the walk up stops at the first node whose maximum is unchanged, since its ancestors'
+        are then unchanged too (a long document's full-row chunks, each closing its own new bin, stop at once)."""
+        tree = self.tree
         i += self.n
-        self.tree[i] = value
+        tree[i] = value
         i //= 2
         while i:
-            self.tree[i] = max(self.tree[2 * i], self.tree[2 * i + 1])
+            highest = max(tree[2 * i], tree[2 * i + 1])
+            if tree[i] == highest:
+                break
+            tree[i] = highest
             i //= 2
 
     def leftmost(self, lo: int, x: int) -> int:
@@ -236,7 +242,13 @@ def _assign_bins(sizes: np.ndarray, capacity: int, max_segments: Optional[int], 
                 present.set(free[b], 1)
         return bins
     tree = _MaxTree(len(sizes), -1)
-    for item, size in enumerate(sizes.tolist()):
+    # A leading run of items as long as a bin (a longest-first order starts with long documents' full-row
+    # chunks) each closes a new bin of its own, which the loop would find one item at a time.
+    short = np.flatnonzero(sizes != capacity)
+    whole = int(short[0]) if len(short) else len(sizes)
+    bins.extend([item] for item in range(whole))
+    free.extend([0] * whole)
+    for item, size in enumerate(sizes[whole:].tolist(), whole):
         b = tree.leftmost(0, size)
         if b < 0 or b >= len(bins):
             b = len(bins)
