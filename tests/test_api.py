@@ -244,7 +244,7 @@ def test_a_user_error_inside_the_job_is_raised_as_its_own_class_without_beams_no
     import subprocess
     import sys
 
-    from tests.conftest import make_texts, write_jsonl
+    from tests.conftest import write_jsonl
 
     write_jsonl(tmp_path / "a" / "a.jsonl", ({"text": ""} for _ in range(30)))  # refused in the job's commit step
     script = ("import sys\nfrom easydata import tokenize_and_save\nfrom easydata.errors import EasyDataError\n"

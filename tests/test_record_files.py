@@ -109,7 +109,7 @@ print("ROWS " + json.dumps(rows))
 @pytest.mark.heavy
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt, compression", [("tfrecord", ""), ("tfrecord-gzip", "GZIP")])
-def test_tensorflow_parses_our_tfrecords_into_our_rows(outputs, fmt, compression, tf_python) -> None:
+def test_tensorflow_parses_our_tfrecords_into_our_rows(outputs, fmt, compression, tf_python) -> None:  # noqa: F811
     out = outputs[fmt]
     manifest = json.loads((out / "manifest.json").read_text())
     paths = [str(out / s["path"]) for s in manifest["datasets"]["web"]["shards"]]
@@ -134,7 +134,7 @@ print("ROWS " + json.dumps({"len": len(source), "rows": [rows[i] for i in range(
 
 
 @pytest.mark.slow
-def test_grain_reads_our_array_records_by_index(outputs, maxtext_python) -> None:
+def test_grain_reads_our_array_records_by_index(outputs, maxtext_python) -> None:  # noqa: F811
     out = outputs["arrayrecord"]
     manifest = json.loads((out / "manifest.json").read_text())
     paths = [str(out / s["path"]) for s in manifest["datasets"]["web"]["shards"]]

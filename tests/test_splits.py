@@ -113,8 +113,8 @@ def test_split_run_is_disjoint_deterministic_and_by_document(tmp_path, tokenizer
     first = _run(tmp_path, tokenizer_dir, path, "a")
     other = _run(tmp_path, tokenizer_dir, path, "b", seed=99, tokenize={"max_length": 24, "truncation": "window",
                                                                         "stride": 4, "batch_size": 7})
-    assert set(first["datasets"]) == {"web/train", "web/validation"}
-    assert first["splits"]["fractions"] == {"train": 0.75, "validation": 0.25}
+    assert set(first["datasets"]) == set(other["datasets"]) == {"web/train", "web/validation"}
+    assert first["splits"]["fractions"] == other["splits"]["fractions"] == {"train": 0.75, "validation": 0.25}
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     expected_split = assign_splits(keys, [0.75, 0.25], dataset="web", split_seed=0)
     for index, split in enumerate(["train", "validation"]):
