@@ -59,3 +59,58 @@ def test_packed_rows_do_not_depend_on_the_order_documents_arrive_in():
                                 order=group_order(arrival), num_groups=2)
         runs.append(pa.Table.from_batches(list(batches)))
     assert runs[0].equals(runs[1])
+
+
+
+def _staged_and_plain(table: pa.Table, config: PackStageConfig) -> dict[bool, tuple]:
+    """The group packed for a staged file and packed whole, each staged, read back and measured as the pack
+    transform does: (rows read, schema, counters, shard-plan bytes, whether piece lengths stood in)."""
+    import tempfile
+
+    from easydata.io.formats import iter_staged_rows, write_staged_batches
+    from easydata.io.staged_columns import SEGMENTS_COLUMN, derived_bytes
+    from easydata.ops.pack_stage import uint16_columns
+    from easydata.ops.sharding import data_bytes
+    from easydata.rows import HIDDEN_COLUMNS
+
+    runs = {}
+    for staged in (False, True):
+        batches, stats = pack_group(table, config=config, pad_id=0, seed=5, dataset="web", group=0,
+                                    order=group_order(table), staged=staged)
+        batches = list(batches)
+        measured = sum(data_bytes(b, (*HIDDEN_COLUMNS, SEGMENTS_COLUMN)) + derived_bytes(b) for b in batches)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/group.arrow"
+            rows, schema = write_staged_batches(batches, path, narrow=uint16_columns(table, config=config, pad_id=0))
+            read = pa.Table.from_batches(list(iter_staged_rows(path))) if rows else None
+        runs[staged] = (read, schema, stats, measured, any(SEGMENTS_COLUMN in b.schema.names for b in batches))
+    return runs
+
+
+@given(st.lists(st.integers(0, 200), min_size=1, max_size=30),
+       st.sampled_from(["greedy", "first_fit", "best_fit", "pool"]), st.sampled_from([None, 2]), st.booleans(),
+       st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_a_staged_group_reads_back_as_the_rows_packed_with_their_segments(lengths, strategy, cap, masked, fields):
+    """`pack_group(staged=True)` leaves `segment_ids` and `positions` to the staged file's reader when its pieces
+    are long (each row's piece lengths instead): read back, the rows, their schema, the counters and the bytes
+    the shard plan measures are those of the rows packed with both columns."""
+    table = _documents(lengths, seed=len(lengths))
+    if masked:
+        table = table.append_column("loss_mask", pa.array([[i % 2 for i in range(n)] for n in lengths],
+                                                           pa.list_(pa.int32())))
+    if fields:
+        table = table.append_column("source", pa.array([f"s{i % 3}" for i in range(len(lengths))]))
+    config = PackStageConfig(enabled=True, seq_length=64, strategy=strategy, max_segments_per_row=cap)
+    runs = _staged_and_plain(table, config)
+    (plain, plain_schema, plain_stats, plain_bytes, _), (derived, schema, stats, measured, _) = runs[False], runs[True]
+    assert (schema, stats, measured) == (plain_schema, plain_stats, plain_bytes)
+    assert (derived is None and plain is None) or (derived.equals(plain) and derived.schema == plain.schema)
+
+
+def test_piece_lengths_stand_in_only_for_long_pieces():
+    config = PackStageConfig(enabled=True, seq_length=64, strategy="first_fit")
+    long, short = _staged_and_plain(_documents([150, 40, 90, 64], seed=3), config), \
+        _staged_and_plain(_documents([5, 9, 3, 12, 7], seed=3), config)
+    assert long[True][4] and not long[False][4] and not short[True][4]
+    assert long[True][0].equals(long[False][0]) and max(map(max, long[True][0].column("segment_ids").to_pylist())) > 1

@@ -256,3 +256,38 @@ def test_first_fit_places_items_as_a_scan_of_the_bins_would(capacity, whole, siz
     items = [capacity] * whole + sorted((min(s, capacity) for s in sizes), reverse=True)
     assigned = packing._assign_bins(np.array(items, dtype=np.int64), capacity, cap, best=False)
     assert assigned == _first_fit_by_scan(items, capacity, cap)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), max_size=30), strategy=st.sampled_from(STRATEGIES),
+       cap=st.sampled_from([None, 1, 2, 3]), seed=st.integers(0, 3))
+def test_segments_made_from_piece_lengths_are_the_ones_fill_rows_writes(lengths, strategy, cap, seed):
+    """Every strategy's rows hold their pieces back to back in segment order, so each row's piece lengths
+    (`row_piece_lengths`, shuffled rows too) are enough to make `segment_ids` and `positions` again."""
+    from easydata.io.token_arrays import segments_from_lengths
+    from easydata.ops.packing import pieces_fill_rows_in_order, row_piece_lengths
+
+    lengths = np.array(lengths, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    tokens = np.arange(int(offsets[-1]), dtype=np.int32) + 1
+    plan = plan_packing(lengths, 16, strategy, max_segments=cap)
+    slots = np.random.default_rng(seed).permutation(plan.num_rows)
+    full = fill_rows(plan, tokens, offsets, 16, PAD, row_slots=slots)
+    bare = fill_rows(plan, tokens, offsets, 16, PAD, row_slots=slots, segments=False)
+    assert bare.segment_ids is None and bare.positions is None and np.array_equal(bare.input_ids, full.input_ids)
+    assert pieces_fill_rows_in_order(plan)
+    pieces, piece_offsets = row_piece_lengths(plan, slots)
+    segments, positions = segments_from_lengths(pieces, piece_offsets, np.arange(plan.num_rows + 1) * 16)
+    assert np.array_equal(segments, full.segment_ids.ravel()) and np.array_equal(positions, full.positions.ravel())
+
+
+def test_a_plan_whose_pieces_leave_gaps_is_not_taken_for_back_to_back():
+    from easydata.ops.packing import PackPlan, pieces_fill_rows_in_order
+
+    one = np.array([0, 0])
+    assert pieces_fill_rows_in_order(PackPlan(num_rows=1, doc=np.array([0, 1]), start=np.zeros(2, np.int64),
+                                              length=np.array([3, 4]), row=one, col=np.array([0, 3]),
+                                              segment=np.array([1, 2])))
+    assert not pieces_fill_rows_in_order(PackPlan(num_rows=1, doc=np.array([0, 1]), start=np.zeros(2, np.int64),
+                                                  length=np.array([3, 4]), row=one, col=np.array([0, 5]),
+                                                  segment=np.array([1, 2])))

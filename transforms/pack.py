@@ -23,6 +23,7 @@ import pyarrow as pa
 from easydata.config import PackStageConfig
 from easydata.ops.pack_stage import pack_group, uint16_columns
 from easydata.io.formats import write_staged_batches
+from easydata.io.staged_columns import SEGMENTS_COLUMN, derived_bytes
 from easydata.memory import return_free_memory
 from easydata.ops.sharding import SortedGroup, data_bytes, group_order, group_table, serialize_schema
 from transforms.shuffle import ShuffleRows
@@ -50,12 +51,12 @@ class _PackGroupFn(beam.DoFn):
         table = group_table(batches)
         packed, stats = pack_group(table, config=self._config, pad_id=self._pad_id, seed=self._seed,
                                    dataset=self._name, group=group, order=group_order(table),
-                                   num_groups=self._num_groups)
+                                   num_groups=self._num_groups, staged=True)
         measured = {"bytes": 0}
 
         def measure(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                measured["bytes"] += data_bytes(batch, HIDDEN_COLUMNS)
+            for batch in batches:  # the bytes of the rows as written, segment ids and positions included
+                measured["bytes"] += data_bytes(batch, (*HIDDEN_COLUMNS, SEGMENTS_COLUMN)) + derived_bytes(batch)
                 yield batch
 
         path = sorted_group_path(self._staging, self._name, group)

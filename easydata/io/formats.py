@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from easydata.errors import PROGRAMMING_ERRORS, EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
-from easydata.io.staged_columns import compact, restorer
+from easydata.io.staged_columns import compact, restorer, rows_schema
 from easydata.io.token_arrays import list_column_values, ones_list_array, token_list_array  # re-exported: the formats' token columns
 from easydata.rows import TOKEN_COLUMNS
 
@@ -458,15 +458,15 @@ def write_staged_batches(batches: Iterable[pa.RecordBatch], path: str, narrow: S
         `iter_staged_rows`.
 
     Returns:
-      Rows written and their schema (the batches', not the file's); `(0, None)` and no file when there are no
-      batches.
+      Rows written and their schema (the rows' the batches stand for, `staged_columns.rows_schema`, not the
+      file's); `(0, None)` and no file when there are no batches.
     """
     rows, schema = 0, None
     f = writer = None
     try:
         for batch in batches:
             if writer is None:
-                schema = batch.schema
+                schema = rows_schema(batch.schema)
                 f = open_arrow_file(path, "wb")
             staged = compact(batch, narrow)
             if writer is None:

@@ -13,6 +13,11 @@ schema (metadata and column order too) and the same values. Two things are left 
   widened back on reading: half the bytes to compress and write (LZ4 of packed Mistral rows 8.7 ->
   4.3 ns per token; docs/performance.md#writes-of-token-data).
 
+Packed rows may also come without their `segment_ids` and `positions`: the pack stage then gives each row's
+piece lengths in `SEGMENTS_COLUMN` instead (where `segment_ids` stood), and reading makes both columns from them
+(`token_arrays.segments_from_lengths`): 4 of a packed Qwen3 row's 8 staged bytes per token, and their casts,
+are never written (docs/performance.md).
+
 What was left out is recorded in the schema's metadata (`STAGED_KEY`), so a file without it (an older
 version's checkpoint) reads as it is. A leaf module beside `token_arrays`: it imports nothing else of
 easydata.
@@ -25,15 +30,20 @@ from typing import Callable, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
-from easydata.io.token_arrays import list_column_values, ones_list_array
+from easydata.io.token_arrays import list_column_values, ones_list_array, segments_from_lengths, token_list_array
 
-__all__ = ["STAGED_KEY", "UINT16_MAX", "compact", "restorer", "fits_uint16"]
+__all__ = ["STAGED_KEY", "UINT16_MAX", "SEGMENTS_COLUMN", "compact", "restorer", "fits_uint16", "rows_schema",
+           "derived_bytes"]
 
-#: Schema metadata of a compacted staged file: JSON `{"ones_mask": <position>, "uint16": [<column>, ...]}`.
+#: Schema metadata of a compacted staged file: JSON `{"ones_mask": <position>, "uint16": [<column>, ...],
+#: "segments": <position>}`.
 STAGED_KEY = b"easydata.staged"
 _MASK = "attention_mask"
 _MASK_FIELD = pa.field(_MASK, pa.list_(pa.int32()))
 UINT16_MAX = 65535
+#: Packed rows' piece lengths per row (`list<int32>`), standing for their `segment_ids` and `positions`.
+SEGMENTS_COLUMN = "__segments__"
+_DERIVED_FIELDS = (pa.field("segment_ids", pa.list_(pa.int32())), pa.field("positions", pa.list_(pa.int32())))
 
 Rows = TypeVar("Rows", pa.Table, pa.RecordBatch)
 
@@ -93,8 +103,9 @@ def compact(rows: Rows, narrow: Optional[Sequence[str]] = None) -> Rows:
     checked = narrow is None  # the values were just looked at: the cast need not look again
     if narrow is None:
         narrow = [f.name for f in schema if _is_int32_list(f.type) and fits_uint16(rows.column(f.name))]
-    narrow = [name for name in narrow if _is_int32_list(schema.field(name).type)]
-    if position is None and not narrow:
+    narrow = [name for name in narrow if name in schema.names and _is_int32_list(schema.field(name).type)]
+    segments = schema.get_field_index(SEGMENTS_COLUMN) if SEGMENTS_COLUMN in schema.names else None
+    if position is None and not narrow and segments is None:
         return rows
     columns = list(rows.columns)
     fields = list(schema)
@@ -102,7 +113,7 @@ def compact(rows: Rows, narrow: Optional[Sequence[str]] = None) -> Rows:
         i = schema.get_field_index(name)
         fields[i] = fields[i].with_type(_with_value_type(fields[i].type, pa.uint16()))
         columns[i] = columns[i].cast(fields[i].type, safe=not checked)
-    note = {"ones_mask": position, "uint16": list(narrow)}
+    note = {"ones_mask": position, "uint16": list(narrow), **({"segments": segments} if segments is not None else {})}
     metadata = {**(schema.metadata or {}), STAGED_KEY: json.dumps(note).encode()}
     out_schema = pa.schema(fields, metadata=metadata)
     if isinstance(rows, pa.Table):
@@ -118,8 +129,10 @@ def restorer(schema: pa.Schema) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
     if raw is None:
         return lambda batch: batch
     note = json.loads(raw)
-    position, widen = note.get("ones_mask"), set(note.get("uint16", ()))
+    position, widen, segments = note.get("ones_mask"), set(note.get("uint16", ())), note.get("segments")
     fields = [f.with_type(_with_value_type(f.type, pa.int32())) if f.name in widen else f for f in schema]
+    if segments is not None:  # packed rows (never with an all-ones mask left out: unpacked rows' only)
+        fields[segments:segments + 1] = _DERIVED_FIELDS
     if position is not None:
         fields.insert(int(position), _MASK_FIELD)
     restored = pa.schema(fields, metadata=metadata or None)
@@ -129,8 +142,30 @@ def restorer(schema: pa.Schema) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
         columns = list(batch.columns)
         for i in widened:
             columns[i] = columns[i].cast(restored.field(schema.field(i).name).type)
+        if segments is not None:
+            rows = list_column_values(columns[schema.get_field_index("input_ids")])[1]
+            lengths, pieces = list_column_values(columns[segments])
+            made = segments_from_lengths(lengths, pieces, rows)
+            columns[segments:segments + 1] = [token_list_array(values, rows) for values in made]
         if position is not None:
             ids = columns[schema.get_field_index("input_ids")]
             columns.insert(int(position), ones_list_array(list_column_values(ids)[1]))
         return pa.RecordBatch.from_arrays(columns, schema=restored)
     return restore
+
+
+def rows_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of the rows that batches with `schema` stand for: `SEGMENTS_COLUMN`, when there, as the
+    `segment_ids` and `positions` it is read back as."""
+    if SEGMENTS_COLUMN not in schema.names:
+        return schema
+    fields = list(schema)
+    i = schema.get_field_index(SEGMENTS_COLUMN)
+    fields[i:i + 1] = _DERIVED_FIELDS
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def derived_bytes(batch: pa.RecordBatch) -> int:
+    """Bytes the columns `SEGMENTS_COLUMN` stands for will have: two `list<int32>` columns over exactly
+    `input_ids`' rows and values, so twice its bytes (as `fill_rows`' arrays would have had)."""
+    return 2 * batch.column("input_ids").nbytes if SEGMENTS_COLUMN in batch.schema.names else 0

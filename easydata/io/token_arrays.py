@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["token_list_array", "ones_list_array", "list_column_values", "surround"]
+__all__ = ["token_list_array", "ones_list_array", "list_column_values", "surround", "segments_from_lengths"]
 
 
 def token_list_array(flat: np.ndarray, offsets: np.ndarray) -> pa.ListArray:
@@ -75,3 +75,28 @@ def surround(values: np.ndarray, lengths: np.ndarray, prefix: Sequence[int], suf
     wanted[:, :p] = True if front is None else np.asarray(front, dtype=bool)[:, None]
     wanted[:, p:] = True if back is None else np.asarray(back, dtype=bool)[:, None]
     return np.insert(values, where[wanted], what[wanted])
+
+
+def segments_from_lengths(lengths: np.ndarray, piece_offsets: np.ndarray, row_offsets: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """`segment_ids` and `positions` (flat int32, rows at `row_offsets`) of rows whose pieces have `lengths`
+    (row `r`'s are `lengths[piece_offsets[r]:piece_offsets[r + 1]]`, back to back from its first column in
+    segment order; zeros after them): what `easydata.ops.packing.fill_rows` wrote for the lengths
+    `row_piece_lengths` gives. One slice per piece: for rows of long pieces (see `fill_rows`)."""
+    total = int(row_offsets[-1]) if len(row_offsets) else 0
+    segment_ids = np.zeros(total, dtype=np.int32)
+    positions = np.zeros(total, dtype=np.int32)
+    if len(lengths) == 0:
+        return segment_ids, positions
+    counts = np.diff(piece_offsets)
+    row = np.repeat(np.arange(len(counts)), counts)
+    ends = np.cumsum(lengths, dtype=np.int64)
+    before = np.repeat(np.concatenate([[0], ends])[piece_offsets[:-1]], counts)  # tokens of earlier rows' pieces
+    start = np.asarray(row_offsets, dtype=np.int64)[row] + ends - lengths - before
+    segment = np.arange(len(lengths)) - np.repeat(piece_offsets[:-1], counts) + 1
+    count = np.arange(int(lengths.max()), dtype=np.int32)
+    for dst, n, k in zip(start.tolist(), lengths.tolist(), segment.tolist()):
+        segment_ids[dst:dst + n] = k
+        positions[dst:dst + n] = count[:n]
+    return segment_ids, positions
+

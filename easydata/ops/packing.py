@@ -34,7 +34,8 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["STRATEGIES", "PackPlan", "PackedRows", "plan_packing", "fill_rows", "document_lengths"]
+__all__ = ["STRATEGIES", "PackPlan", "PackedRows", "plan_packing", "fill_rows", "fills_by_slices",
+           "row_piece_lengths", "pieces_fill_rows_in_order", "document_lengths"]
 
 STRATEGIES = ("greedy", "first_fit", "best_fit", "pool")
 
@@ -67,8 +68,8 @@ class PackedRows:
     """Packed rows as `[num_rows, seq_length]` int32 arrays (`loss_mask` None when absent)."""
 
     input_ids: np.ndarray
-    segment_ids: np.ndarray
-    positions: np.ndarray
+    segment_ids: Optional[np.ndarray]  # None: not written (`fill_rows(segments=False)`)
+    positions: Optional[np.ndarray]
     loss_mask: Optional[np.ndarray]
 
     @property
@@ -306,7 +307,7 @@ _MIN_MEAN_PIECE_FOR_SLICES = 32  # tokens per piece from which one slice copy pe
 
 def fill_rows(plan: PackPlan, tokens: np.ndarray, offsets: np.ndarray, seq_length: int, pad_id: int,
               loss_mask: Optional[np.ndarray] = None, order: Optional[np.ndarray] = None,
-              row_slots: Optional[np.ndarray] = None) -> PackedRows:
+              row_slots: Optional[np.ndarray] = None, segments: bool = True) -> PackedRows:
     """Writes the planned rows.
 
     Args:
@@ -321,14 +322,17 @@ def fill_rows(plan: PackPlan, tokens: np.ndarray, offsets: np.ndarray, seq_lengt
       row_slots: where each planned row goes (planned row `r` is written as output row
         `row_slots[r]`; a permutation of the plan's rows); None: plan order. Writes the rows in
         their final (e.g. shuffled) order without copying them into it afterwards.
+      segments: False: `segment_ids` and `positions` are not written (None), for a caller that keeps each
+        row's piece lengths instead (`row_piece_lengths`) and makes them later
+        (`easydata.io.token_arrays.segments_from_lengths`).
     """
     rows = plan.num_rows
     if row_slots is not None and (len(row_slots) != rows or
                                   not np.array_equal(np.sort(row_slots), np.arange(rows))):
         raise ValueError(f"`row_slots` must be a permutation of the plan's {rows} rows.")
     ids = np.full(rows * seq_length, pad_id, dtype=np.int32)
-    segments = np.zeros(rows * seq_length, dtype=np.int32)
-    positions = np.zeros(rows * seq_length, dtype=np.int32)
+    segment_ids = np.zeros(rows * seq_length, dtype=np.int32) if segments else None
+    positions = np.zeros(rows * seq_length, dtype=np.int32) if segments else None
     mask = np.zeros(rows * seq_length, dtype=np.int32) if loss_mask is not None else None
     starts = np.asarray(offsets, dtype=np.int64)[:-1]
     if order is not None:
@@ -337,12 +341,13 @@ def fill_rows(plan: PackPlan, tokens: np.ndarray, offsets: np.ndarray, seq_lengt
     row = plan.row if row_slots is None else np.asarray(row_slots)[plan.row]
     target = row.astype(np.int64) * seq_length + plan.col
     total = int(plan.length.sum())
-    if len(plan.length) * _MIN_MEAN_PIECE_FOR_SLICES <= total:
+    if fills_by_slices(plan):
         count = np.arange(seq_length, dtype=np.int32)  # a piece is at most one row long
         for src, dst, n, segment in zip(source.tolist(), target.tolist(), plan.length.tolist(), plan.segment.tolist()):
             ids[dst:dst + n] = tokens[src:src + n]
-            segments[dst:dst + n] = segment
-            positions[dst:dst + n] = count[:n]
+            if segment_ids is not None:
+                segment_ids[dst:dst + n] = segment
+                positions[dst:dst + n] = count[:n]
             if mask is not None:
                 mask[dst:dst + n] = loss_mask[src:src + n]
     else:
@@ -350,13 +355,46 @@ def fill_rows(plan: PackPlan, tokens: np.ndarray, offsets: np.ndarray, seq_lengt
         src = np.repeat(source, plan.length) + rank
         dst = np.repeat(target, plan.length) + rank
         ids[dst] = tokens[src]
-        segments[dst] = np.repeat(plan.segment, plan.length)
-        positions[dst] = rank
+        if segment_ids is not None:
+            segment_ids[dst] = np.repeat(plan.segment, plan.length)
+            positions[dst] = rank
         if mask is not None:
             mask[dst] = loss_mask[src]
     shape = (rows, seq_length)
-    return PackedRows(ids.reshape(shape), segments.reshape(shape), positions.reshape(shape),
+    return PackedRows(ids.reshape(shape), None if segment_ids is None else segment_ids.reshape(shape),
+                      None if positions is None else positions.reshape(shape),
                       None if mask is None else mask.reshape(shape))
+
+
+def fills_by_slices(plan: PackPlan) -> bool:
+    """Whether `fill_rows` copies the plan's pieces one slice each (long pieces: `_MIN_MEAN_PIECE_FOR_SLICES`
+    tokens or more on average) rather than through per-token index arrays."""
+    return len(plan.length) * _MIN_MEAN_PIECE_FOR_SLICES <= int(plan.length.sum())
+
+
+def row_piece_lengths(plan: PackPlan, row_slots: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each written row's piece lengths in segment order (`row_slots` as for `fill_rows`), as flat lengths and
+    row offsets: from them `easydata.io.token_arrays.segments_from_lengths` makes the `segment_ids` and
+    `positions` `fill_rows` writes (when `pieces_fill_rows_in_order`)."""
+    row = plan.row if row_slots is None else np.asarray(row_slots)[plan.row]
+    placed = np.lexsort((plan.segment, row))
+    offsets = np.zeros(plan.num_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=plan.num_rows), out=offsets[1:])
+    return plan.length[placed].astype(np.int32), offsets
+
+
+def pieces_fill_rows_in_order(plan: PackPlan) -> bool:
+    """Whether every row's pieces lie back to back from its first column in segment order, numbered 1, 2, ...
+    (what `segments_from_lengths` makes): true of every strategy's plan, checked before relying on it."""
+    if len(plan.row) == 0:
+        return True
+    if np.any(np.diff(plan.row) < 0):
+        return False
+    first = np.concatenate([[True], plan.row[1:] != plan.row[:-1]])
+    ends = np.cumsum(plan.length)
+    row_start = np.maximum.accumulate(np.where(first, ends - plan.length, 0))
+    return bool(np.array_equal(plan.col, ends - plan.length - row_start) and
+                np.array_equal(plan.segment, _segments_in_row(plan.row)))
 
 
 def document_lengths(offsets: np.ndarray, order: Optional[np.ndarray] = None) -> np.ndarray:
