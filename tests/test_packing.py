@@ -291,3 +291,16 @@ def test_a_plan_whose_pieces_leave_gaps_is_not_taken_for_back_to_back():
     assert not pieces_fill_rows_in_order(PackPlan(num_rows=1, doc=np.array([0, 1]), start=np.zeros(2, np.int64),
                                                   length=np.array([3, 4]), row=one, col=np.array([0, 5]),
                                                   segment=np.array([1, 2])))
+
+
+@pytest.mark.parametrize("widths, pieces, segments, positions", [
+    ([4, 6], [[4], [3, 2]], [1, 1, 1, 1, 1, 1, 1, 2, 2, 0], [0, 1, 2, 3, 0, 1, 2, 0, 1, 0]),  # rows of two widths
+    ([3, 3, 3], [[3], [], [1, 0, 2]], [1, 1, 1, 0, 0, 0, 1, 3, 3], [0, 1, 2, 0, 0, 0, 0, 0, 1]),  # whole, empty, a gap
+])
+def test_segments_from_lengths_literal_rows(widths, pieces, segments, positions):
+    from easydata.io.token_arrays import segments_from_lengths
+
+    lengths = np.array([n for row in pieces for n in row], dtype=np.int64)
+    piece_offsets = np.concatenate([[0], np.cumsum([len(row) for row in pieces])]).astype(np.int64)
+    made = segments_from_lengths(lengths, piece_offsets, np.concatenate([[0], np.cumsum(widths)]))
+    assert [m.tolist() for m in made] == [segments, positions]

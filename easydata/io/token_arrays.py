@@ -95,8 +95,24 @@ def segments_from_lengths(lengths: np.ndarray, piece_offsets: np.ndarray, row_of
     start = np.asarray(row_offsets, dtype=np.int64)[row] + ends - lengths - before
     segment = np.arange(len(lengths)) - np.repeat(piece_offsets[:-1], counts) + 1
     count = np.arange(int(lengths.max()), dtype=np.int32)
-    for dst, n, k in zip(start.tolist(), lengths.tolist(), segment.tolist()):
+    rest = _fill_whole_rows(segment_ids, positions, lengths, piece_offsets, row_offsets, counts)
+    for dst, n, k in zip(start[rest].tolist(), lengths[rest].tolist(), segment[rest].tolist()):
         segment_ids[dst:dst + n] = k
         positions[dst:dst + n] = count[:n]
     return segment_ids, positions
+
+
+def _fill_whole_rows(segment_ids: np.ndarray, positions: np.ndarray, lengths: np.ndarray, piece_offsets: np.ndarray,
+                     row_offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Writes, at once, the rows of one length whose single piece fills them (a long document's full-row
+    chunks: most rows of a corpus of long documents); returns which pieces are left to write one by one."""
+    widths = np.diff(row_offsets)
+    width = int(widths[0]) if len(widths) else 0
+    if width == 0 or not np.all(widths == width):
+        return np.ones(len(lengths), dtype=bool)
+    whole = (counts == 1) & (lengths[np.minimum(piece_offsets[:-1], len(lengths) - 1)] == width)
+    if whole.any():
+        segment_ids.reshape(-1, width)[whole] = 1
+        positions.reshape(-1, width)[whole] = np.arange(width, dtype=np.int32)
+    return ~np.repeat(whole, counts)
 
