@@ -64,7 +64,8 @@ def test_packed_rows_do_not_depend_on_the_order_documents_arrive_in():
 
 def _staged_and_plain(table: pa.Table, config: PackStageConfig) -> dict[bool, tuple]:
     """The group packed for a staged file and packed whole, each staged, read back and measured as the pack
-    transform does: (rows read, schema, counters, shard-plan bytes, whether piece lengths stood in)."""
+    transform does: (rows read, schema, counters, shard-plan bytes, whether piece lengths stood in, the rows of
+    a range read as a shard's piece reads them)."""
     import tempfile
 
     from easydata.io.formats import iter_staged_rows, write_staged_batches
@@ -83,7 +84,8 @@ def _staged_and_plain(table: pa.Table, config: PackStageConfig) -> dict[bool, tu
             path = f"{tmp}/group.arrow"
             rows, schema = write_staged_batches(batches, path, narrow=uint16_columns(table, config=config, pad_id=0))
             read = pa.Table.from_batches(list(iter_staged_rows(path))) if rows else None
-        runs[staged] = (read, schema, stats, measured, any(SEGMENTS_COLUMN in b.schema.names for b in batches))
+            part = pa.Table.from_batches(list(iter_staged_rows(path, rows // 3, 2 * rows // 3 + 1))) if rows else None
+        runs[staged] = (read, schema, stats, measured, any(SEGMENTS_COLUMN in b.schema.names for b in batches), part)
     return runs
 
 
@@ -103,9 +105,11 @@ def test_a_staged_group_reads_back_as_the_rows_packed_with_their_segments(length
         table = table.append_column("source", pa.array([f"s{i % 3}" for i in range(len(lengths))]))
     config = PackStageConfig(enabled=True, seq_length=64, strategy=strategy, max_segments_per_row=cap)
     runs = _staged_and_plain(table, config)
-    (plain, plain_schema, plain_stats, plain_bytes, _), (derived, schema, stats, measured, _) = runs[False], runs[True]
+    (plain, plain_schema, plain_stats, plain_bytes, _, plain_part) = runs[False]
+    (derived, schema, stats, measured, _, part) = runs[True]
     assert (schema, stats, measured) == (plain_schema, plain_stats, plain_bytes)
     assert (derived is None and plain is None) or (derived.equals(plain) and derived.schema == plain.schema)
+    assert (part is None and plain_part is None) or part.equals(plain_part)  # a shard's row range of the group
 
 
 def test_piece_lengths_stand_in_only_for_long_pieces():
