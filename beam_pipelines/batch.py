@@ -27,7 +27,6 @@ from easydata.config import PipelineConfig
 from easydata.errors import TRANSIENT_ADVICE, ConfigError, EasyDataError, TransientInputError, classify
 from easydata.logs import quiet_user_errors
 from easydata.io.group_files import group_files_dir
-from easydata.io.sources import work_units
 from easydata.run.lock import OutputLock
 from easydata.memory import return_free_memory
 from easydata.run.manifest import read_manifest
@@ -61,7 +60,8 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     for ds_plan in plan.datasets:
         name = ds_plan.name
         read = pipeline | f"Read[{name}]" >> ReadDocuments(
-            dataset=datasets[name], splits=ds_plan.splits, batch_size=config.tokenize.batch_size,
+            dataset=datasets[name], splits=ds_plan.splits, split_bytes=ds_plan.split_bytes,
+            batch_size=config.tokenize.batch_size,
             max_document_bytes=config.tokenize.max_document_byte_limit, staging=plan.staging,
             progress_dir=progress_dir, messages_field=config.chat.messages_field, checkpoint=True,
             skip_units=[u.unit for u in ds_plan.resumed_units])
@@ -84,7 +84,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
                for (name, rows), ds_plan in zip(tokenized.items(), plan.datasets)}
     mix_plan = None
     if config.static_mix is not None:
-        units = {ds_plan.name: [u[0].index for u in work_units(datasets[ds_plan.name], ds_plan.splits)]
+        units = {ds_plan.name: [u[0].index for u in ds_plan.work_units(datasets[ds_plan.name])]
                  for ds_plan in plan.datasets}
         mixed = tokenized | "Mix" >> WeightedMix(weights=config.mix.weights, stop_strategy=config.mix.stop_strategy,
                                                  total_tokens=config.mix.total_tokens, seed=config.mix_seed,

@@ -1,10 +1,11 @@
 """`ReadDocuments`: input splits -> batches of documents, with dead letters and counters.
 
 A thin Beam wrapper over `easydata.io.sources`: the splits are planned at construction time (so a bad
-glob fails before the job starts), distributed over workers with a reshuffle, and each worker reads
-its splits into `DocumentBatch`es. Records that cannot become documents are written, per split, to
-`<staging>/rejected/<dataset>/split-<index>.jsonl` (a deterministic name, so a retried bundle
-rewrites the same file) and counted.
+glob fails before the job starts) and grouped into work units (`work_units`: a split of a large file, or
+several whole small files), distributed over workers with a reshuffle, and each worker reads its units
+into `DocumentBatch`es. Records that cannot become documents are written, per unit, to
+`<staging>/rejected/<dataset>/split-<index>.jsonl` (its first split's index: a deterministic name, so a
+retried bundle rewrites the same file) and counted.
 
 Outputs (tagged):
   main: `DocumentBatch`
@@ -26,7 +27,7 @@ from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.run.counters import RunCounters
 from easydata.memory import return_free_memory
 from easydata.run.progress import ProgressSink
-from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_split, work_units
+from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_splits, work_units
 from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
@@ -50,7 +51,7 @@ class _ReadSettings:
 
 @classified_failures
 class _ReadSplitsFn(beam.DoFn):
-    """Reads a work unit (splits read in order, sharing one `num_rows` limit)."""
+    """Reads a work unit (its splits in order, in batches that run across them, sharing one `num_rows` limit)."""
 
     def __init__(self, settings: _ReadSettings):
         self._settings = settings
@@ -61,28 +62,19 @@ class _ReadSplitsFn(beam.DoFn):
 
     def process(self, unit: list[InputSplit]) -> Iterator[Any]:
         settings = self._settings
-        remaining = settings.dataset.num_rows
         rejects: list[Reject] = []
         documents = 0
         input_bytes = 0
         batches = 0
-        for split in unit:
-            if remaining is not None and remaining <= 0:
-                break
-            before = len(rejects)
-            for batch in read_split(split, settings.dataset, batch_size=settings.batch_size,
-                                    max_document_bytes=settings.max_document_bytes, limit=remaining,
-                                    rejects=rejects, messages_field=settings.messages_field):
-                documents += len(batch)
-                input_bytes += batch.input_bytes
-                if remaining is not None:
-                    remaining -= len(batch)
-                self._progress.add(input_bytes=batch.input_bytes, documents=len(batch))  # with the bytes they came from
-                batch.unit, batch.index = unit[0].index, batches
-                batches += 1
-                yield batch
-            if remaining is not None:
-                remaining -= sum(r.records for r in rejects[before:])
+        for batch in read_splits(unit, settings.dataset, batch_size=settings.batch_size,
+                                 max_document_bytes=settings.max_document_bytes, limit=settings.dataset.num_rows,
+                                 rejects=rejects, messages_field=settings.messages_field):
+            documents += len(batch)
+            input_bytes += batch.input_bytes
+            self._progress.add(input_bytes=batch.input_bytes, documents=len(batch))  # with the bytes they came from
+            batch.unit, batch.index = unit[0].index, batches
+            batches += 1
+            yield batch
         return_free_memory()
         self._progress.flush()  # this unit's bytes and documents, counted now
         rel = None
@@ -99,7 +91,7 @@ class _ReadSplitsFn(beam.DoFn):
             stats.partial_inputs[name] = partial
         if settings.checkpoint:
             write_unit(settings.staging, name, unit[0].index, batches=batches, stats=stats.to_json(),
-                       rejected_file=rel)
+                       rejected_file=rel, splits=[split.index for split in unit])
         yield beam.pvalue.TaggedOutput(STATS_TAG, stats)
 
     def teardown(self) -> None:
@@ -113,6 +105,8 @@ class ReadDocuments(beam.PTransform):
     Args:
       dataset: the dataset config.
       splits: its splits, from `easydata.io.sources.plan_splits`.
+      split_bytes: the size they were cut to: small whole files are read together up to it
+        (`easydata.io.sources.work_units`); 0 reads each split as a unit of its own.
       batch_size: documents per batch.
       max_document_bytes: larger documents are rejected.
       staging: the run's staging directory (dead letters go below it).
@@ -122,7 +116,7 @@ class ReadDocuments(beam.PTransform):
       skip_units: work units (first split index) not to read: a resumed run loads them instead.
     """
 
-    def __init__(self, *, dataset: DatasetConfig, splits: list[InputSplit], batch_size: int,
+    def __init__(self, *, dataset: DatasetConfig, splits: list[InputSplit], batch_size: int, split_bytes: int = 0,
                  max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None,
                  messages_field: str = "messages", checkpoint: bool = False, skip_units: Iterable[int] = ()):
         super().__init__()
@@ -130,12 +124,12 @@ class ReadDocuments(beam.PTransform):
                                        staging=staging, progress_dir=progress_dir, messages_field=messages_field,
                                        checkpoint=checkpoint)
         self._dataset = dataset
-        self._splits = splits
+        self._splits, self._split_bytes = splits, split_bytes
         self._skip_units = frozenset(skip_units)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        # With a row limit the splits are read in order by one worker; otherwise each is a unit.
-        units = [u for u in work_units(self._dataset, self._splits) if u[0].index not in self._skip_units]
+        units = [u for u in work_units(self._dataset, self._splits, self._split_bytes)
+                 if u[0].index not in self._skip_units]
         return (pbegin
                 | "Splits" >> beam.Create(units)
                 | "Distribute" >> beam.Reshuffle()
@@ -143,4 +137,4 @@ class ReadDocuments(beam.PTransform):
                 .with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:
-        return {"dataset": self._dataset.name, "splits": len(self._splits)}
+        return {"dataset": self._dataset.name, "splits": len(self._splits), "split_bytes": self._split_bytes}

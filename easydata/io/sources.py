@@ -3,8 +3,8 @@
 `plan_splits` lists the files of a dataset and cuts them into `InputSplit`s of roughly
 `target_bytes` (`split_size` picks it from the input size): byte ranges for uncompressed line formats (JSONL, line-mode text), row-group ranges
 for Parquet, record-batch ranges for Arrow IPC files; compressed files, CSV, JSON arrays and Arrow
-streams are one split each. `read_split` turns one split into `DocumentBatch`es of at most
-`batch_size` documents.
+streams are one split each. `work_units` groups the splits one reader reads (whole small files
+together), and `read_splits` turns them into `DocumentBatch`es of at most `batch_size` documents.
 
 Every document gets a stable key `"<name>@<position>"`: the file's path relative to the directory
 holding all of the dataset's files (see `key_names`), and the byte offset of the line for line
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.errors import PROGRAMMING_ERRORS, InputError
@@ -30,8 +30,8 @@ from easydata.io.filesystems import compression_of, expand_data_files, file_size
 from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
-           "infer_type", "total_input_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
-           "collect_records", "parse_json_record", "check_unchanged", "unusable_value", "work_units"]
+           "read_splits", "infer_type", "total_input_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
+           "collect_records", "parse_json_record", "check_unchanged", "unusable_value", "work_units", "MAX_UNIT_FILES"]
 
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
@@ -141,54 +141,75 @@ def key_names(files: list[str]) -> dict[str, str]:
 def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1000,
                max_document_bytes: Optional[int] = None, limit: Optional[int] = None,
                rejects: Optional[list[Reject]] = None, messages_field: str = "messages") -> Iterator[DocumentBatch]:
-    """Yields the documents of one split in batches; appends unusable records to `rejects`.
+    """`read_splits` of one split."""
+    return read_splits([split], dataset, batch_size=batch_size, max_document_bytes=max_document_bytes, limit=limit,
+                       rejects=rejects, messages_field=messages_field)
+
+def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_size: int = 1000,
+                max_document_bytes: Optional[int] = None, limit: Optional[int] = None,
+                rejects: Optional[list[Reject]] = None, messages_field: str = "messages") -> Iterator[DocumentBatch]:
+    """Yields the documents of `splits`, read in order, in batches that run on from one split to the next
+    (a work unit of many small files gives full batches, not a batch per file); appends unusable records
+    to `rejects`.
 
     Args:
-      split: what to read.
+      splits: what to read (a work unit: `work_units`).
       dataset: the dataset config (content field, additional fields, text mode).
       batch_size: documents per yielded batch.
       max_document_bytes: reject documents whose UTF-8 text is larger.
-      limit: stop after this many records (documents + rejects).
+      limit: stop after this many records (documents + rejects) of all the splits.
       rejects: list receiving `Reject`s (a fresh list is used when None).
       messages_field: the field holding chat messages when the content field is absent.
 
     A file that cannot be opened or turns out corrupt or truncated part-way does not raise: the rest
-    of the split becomes one dead letter saying why (the documents before it are kept), so one bad
-    file cannot end a long job; unreadable Parquet row groups are dead-lettered with their row count.
+    of its split becomes one dead letter saying why (the documents before it are kept) and the next
+    split is read, so one bad file cannot end a long job; unreadable Parquet row groups are
+    dead-lettered with their row count.
     """
-    check_unchanged(split)
-    collector = DocumentCollector(dataset, split.path, split.key_name or split.path, batch_size, max_document_bytes,
-                                  limit, messages_field)
-    consumed_total = 0
+    collector: Optional[DocumentCollector] = None
     try:
-        try:
-            for consumed in READERS[split.type](split, dataset, collector):
-                consumed_total += consumed
-                if collector.full or collector.done:
-                    batch = collector.flush(consumed)
-                    if batch is not None:
-                        yield batch
-                    if collector.done:
-                        break
-                else:
-                    collector.pending_bytes += consumed
-        except Exception as e:  # a corrupt or truncated file: dead-letter the rest of the split, go on
-            raise_unless_corrupt(e, split.path, f"after {consumed_total} bytes of a split starting at {split.start}")
-            message = str(e).splitlines()[0] if str(e) else type(e).__name__
-            byte_positions = split.type in ("jsonl", "txt", "json")  # else positions are rows
-            position = split.start + consumed_total if byte_positions else -1
-            compressed = compression_of(split.path) is not None
-            unread = None if compressed or not split.size else max(split.size - consumed_total, 0)
-            collector.reject(position, f"unreadable input after {consumed_total} bytes of this split"
-                                       f" (starting at {split.start}): {type(e).__name__}: {message}"[:500],
-                             read_bytes=consumed_total, unread_bytes=unread)
-        check_unchanged(split)  # changed while being read: what was read matches neither version
-        batch = collector.flush()
+        for split in splits:
+            check_unchanged(split)
+            if collector is None:
+                collector = DocumentCollector(dataset, split.path, split.key_name or split.path, batch_size,
+                                              max_document_bytes, limit, messages_field)
+            else:
+                collector.source, collector.key_name = split.path, split.key_name or split.path
+            yield from _read_one(split, collector)
+            check_unchanged(split)  # changed while being read: what was read matches neither version
+            if collector.done:
+                break
+        batch = collector.flush() if collector is not None else None
         if batch is not None:
             yield batch
     finally:
-        if rejects is not None:
+        if rejects is not None and collector is not None:
             rejects.extend(collector.rejects)
+
+def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[DocumentBatch]:
+    """The full batches of one split (what is left over stays in `collector`)."""
+    consumed_total = 0
+    try:
+        for consumed in READERS[split.type](split, collector.ds, collector):
+            consumed_total += consumed
+            if collector.full or collector.done:
+                batch = collector.flush(consumed)
+                if batch is not None:
+                    yield batch
+                if collector.done:
+                    return
+            else:
+                collector.pending_bytes += consumed
+    except Exception as e:  # a corrupt or truncated file: dead-letter the rest of the split, go on
+        raise_unless_corrupt(e, split.path, f"after {consumed_total} bytes of a split starting at {split.start}")
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        byte_positions = split.type in ("jsonl", "txt", "json")  # else positions are rows
+        position = split.start + consumed_total if byte_positions else -1
+        compressed = compression_of(split.path) is not None
+        unread = None if compressed or not split.size else max(split.size - consumed_total, 0)
+        collector.reject(position, f"unreadable input after {consumed_total} bytes of this split"
+                                   f" (starting at {split.start}): {type(e).__name__}: {message}"[:500],
+                         read_bytes=consumed_total, unread_bytes=unread)
 
 def check_unchanged(split: InputSplit) -> None:
     """Raises InputError when the split's file is not what it was at planning (truncated, appended to,
@@ -203,13 +224,36 @@ def check_unchanged(split: InputSplit) -> None:
         raise InputError(f"input '{split.path}' changed during the run ({split.version} -> {now}); its documents"
                          " would match neither version: rerun once it no longer changes")
 
-def work_units(dataset: DatasetConfig, splits: list[InputSplit]) -> list[list[InputSplit]]:
-    """The dataset's work units: the splits one reader reads in order, identified by their first split's
-    index (the unit of reading, of checkpoints and of `--resume`). Each split is a unit, except with
-    `num_rows`, where one unit reads the splits in order to stop after the first `num_rows` documents."""
-    units = [splits] if dataset.num_rows is not None else [[s] for s in splits]
-    return [u for u in units if u]
+#: Whole files at most in one work unit: each is opened on its own (a request to an object store).
+MAX_UNIT_FILES = 256
 
+def work_units(dataset: DatasetConfig, splits: list[InputSplit], split_bytes: int = 0) -> list[list[InputSplit]]:
+    """The dataset's work units: the splits one reader reads in order, identified by their first split's
+    index (the unit of reading, of checkpoints and of `--resume`).
+
+    A split of a large file is a unit of its own. Consecutive whole files smaller than a unit's budget are
+    read together, up to that many bytes and `MAX_UNIT_FILES` files: so that a dataset of many small files
+    costs what one file of the same bytes costs (a unit per file was a tokenizer call, a checkpoint and a
+    shuffle element per file). The budget is `split_bytes` (the plan's split size; 0: no grouping) and at
+    most a `DEFAULT_SPLITS`th of the dataset's bytes, so that small files make at least as many units as
+    `plan_splits` aims to cut a large file into, for parallel readers. With `num_rows`, one unit reads
+    every split in order, to stop after the first `num_rows` documents. The same splits and `split_bytes`
+    give the same units: a resumed run re-plans its splits with the interrupted run's size."""
+    if dataset.num_rows is not None:
+        return [splits] if splits else []
+    unit_bytes = min(split_bytes, total_input_bytes(splits) // DEFAULT_SPLITS)
+    units: list[list[InputSplit]] = []
+    open_bytes = 0  # of the last unit, while it takes more small files
+    for split in splits:
+        small = split.start == 0 and split.end is None and split.size < unit_bytes
+        if small and units and open_bytes and open_bytes + split.size <= unit_bytes \
+                and len(units[-1]) < MAX_UNIT_FILES:
+            units[-1].append(split)
+            open_bytes += split.size
+        else:
+            units.append([split])
+            open_bytes = max(split.size, 1) if small else 0
+    return units
 
 def total_input_bytes(splits: list[InputSplit]) -> int:
     return sum(s.size for s in splits)

@@ -27,7 +27,7 @@ import dataclasses
 import hashlib
 import json
 import posixpath
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 
@@ -122,10 +122,10 @@ def read_batch(path: str) -> tuple[pa.RecordBatch, dict[str, Any]]:
 
 
 def write_unit(staging: str, dataset: str, unit: int, *, batches: int, stats: dict[str, Any],
-               rejected_file: Optional[str]) -> None:
-    """Records that a unit was read to the end: its batch count, counters (`RunCounters.to_json`) and
-    dead-letter file."""
-    info = {"batches": batches, "stats": stats, "rejected_file": rejected_file}
+               rejected_file: Optional[str], splits: Sequence[int] = ()) -> None:
+    """Records that a unit was read to the end: its batch count, counters (`RunCounters.to_json`),
+    dead-letter file and the indexes of the splits it read (a resumed run takes it only for the same)."""
+    info = {"batches": batches, "stats": stats, "rejected_file": rejected_file, "splits": list(splits or [unit])}
     write_atomic(join(_unit_dir(staging, dataset, unit), "unit.json"), json.dumps(info).encode())
 
 
@@ -138,6 +138,7 @@ class UnitCheckpoint:
     batch_paths: tuple[str, ...]
     stats: dict[str, Any]  # its reader's counters (`easydata.run.counters.RunCounters.to_json`)
     rejected_file: Optional[str]
+    splits: tuple[int, ...] = ()  # the indexes of the splits it read (a unit recorded without them: its own)
 
     def batches(self) -> Iterator[tuple[pa.RecordBatch, dict[str, Any]]]:
         for path in self.batch_paths:
@@ -160,5 +161,6 @@ def completed_units(staging: str, dataset: str, units: Iterable[int]) -> dict[in
         paths = tuple(batch_path(staging, dataset, unit, i) for i in range(int(info["batches"])))
         if all(fs.exists(get_fs(p)[1]) for p in paths):
             done[unit] = UnitCheckpoint(dataset=dataset, unit=unit, batch_paths=paths, stats=info["stats"],
-                                        rejected_file=info.get("rejected_file"))
+                                        rejected_file=info.get("rejected_file"),
+                                        splits=tuple(int(i) for i in info.get("splits") or [unit]))
     return done

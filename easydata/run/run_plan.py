@@ -28,11 +28,11 @@ from easydata.ops.mixing import mix_budget, normalise_weights
 from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.output import check_output, new_run_id, prepare_output, staging_dir
 from easydata.ops.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
-from easydata.io.sources import InputSplit, plan_input, plan_splits, total_input_bytes
+from easydata.io.sources import InputSplit, plan_input, plan_splits, total_input_bytes, work_units
 from easydata.run.machine import splits_per_dataset
 from easydata.text.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
-__all__ = ["DatasetPlan", "RunPlan", "plan_datasets", "plan_run", "open_output", "prepare_run", "work_units"]
+__all__ = ["DatasetPlan", "RunPlan", "plan_datasets", "plan_run", "open_output", "prepare_run"]
 
 # Uncompressed Arrow bytes of token rows per input byte: ~1 token per 3-4 bytes of text, 4 bytes per
 # id, 4 per mask. Only sizes the hash groups, so a rough figure is enough.
@@ -57,6 +57,10 @@ class DatasetPlan:
     split_bytes: int = 0  # the size the splits were cut to (`easydata.io.sources.split_size`)
     engine: str = "hf"  # what encodes its plain documents (`easydata.text.engines.choose_engine`)
     engine_choice: Optional[dict[str, Any]] = None  # why, for the manifest
+
+    def work_units(self, dataset: DatasetConfig) -> list[list[InputSplit]]:
+        """Its work units (`easydata.io.sources.work_units`, the one rule `ReadDocuments` reads them by)."""
+        return work_units(dataset, self.splits, self.split_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,14 +120,6 @@ def load_chat_template(value: Optional[str]) -> Optional[str]:
     except ValueError as e:
         raise ConfigError(f"chat.template: {e}") from None
     return value
-
-
-def work_units(dataset: DatasetConfig, splits: list[InputSplit]) -> list[int]:
-    """Ids of a dataset's work units: every split, or one unit (id 0) when `num_rows` limits the reading
-    (the splits are then read in order by one worker). Must agree with `transforms.read.ReadDocuments`."""
-    if dataset.num_rows is not None:
-        return [splits[0].index] if splits else []
-    return [s.index for s in splits]
 
 
 def check_batch_job(config: PipelineConfig) -> None:
@@ -339,13 +335,13 @@ def plan_run(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     run_id = previous or new_run_id()
     staging = staging_dir(config.save.output_dir, run_id)
     if previous:
-        datasets = [dataclasses.replace(d, resumed_units=tuple(completed_units(
-            staging, d.name, work_units(by_name[d.name], d.splits)).values())) for d in datasets]
+        datasets = [dataclasses.replace(d, resumed_units=resumable_units(staging, d, by_name[d.name]))
+                    for d in datasets]
     dictionary = _shuffle_dictionary(config, datasets, handles, by_name, mix_num_groups)
     datasets, shipped = _shipped_tokenizers(datasets, config.save.output_dir, staging, local_files=ship_tokenizers)
     return RunPlan(run_id=run_id, output_dir=config.save.output_dir, staging=staging, datasets=datasets,
                    mix_num_groups=mix_num_groups, resumed=previous is not None, shuffle_dictionary=dictionary,
-                   unit_count=sum(len(work_units(by_name[d.name], d.splits)) for d in datasets),
+                   unit_count=sum(len(d.work_units(by_name[d.name])) for d in datasets),
                    signature=signature, input_versions=_input_versions(datasets), shipped_tokenizers=shipped)
 
 
@@ -465,6 +461,14 @@ def _shipped_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: s
             d = dataclasses.replace(d, tokenizer=dataclasses.replace(d.tokenizer, name_or_path=shipped[name][1]))
         out.append(d)
     return out, tuple(shipped.values())
+
+
+def resumable_units(staging: str, plan: DatasetPlan, dataset: DatasetConfig) -> tuple[UnitCheckpoint, ...]:
+    """The work units of `plan` an interrupted run finished: checkpointed, and of the same splits (a unit
+    of another version's grouping is read again, not taken for part of a larger one)."""
+    units = {unit[0].index: tuple(split.index for split in unit) for unit in plan.work_units(dataset)}
+    done = completed_units(staging, plan.name, units)
+    return tuple(checkpoint for index, checkpoint in done.items() if checkpoint.splits == units[index])
 
 
 def _signature(config: PipelineConfig, datasets: list[DatasetPlan]) -> str:
