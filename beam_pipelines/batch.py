@@ -5,8 +5,8 @@ token rows are mixed by share of output tokens into a single output `OUT/mixed/`
 
 `build_batch_pipeline` wires `transforms/` into a `beam.Pipeline`; `run_batch` takes the output's lock,
 plans the run (checks, splits, tokenizers: `easydata.run.run_plan.plan_run`, no side effect), opens the
-output (`open_output`: journal recovery, staging, `run.json`), runs the job on the chosen runner with a
-progress report for local runs, and returns the committed manifest. `build_batch_job` plans and builds
+output (`open_output`: journal recovery, staging, `run.json`, the work units the readers look up), runs the
+job on the chosen runner with a progress report for local runs, and returns the committed manifest. `build_batch_job` plans and builds
 without writing anything or running (the job graph can then be inspected or serialised offline), and
 `launch_batch` submits it and returns at once (the Dataflow Flex Template entry).
 """
@@ -59,12 +59,12 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     tokenized: dict[str, beam.PCollection] = {}
     for ds_plan in plan.datasets:
         name = ds_plan.name
+        resumed = {u.unit for u in ds_plan.resumed_units}
         read = pipeline | f"Read[{name}]" >> ReadDocuments(
-            dataset=datasets[name], splits=ds_plan.splits, split_bytes=ds_plan.split_bytes,
-            batch_size=config.tokenize.batch_size,
-            max_document_bytes=config.tokenize.max_document_byte_limit, staging=plan.staging,
-            progress_dir=progress_dir, messages_field=config.chat.messages_field, checkpoint=True,
-            skip_units=[u.unit for u in ds_plan.resumed_units])
+            dataset=datasets[name], units=[i for i in ds_plan.unit_ids(datasets[name]) if i not in resumed],
+            batch_size=config.tokenize.batch_size, max_document_bytes=config.tokenize.max_document_byte_limit,
+            staging=plan.staging, progress_dir=progress_dir, messages_field=config.chat.messages_field,
+            checkpoint=True)
         stats.append(read[STATS_TAG])
         rejected.append(read[REJECTED_TAG])
         encoded = read.documents | f"Tokenize[{name}]" >> Tokenize(
@@ -84,7 +84,7 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
                for (name, rows), ds_plan in zip(tokenized.items(), plan.datasets)}
     mix_plan = None
     if config.static_mix is not None:
-        units = {ds_plan.name: [u[0].index for u in ds_plan.work_units(datasets[ds_plan.name])]
+        units = {ds_plan.name: ds_plan.unit_ids(datasets[ds_plan.name])
                  for ds_plan in plan.datasets}
         mixed = tokenized | "Mix" >> WeightedMix(weights=config.mix.weights, stop_strategy=config.mix.stop_strategy,
                                                  total_tokens=config.mix.total_tokens, seed=config.mix_seed,

@@ -40,17 +40,20 @@ def _plain(output: Any) -> Any:
 
 
 def _read_fn(tmp_path: Path):
+    from easydata.run.staged_units import write_units
     from transforms.read import _ReadSettings, _ReadSplitsFn
 
     write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": t} for t in make_texts(30)])
     with open(tmp_path / "in" / "a.jsonl", "ab") as f:
         f.write(b'{"text": \n{"body": "no text"}\n')  # two dead letters
     dataset = DatasetConfig(name="web", data_files=str(tmp_path / "in" / "a.jsonl"))
+    unit = [plan_splits(dataset)[0]]
+    write_units(str(tmp_path / "staging"), "web", [unit])  # where the reading step looks its units up
     fn = _ReadSplitsFn(_ReadSettings(dataset=dataset, batch_size=8, max_document_bytes=None,
                                      staging=str(tmp_path / "staging"), progress_dir=None, messages_field="messages",
                                      checkpoint=True))
     fn.setup()
-    return fn, [plan_splits(dataset)[0]]
+    return fn, unit[0].index
 
 
 def test_reading_a_work_unit_twice_writes_the_same_dead_letters_and_checkpoint(tmp_path):

@@ -10,11 +10,19 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from easydata.config import DatasetConfig
-from easydata.io.sources import plan_splits
+from easydata.io.sources import plan_splits, work_units
+from easydata.run.staged_units import write_units
 from tests.conftest import write_jsonl
 from transforms import REJECTED_TAG, STATS_TAG, ReadDocuments, SumCounters
 
 pytestmark = pytest.mark.slow
+
+
+def _staged(staging, dataset, splits) -> list[int]:
+    """Records the splits' work units where `ReadDocuments` looks them up (as the launcher does); their ids."""
+    units = work_units(dataset, splits)
+    write_units(str(staging), dataset.name, units)
+    return [unit[0].index for unit in units]
 
 
 def test_documents_stats_and_dead_letters(tmp_path):
@@ -25,8 +33,8 @@ def test_documents_stats_and_dead_letters(tmp_path):
     assert len(splits) > 3
     staging = tmp_path / "staging"
     with TestPipeline() as p:
-        read = p | ReadDocuments(dataset=dataset, splits=splits, batch_size=4, max_document_bytes=None,
-                                 staging=str(staging))
+        read = p | ReadDocuments(dataset=dataset, units=_staged(staging, dataset, splits), batch_size=4,
+                                 max_document_bytes=None, staging=str(staging))
         texts = read.documents | beam.FlatMap(lambda batch: batch.texts)
         assert_that(texts, equal_to([f"doc {i}" for i in range(30)]), label="AllDocuments")
         totals = (read[STATS_TAG] | beam.CombineGlobally(SumCounters())
@@ -48,8 +56,9 @@ def test_reading_reports_the_documents_with_the_bytes_they_came_from(tmp_path):
     dataset = DatasetConfig(name="d", data_files=str(path))
     progress = tmp_path / "progress"
     with TestPipeline() as p:
-        _ = p | ReadDocuments(dataset=dataset, splits=plan_splits(dataset, target_bytes=100), batch_size=4,
-                              max_document_bytes=None, staging=str(tmp_path / "staging"), progress_dir=str(progress))
+        staging = tmp_path / "staging"
+        _ = p | ReadDocuments(dataset=dataset, units=_staged(staging, dataset, plan_splits(dataset, target_bytes=100)),
+                              batch_size=4, max_document_bytes=None, staging=str(staging), progress_dir=str(progress))
     counts = read_progress(str(progress))
     assert (counts["documents"], counts["tokens"]) == (30, 0)
     assert 0 < counts["input_bytes"] <= path.stat().st_size

@@ -196,3 +196,25 @@ def test_many_small_files_give_the_output_of_a_unit_per_file(tmp_path: Path, tok
     rejected = [json.loads(line) for rel in together["rejected_files"]
                 for line in (tmp_path / "together" / rel).read_text().splitlines()]
     assert [(Path(r["source"]).name, r["reason"]) for r in rejected] == [("empty.txt", "empty text")]
+
+
+def test_the_job_graph_does_not_grow_with_the_input_files(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """Work units go to the graph as ids, the splits to the staging directory: 100,000 files made a 4 MB
+    graph (Dataflow refuses 10 MB), every split in it three times (the read's `Create` twice, the commit's
+    plan once), and each worker re-pickled it to build the reading step."""
+    from beam_pipelines.batch import build_batch_job
+
+    sizes = {}
+    for count in (40, 1000):
+        for i in range(count):
+            (tmp_path / f"in{count}").mkdir(exist_ok=True)
+            (tmp_path / f"in{count}" / f"document-{i:05d}.txt").write_text(f"document {i}: some text to read\n")
+        config = PipelineConfig.from_dict({
+            "seed": 3, "default_tokenizer": str(tokenizer_dir),
+            "datasets": [{"name": "docs", "data_files": str(tmp_path / f"in{count}" / "*.txt"),
+                          "sample_by": "document"}],
+            "save": {"output_dir": str(tmp_path / f"out{count}")}})
+        pipeline, plan = build_batch_job(config, [])
+        assert len(plan.datasets[0].splits) == count
+        sizes[count] = len(pipeline.to_runner_api().SerializeToString())
+    assert sizes[1000] - sizes[40] < 10_000, sizes  # 960 more files: ~40 bytes each per copy before

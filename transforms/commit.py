@@ -44,7 +44,9 @@ class CommitOutput(beam.PTransform):
     def __init__(self, *, config: PipelineConfig, plan: RunPlan, started_at: float,
                  progress_dir: Optional[str] = None):
         super().__init__()
-        self._config, self._plan, self._started_at, self._progress_dir = config, plan, started_at, progress_dir
+        # the graph carries the plan without its per-file parts: the commit reads the splits from staging
+        self._config, self._plan = config, plan.without_inputs()
+        self._started_at, self._progress_dir = started_at, progress_dir
 
     def expand(self, inputs: dict[str, beam.PCollection]) -> beam.PCollection:
         pipeline = inputs["shards"].pipeline

@@ -1,11 +1,12 @@
-"""`ReadDocuments`: input splits -> batches of documents, with dead letters and counters.
+"""`ReadDocuments`: work units of input splits -> batches of documents, with dead letters and counters.
 
-A thin Beam wrapper over `easydata.io.sources`: the splits are planned at construction time (so a bad
-glob fails before the job starts) and grouped into work units (`work_units`: a split of a large file, or
-several whole small files), distributed over workers with a reshuffle, and each worker reads its units
-into `DocumentBatch`es. Records that cannot become documents are written, per unit, to
-`<staging>/rejected/<dataset>/split-<index>.jsonl` (its first split's index: a deterministic name, so a
-retried bundle rewrites the same file) and counted.
+A thin Beam wrapper over `easydata.io.sources`: a dataset's splits are planned before the job is built (so a
+bad glob fails before it starts) and grouped into work units (`easydata.io.sources.work_units`: a split of a
+large file, or several whole small files), which the launcher writes to the staging directory
+(`easydata.run.staged_units`). The units' ids are distributed over workers with a reshuffle; each worker
+looks its units' splits up and reads them into `DocumentBatch`es. Records that cannot become documents are
+written, per unit, to `<staging>/rejected/<dataset>/split-<index>.jsonl` (its first split's index: a
+deterministic name, so a retried bundle rewrites the same file) and counted.
 
 Outputs (tagged):
   main: `DocumentBatch`
@@ -27,7 +28,8 @@ from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.run.counters import RunCounters
 from easydata.memory import return_free_memory
 from easydata.run.progress import ProgressSink
-from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_splits, work_units
+from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_splits
+from easydata.run.staged_units import read_units
 from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
@@ -56,12 +58,15 @@ class _ReadSplitsFn(beam.DoFn):
     def __init__(self, settings: _ReadSettings):
         self._settings = settings
         self._progress: Optional[ProgressSink] = None
+        self._units: Optional[dict[int, list[InputSplit]]] = None
 
     def setup(self) -> None:
         self._progress = ProgressSink(self._settings.progress_dir)
+        self._units = read_units(self._settings.staging, self._settings.dataset.name)
 
-    def process(self, unit: list[InputSplit]) -> Iterator[Any]:
+    def process(self, unit_id: int) -> Iterator[Any]:
         settings = self._settings
+        unit = self._units[unit_id]
         rejects: list[Reject] = []
         documents = 0
         input_bytes = 0
@@ -100,41 +105,37 @@ class _ReadSplitsFn(beam.DoFn):
 
 
 class ReadDocuments(beam.PTransform):
-    """Reads one dataset's planned splits into `DocumentBatch`es (see module docstring).
+    """Reads work units of one dataset into `DocumentBatch`es (see module docstring).
 
     Args:
       dataset: the dataset config.
-      splits: its splits, from `easydata.io.sources.plan_splits`.
-      split_bytes: the size they were cut to: small whole files are read together up to it
-        (`easydata.io.sources.work_units`); 0 reads each split as a unit of its own.
+      units: the ids of the work units to read (`easydata.io.sources.work_units`, each its first split's
+        index); their splits are looked up in the staging directory (`easydata.run.staged_units`: the
+        launcher writes them there before the job starts), so the job graph holds ids, not file names.
       batch_size: documents per batch.
       max_document_bytes: larger documents are rejected.
-      staging: the run's staging directory (dead letters go below it).
+      staging: the run's staging directory (the units; dead letters go below it).
       progress_dir: where workers report progress (None: no reporting).
       messages_field: field holding chat messages when the content field is absent.
       checkpoint: record each finished work unit for `--resume` (`easydata.run.checkpoint`).
-      skip_units: work units (first split index) not to read: a resumed run loads them instead.
     """
 
-    def __init__(self, *, dataset: DatasetConfig, splits: list[InputSplit], batch_size: int, split_bytes: int = 0,
+    def __init__(self, *, dataset: DatasetConfig, units: Iterable[int], batch_size: int,
                  max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None,
-                 messages_field: str = "messages", checkpoint: bool = False, skip_units: Iterable[int] = ()):
+                 messages_field: str = "messages", checkpoint: bool = False):
         super().__init__()
         self._settings = _ReadSettings(dataset=dataset, batch_size=batch_size, max_document_bytes=max_document_bytes,
                                        staging=staging, progress_dir=progress_dir, messages_field=messages_field,
                                        checkpoint=checkpoint)
         self._dataset = dataset
-        self._splits, self._split_bytes = splits, split_bytes
-        self._skip_units = frozenset(skip_units)
+        self._units = sorted(units)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        units = [u for u in work_units(self._dataset, self._splits, self._split_bytes)
-                 if u[0].index not in self._skip_units]
         return (pbegin
-                | "Splits" >> beam.Create(units)
+                | "Splits" >> beam.Create(self._units)
                 | "Distribute" >> beam.Reshuffle()
                 | "Read" >> beam.ParDo(_ReadSplitsFn(self._settings)).with_output_types(DocumentBatch)
                 .with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:
-        return {"dataset": self._dataset.name, "splits": len(self._splits), "split_bytes": self._split_bytes}
+        return {"dataset": self._dataset.name, "units": len(self._units)}

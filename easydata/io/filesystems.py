@@ -7,12 +7,13 @@ behaves like local storage everywhere else.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import posixpath
 import stat
 import sys
-from typing import IO, Any, Iterable
+from typing import IO, Any, Callable, Iterable
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -20,13 +21,17 @@ from fsspec.core import url_to_fs
 from easydata.errors import InputError
 
 __all__ = ["special_file", "refuse_special", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "join", "get_fs",
-           "file_size", "local_path"]
+           "file_size", "file_facts", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 
 
 def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """Returns the filesystem and the path within it for a local path or URL."""
+    if url.startswith("/") and os.sep == "/" and "::" not in url:
+        # an absolute local path: what `url_to_fs` gives for it, without its URL parsing (a planning of
+        # 100,000 input files resolves each path several times)
+        return _local_fs(), url.rstrip("/") or "/"
     try:
         return url_to_fs(url)
     except (ImportError, ValueError) as e:
@@ -34,6 +39,11 @@ def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         raise InputError(f"cannot access '{url}': {e} (is the extra for '{protocol}://' installed?)") from None
     except OSError as e:  # a file system that connects when it is made (ftp://, sftp://): no network, no host
         raise InputError(f"cannot access '{url}': {type(e).__name__}: {e} (no network, or a wrong host?)") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _local_fs() -> fsspec.AbstractFileSystem:
+    return fsspec.filesystem("file")
 
 
 def _unstrip(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
@@ -63,7 +73,8 @@ def expand_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ())
         fs, path = get_fs(pattern)
         if any(ch in path for ch in "*?["):
             try:
-                matches = sorted(p for p in fs.glob(path) if not fs.isdir(p))
+                found = fs.glob(path, detail=True)  # each match's type from the listing, not a look each
+                matches = sorted(p for p, info in found.items() if info.get("type") != "directory")
             except Exception as e:  # remote listing errors: one line, not a traceback
                 raise InputError(f"cannot list '{pattern}': {e}") from None
             if not matches:
@@ -89,22 +100,30 @@ def expand_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ())
     return _drop_unreadable_links(_drop_excluded(files, list(exclude_dirs), patterns))
 
 
-def _inside(path: str, directory: str) -> bool:
-    """`path` lies in `directory` (same filesystem; local paths compared after following links)."""
-    fs_a, a = get_fs(path)
-    fs_b, b = get_fs(directory)
-    if fs_a.protocol != fs_b.protocol:
-        return False
-    if local_path(path) is not None and local_path(directory) is not None:
-        a, b = os.path.realpath(a), os.path.realpath(b)
-    b = b.rstrip("/")
-    return a == b or a.startswith(b + "/")
+def _place(path: str, real_dirs: Callable[[str], str]) -> tuple[Any, str]:
+    """`path`'s filesystem protocol and its path there, local paths with links followed (`real_dirs`: a
+    cached `os.path.realpath` of directories, as many files share one)."""
+    fs, inner = get_fs(path)
+    if local_path(path) is not None:
+        head, name = os.path.split(inner)
+        inner = os.path.realpath(inner) if os.path.islink(inner) else os.path.join(real_dirs(head), name)
+    return fs.protocol, inner
 
 
 def _drop_excluded(files: list[str], exclude_dirs: list[str], patterns: Iterable[str]) -> list[str]:
+    """`files` without those inside `exclude_dirs` (same filesystem; local paths compared after following
+    links)."""
     if not exclude_dirs:
         return files
-    kept = [f for f in files if not any(_inside(f, d) for d in exclude_dirs)]
+    real_dirs = functools.lru_cache(maxsize=None)(os.path.realpath)
+    places = [_place(d, real_dirs) for d in exclude_dirs]
+
+    def inside(f: str) -> bool:
+        protocol, path = _place(f, real_dirs)
+        return any(protocol == p and (path == d.rstrip("/") or path.startswith(d.rstrip("/") + "/"))
+                   for p, d in places)
+
+    kept = [f for f in files if not inside(f)]
     if len(kept) < len(files):
         print(f"easydata: warning: data_files {list(patterns)} match {len(files) - len(kept)} file(s) inside the"
               f" output directory {', '.join(map(repr, exclude_dirs))}; a run never reads its own output: skipped",
@@ -310,8 +329,17 @@ def open_arrow_file(path: str, mode: str = "rb") -> IO:
 def file_version(path: str) -> str:
     """What identifies this content of a file without reading it: the object store's generation or
     version id and ETag (GCS, S3), else size and modification time (local disks, most others)."""
+    return file_facts(path)[1]
+
+
+def file_facts(path: str) -> tuple[int, str]:
+    """A file's size and `file_version`, from one look at it (one request on an object store)."""
     fs, inner = get_fs(path)
     info = fs.info(inner)
+    return int(info["size"]), _version(info)
+
+
+def _version(info: dict[str, Any]) -> str:
     for key in ("generation", "VersionId", "version_id"):
         if info.get(key):
             return f"{key}={info[key]}"

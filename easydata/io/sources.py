@@ -26,7 +26,7 @@ from easydata.config import DatasetConfig
 from easydata.errors import PROGRAMMING_ERRORS, InputError
 from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
                                    Reject, collect_records, parse_json_record, unusable_value)
-from easydata.io.filesystems import compression_of, expand_data_files, file_size, file_version, strip_compression
+from easydata.io.filesystems import compression_of, expand_data_files, file_facts, file_version, strip_compression
 from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
@@ -98,8 +98,9 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
             raise InputError(f"dataset '{dataset.name}': '{seen[name]}' and '{path}' have the same name"
                              f" '{name}' (the same file listed twice, or one path on two filesystems)")
         seen[name] = path
-    sizes = {path: file_size(path) for path in files}
-    versions = {path: file_version(path) for path in files}
+    facts = {path: file_facts(path) for path in files}
+    sizes = {path: size for path, (size, _) in facts.items()}
+    versions = {path: version for path, (_, version) in facts.items()}
     if target_bytes is None:
         target_bytes = split_size(sum(sizes.values()), splits_wanted=splits_wanted)
     splits: list[InputSplit] = []

@@ -1,14 +1,16 @@
 """Resumable runs: what an interrupted run keeps, and how a rerun with `--resume` finds and trusts it.
 
 Tokenizing is the expensive part of a run, so its results are kept per *work unit* (an input split,
-or a whole dataset read with `num_rows`) inside the run's staging directory:
+whole small files read together, or a whole dataset read with `num_rows`: `easydata.io.sources.work_units`)
+inside the run's staging directory:
 
     OUT/.easydata-tmp-<run>/run.json                          # signature (config + input splits), split sizes
     OUT/.easydata-tmp-<run>/checkpoints/<dataset>/u00003/b00000.arrow   # tokenized batch 0 of unit 3
     OUT/.easydata-tmp-<run>/checkpoints/<dataset>/u00003/unit.json      # written when unit 3 is read
 
 Every file is written under a temporary name and renamed into place, so a file that exists is
-complete. `unit.json` records how many batches the unit produced and its counters; it may be written
+complete. `unit.json` records how many batches the unit produced, its counters and the splits it read (a
+resumed run takes a unit only for the same splits: `run_plan.resumable_units`); it may be written
 before the unit's last batches are tokenized, so a unit counts as done only when `unit.json` *and*
 all its batch files exist (`completed_units`). Everything after tokenizing (mixing, packing, the
 shuffle, writing) is cheap and deterministic, so a resumed run loads the done units' batches, reads
@@ -46,7 +48,7 @@ _META_KEY = b"easydata.run.checkpoint"
 def run_signature(fingerprint: str, splits: dict[str, list[Any]]) -> str:
     """A hash of the config fingerprint and every dataset's planned input splits."""
     data = {"config": fingerprint,
-            "splits": {name: [dataclasses.asdict(s) if dataclasses.is_dataclass(s) else s for s in ds_splits]
+            "splits": {name: [s.as_dict() if hasattr(s, "as_dict") else s for s in ds_splits]
                        for name, ds_splits in sorted(splits.items())}}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:24]
 

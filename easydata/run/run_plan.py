@@ -15,6 +15,7 @@ import hashlib
 import json
 from typing import Any, Callable, Optional
 
+from easydata.run.staged_units import write_units
 from easydata.run.checkpoint import UnitCheckpoint, completed_units, run_signature, unfinished_runs, write_run_info
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.text.chat import ChatRenderer
@@ -59,8 +60,13 @@ class DatasetPlan:
     engine_choice: Optional[dict[str, Any]] = None  # why, for the manifest
 
     def work_units(self, dataset: DatasetConfig) -> list[list[InputSplit]]:
-        """Its work units (`easydata.io.sources.work_units`, the one rule `ReadDocuments` reads them by)."""
+        """Its work units (`easydata.io.sources.work_units`): `open_output` records them for the workers
+        (`easydata.run.staged_units`), `ReadDocuments` reads them by id."""
         return work_units(dataset, self.splits, self.split_bytes)
+
+    def unit_ids(self, dataset: DatasetConfig) -> list[int]:
+        """The ids of its work units (each one's first split's index)."""
+        return [unit[0].index for unit in self.work_units(dataset)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +89,13 @@ class RunPlan:
     @property
     def resumed_unit_count(self) -> int:
         return sum(len(d.resumed_units) for d in self.datasets)
+
+    def without_inputs(self) -> RunPlan:
+        """The plan without its per-file parts (each dataset's splits, every input's version), as the steps
+        after reading carry it in the job graph (100,000 input files are megabytes there); the splits are
+        in the staging directory (`easydata.run.staged_units`)."""
+        return dataclasses.replace(self, datasets=[dataclasses.replace(d, splits=[]) for d in self.datasets],
+                                   input_versions={})
 
     @property
     def total_input_bytes(self) -> int:
@@ -366,6 +379,9 @@ def open_output(config: PipelineConfig, plan: RunPlan) -> None:
         write_run_info(plan.staging, plan.signature, plan.run_id, {d.name: d.split_bytes for d in plan.datasets},
                        fingerprint=config.fingerprint(), inputs=plan.input_versions,
                        id_sources=_id_sources(plan.datasets))
+    by_name = {ds.name: ds for ds in config.datasets}
+    for d in plan.datasets:  # what `ReadDocuments` looks its units up in
+        write_units(plan.staging, d.name, d.work_units(by_name[d.name]))
     for source, target in plan.shipped_tokenizers:
         stage_tokenizer_files(Path(source), target)
 
@@ -528,9 +544,9 @@ def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signatur
 
 
 def _input_versions(datasets: list[DatasetPlan]) -> dict[str, str]:
-    """`file_version` of every input file the plans read."""
-    paths = sorted({split.path for d in datasets for split in d.splits})
-    return {path: file_version(path) for path in paths}
+    """`file_version` of every input file the plans read, as planning found it (`InputSplit.version`)."""
+    versions = {split.path: split.version or file_version(split.path) for d in datasets for split in d.splits}
+    return dict(sorted(versions.items()))
 
 
 def check_shared_vocabulary(config: PipelineConfig, handles: dict[TokenizerConfig, TokenizerHandle]) -> None:
