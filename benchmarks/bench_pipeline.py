@@ -467,10 +467,15 @@ class StagingSampler(PeakSampler):
 
 def run_measured(cmd: list[str], env: dict[str, str], log: Path, staging_of: Optional[Path] = None) -> dict[str, Any]:
     """Runs `cmd`, returning wall seconds, exit code, peak memory and (given the output directory
-    `staging_of`) the peak bytes of its staging directories; output goes to `log`."""
+    `staging_of`) the peak bytes of its staging directories; output goes to `log`.
+
+    The command runs in the log's directory, not the repository: a job's worker processes of code older
+    than `beam_pipelines.local.local_worker.python_command` start with `python -m`, which puts the working
+    directory first on `sys.path`, so code measured from another tree through `PYTHONPATH` ran the
+    repository's workers when started from it."""
     with open(log, "wb") as out:
         began = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, cwd=log.parent, stdout=out, stderr=subprocess.STDOUT)
         sampler = TreeRssSampler(proc.pid)
         sampler.start()
         staging = StagingSampler(staging_of) if staging_of is not None else None

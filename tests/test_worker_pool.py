@@ -521,3 +521,27 @@ def test_a_workers_user_error_is_not_logged_or_printed_but_other_errors_are():
     assert not quiet.filter(record("apache_beam.runners.worker.sdk_worker", "Error processing instruction 1.\n" + user))
     assert quiet.filter(record("apache_beam.runners.common", "boom", KeyError("text")))
     assert quiet.filter(record("apache_beam.runners.worker.sdk_worker", "Error processing instruction 1.\n" + other))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_import_the_launchers_code_whatever_the_working_directory(tmp_path, tokenizer_dir, method):
+    """Run from a directory holding another `easydata/` (a source checkout of another version), the
+    launcher ran the installed package and its workers the directory's: `python -m` puts the working
+    directory first. The workers now get the launcher's `sys.path`."""
+    from tests.conftest import write_jsonl
+
+    shadow = tmp_path / "checkout"
+    (shadow / "easydata").mkdir(parents=True)
+    (shadow / "easydata" / "__init__.py").write_text("raise ImportError('the shadowing checkout was imported')\n")
+    write_jsonl(tmp_path / "in.jsonl", [{"text": f"document {i} of the job"} for i in range(40)])
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir),
+                                  "datasets": [{"name": "d", "data_files": str(tmp_path / "in.jsonl")}],
+                                  "save": {"output_dir": str(tmp_path / "out")}}))
+    command = Path(sys.executable).parent / "easydata"
+    assert command.is_file(), "the console script pip installs beside the interpreter"
+    done = subprocess.run([str(command), "run", str(config), "--quiet", "--direct_num_workers=2"], cwd=shadow,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, START_METHOD_VARIABLE: method})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["documents_written"] == 40

@@ -185,11 +185,26 @@ def _start_verifier(request: dict[str, Any], status_fd: int, stderr_handler: log
         os._exit(code)
 
 
+#: Carries a process's `sys.path` to the Python processes it starts (`python_command`).
+SYS_PATH_VARIABLE = "EASYDATA_SYS_PATH"
+
+
+def python_command(module: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The command (and what to add to its environment) that runs `module` as `python -m module args` would,
+    importing what this process imports: this process's `sys.path` replaces the child's before anything is
+    imported. `-m` puts the working directory first, so an `easydata/` or `beam_pipelines/` there (a source
+    checkout of another version) shadowed the installed package the launcher runs, in the workers only."""
+    code = (f"import json, os, runpy, sys; sys.path[:] = json.loads(os.environ.pop({SYS_PATH_VARIABLE!r}));"
+            f" runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-c", code, *args], {SYS_PATH_VARIABLE: json.dumps(sys.path)}
+
+
 def _start_worker(env: dict[str, str], method: str, status_fd: int, stderr_handler: logging.Handler) -> int:
     """Starts one worker for `env`; returns its pid (a child of this process either way)."""
     if method == "spawn":  # the harness reads its endpoints from the environment
-        return os.posix_spawn(sys.executable, [sys.executable, "-m", __spec__.name, "--worker"],
-                              {**os.environ, **env}, setsigmask=(),  # not the server's mask: SIGCHLD blocked
+        command, path_env = python_command(__spec__.name, "--worker")
+        return os.posix_spawn(sys.executable, command, {**os.environ, **env, **path_env},
+                              setsigmask=(),  # not the server's mask: SIGCHLD blocked
                               file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)])
     pid = os.fork()
     if pid == 0:

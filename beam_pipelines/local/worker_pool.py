@@ -4,7 +4,8 @@ external worker pool.
 A local multi-process job (`--direct_num_workers=N`) used to start its N SDK worker processes when
 its first stage ran: each then spent about two seconds importing Beam, pyarrow and the tokenizer
 library while the job waited (py-spy and a per-process CPU trace of the 48 MB benchmark job,
-docs/performance.md). `StandbyWorkers` starts one fork server (`python -m beam_pipelines.local.local_worker`) as
+docs/performance.md). `StandbyWorkers` starts one fork server (`beam_pipelines.local.local_worker`, with the
+launcher's `sys.path`: `python_command`) as
 early as the launching process knows it needs workers (the `easydata` command: right after parsing
 its arguments, before it imports Beam itself), so its import overlaps the launcher's own start-up and
 planning, and happens once however many workers the job has: each worker is a fork of it.
@@ -32,7 +33,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 from typing import Any, Optional, Sequence
 
@@ -136,16 +136,17 @@ class StandbyWorkers:
     def __init__(self, tokenizers: Sequence[TokenizerConfig] = (), engines: Sequence[str] = ()) -> None:
         """Starts the fork server; it loads `tokenizers` (the job's), and for each the fast `engines` the job
         may use (`easydata.text.engines`; loading one starts no thread), before forking any worker."""
-        from beam_pipelines.local.local_worker import PRELOAD_ENGINES_VARIABLE, PRELOAD_TOKENIZERS_VARIABLE, start_method
+        from beam_pipelines.local.local_worker import (PRELOAD_ENGINES_VARIABLE, PRELOAD_TOKENIZERS_VARIABLE,
+                                                       python_command, start_method)
 
         try:
             self._method = start_method()  # the server's choice, checked here to fail in one line
         except ValueError as e:
             raise EasyDataError(str(e)) from None
         preload = json.dumps([dataclasses.asdict(config) for config in tokenizers])
-        self._server_process = subprocess.Popen([sys.executable, "-m", "beam_pipelines.local.local_worker"],
-                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                env={**os.environ, PRELOAD_TOKENIZERS_VARIABLE: preload,
+        command, path_env = python_command("beam_pipelines.local.local_worker")  # the launcher's code, whatever the cwd
+        self._server_process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                env={**os.environ, **path_env, PRELOAD_TOKENIZERS_VARIABLE: preload,
                                                      PRELOAD_ENGINES_VARIABLE: json.dumps(list(engines))})
         self._started: list[int] = []
         self._verifiers: list[int] = []
