@@ -41,7 +41,7 @@ def test_documents_stats_and_dead_letters(tmp_path):
                   | beam.Map(lambda c: (c.count("d")["documents_in"], c.count("d")["documents_rejected"])))
         assert_that(totals, equal_to([(32, 2)]), label="Counters")
         assert_that(read[REJECTED_TAG] | beam.combiners.Count.Globally(), equal_to([1]), label="OneRejectFile")
-    rejected = [json.loads(line) for f in staging.rglob("*.jsonl") for line in f.read_text().splitlines()]
+    rejected = [json.loads(line) for f in (staging / "rejected").rglob("*.jsonl") for line in f.read_text().splitlines()]
     assert sorted(r["reason"] for r in rejected) == ["content field 'text' is a int, not a string",
                                                     "missing content field 'text'"]
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from easydata.io.sources import (DEFAULT_SPLITS, MAX_UNIT_FILES, InputSplit, Rej
 from easydata.run.checkpoint import write_unit
 from easydata.run.counters import RunCounters
 from easydata.run.run_plan import DatasetPlan, prepare_run, resumable_units
+from easydata.run.staged_units import StagedUnits, iter_units, write_units
 from tests.conftest import make_texts, write_jsonl
 
 
@@ -218,3 +220,28 @@ def test_the_job_graph_does_not_grow_with_the_input_files(tmp_path: Path, tokeni
         assert len(plan.datasets[0].splits) == count
         sizes[count] = len(pipeline.to_runner_api().SerializeToString())
     assert sizes[1000] - sizes[40] < 10_000, sizes  # 960 more files: ~40 bytes each per copy before
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_staged_units_round_trip_one_unit_at_a_time(tmp_path: Path, where: str) -> None:
+    """What the launcher records is what a worker reads back, each unit on its own (a ranged read), on a
+    local disk and on an fsspec filesystem; written twice, the same bytes."""
+    import fsspec
+
+    staging = str(tmp_path / "staging") if where == "local" else f"memory://staging-{tmp_path.name}"
+    splits = [InputSplit(dataset="d", path=f"gs://bucket/dir/file-{i:03d}.txt", type="txt", index=i, size=i * 10,
+                         key_name=f"file-{i:03d}.txt", version=f"generation={i}") for i in range(50)]
+    splits.append(InputSplit(dataset="d", path="/data/big.jsonl", type="jsonl", start=100, end=200, index=50,
+                             size=100, key_name="big.jsonl", version="size=300,modified=1.5"))
+    units = work_units(DatasetConfig(name="d", data_files="x"), splits, 100)
+    assert 1 < len(units) < len(splits)
+    write_units(staging, "d", units)
+    fs, root = fsspec.core.url_to_fs(staging)
+    first = {p: fs.cat_file(p) for p in fs.find(root)}
+    staged = StagedUnits(staging, "d")
+    assert len(staged) == len(units)
+    for unit in reversed(units):  # any order: each by its id
+        assert staged[unit[0].index] == unit
+    assert list(iter_units(staging, "d")) == units
+    write_units(staging, "d", units)
+    assert {p: fs.cat_file(p) for p in fs.find(root)} == first

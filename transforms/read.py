@@ -28,8 +28,8 @@ from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.run.counters import RunCounters
 from easydata.memory import return_free_memory
 from easydata.run.progress import ProgressSink
-from easydata.io.sources import DocumentBatch, InputSplit, Reject, read_splits
-from easydata.run.staged_units import read_units
+from easydata.io.sources import DocumentBatch, Reject, read_splits
+from easydata.run.staged_units import StagedUnits
 from transforms.counters import STATS_TAG
 from transforms.failures import classified_failures
 
@@ -58,11 +58,11 @@ class _ReadSplitsFn(beam.DoFn):
     def __init__(self, settings: _ReadSettings):
         self._settings = settings
         self._progress: Optional[ProgressSink] = None
-        self._units: Optional[dict[int, list[InputSplit]]] = None
+        self._units: Optional[StagedUnits] = None
 
     def setup(self) -> None:
         self._progress = ProgressSink(self._settings.progress_dir)
-        self._units = read_units(self._settings.staging, self._settings.dataset.name)
+        self._units = StagedUnits(self._settings.staging, self._settings.dataset.name)
 
     def process(self, unit_id: int) -> Iterator[Any]:
         settings = self._settings

@@ -26,7 +26,7 @@ from easydata.io.staging import Staging
 from easydata.run.lock import check_owner, release_lock
 from easydata.run.output import check_not_replaced, commit_output
 from easydata.run.run_plan import RunPlan
-from easydata.run.staged_units import read_units
+from easydata.run.staged_units import iter_units
 from easydata.ops.sharding import ShardInfo
 from easydata.ops.splits import split_output_name
 
@@ -326,8 +326,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",
                               "rejected_counted_in": next(iter(fractions))}
     check_owner(plan.output_dir, plan.lock_id)  # a run whose lock was taken over never commits
-    for split in {s.path: s for d in plan.datasets for unit in read_units(plan.staging, d.name).values()
-                  for s in unit}.values():
+    for split in {s.path: s for d in plan.datasets for unit in iter_units(plan.staging, d.name) for s in unit}.values():
         check_unchanged(split)  # an input changed after its splits were read: nothing is committed
     check_not_replaced(plan.output_dir, plan.run_id, config.save.overwrite)  # another job committed meanwhile
     commit_output(plan.output_dir, plan.staging, moves, manifest)  # journaled: a retry completes it
