@@ -138,7 +138,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from tokenizers import Tokenizer
 
     from easydata.config import DatasetConfig
-    from easydata.text.engines import GigatokenEngine
+    from easydata.text.engines import GigatokenEngine, engine_version
 
     tokenizer_file = args.tokenizer_dir / "tokenizer.json"
     engine = GigatokenEngine(tokenizer_file, Tokenizer.from_file(str(tokenizer_file)))
@@ -146,7 +146,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     corpus, _ = bp.ensure_corpus(args.workdir, args.size_mb)
     texts = bp.load_texts(corpus)
     megabytes = corpus.stat().st_size / 1e6
-    print(f"gigatoken {gigatoken_version()}, {args.tokenizer_dir.name}, {len(texts):,} documents, "
+    print(f"gigatoken {engine_version('gigatoken')}, {args.tokenizer_dir.name}, {len(texts):,} documents, "
           f"RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']}")
 
     jsonl = DatasetConfig(name="corpus", data_files=str(corpus), type="jsonl")
@@ -177,12 +177,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         "gigatoken BytesSource": buffers,
     }, args.repeat), sum(len(t.encode("utf-8")) for t in texts) / 1e6, texts)
     return 0
-
-
-def gigatoken_version() -> str:
-    from importlib.metadata import version
-
-    return version("gigatoken")
 
 
 if __name__ == "__main__":

@@ -167,24 +167,22 @@ def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_s
     split is read, so one bad file cannot end a long job; unreadable Parquet row groups are
     dead-lettered with their row count.
     """
-    collector: Optional[DocumentCollector] = None
+    if not splits:
+        return
+    collector = DocumentCollector(dataset, "", "", batch_size, max_document_bytes, limit, messages_field)
     try:
         for split in splits:
             check_unchanged(split)
-            if collector is None:
-                collector = DocumentCollector(dataset, split.path, split.key_name or split.path, batch_size,
-                                              max_document_bytes, limit, messages_field)
-            else:
-                collector.source, collector.key_name = split.path, split.key_name or split.path
+            collector.source, collector.key_name = split.path, split.key_name or split.path  # its documents' keys
             yield from _read_one(split, collector)
             check_unchanged(split)  # changed while being read: what was read matches neither version
             if collector.done:
                 break
-        batch = collector.flush() if collector is not None else None
+        batch = collector.flush()
         if batch is not None:
             yield batch
     finally:
-        if rejects is not None and collector is not None:
+        if rejects is not None:
             rejects.extend(collector.rejects)
 
 def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[DocumentBatch]:
@@ -244,16 +242,16 @@ def work_units(dataset: DatasetConfig, splits: list[InputSplit], split_bytes: in
         return [splits] if splits else []
     unit_bytes = min(split_bytes, total_input_bytes(splits) // DEFAULT_SPLITS)
     units: list[list[InputSplit]] = []
-    open_bytes = 0  # of the last unit, while it takes more small files
+    open_bytes: Optional[int] = None  # the last unit's bytes while it is one of small files; None: it is not
     for split in splits:
         small = split.start == 0 and split.end is None and split.size < unit_bytes
-        if small and units and open_bytes and open_bytes + split.size <= unit_bytes \
+        if small and open_bytes is not None and open_bytes + split.size <= unit_bytes \
                 and len(units[-1]) < MAX_UNIT_FILES:
             units[-1].append(split)
             open_bytes += split.size
         else:
             units.append([split])
-            open_bytes = max(split.size, 1) if small else 0
+            open_bytes = split.size if small else None
     return units
 
 def total_input_bytes(splits: list[InputSplit]) -> int:
