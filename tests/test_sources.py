@@ -342,6 +342,41 @@ def test_open_missing_file_raises_input_error(tmp_path: Path) -> None:
         open_file(str(tmp_path / "nope.jsonl"))
 
 
+def test_local_fast_paths_agree_with_fsspec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`file_facts` and `open_file` skip fsspec for plain local paths: the same version string (a run's
+    signature and its input checks compare them across versions of the code) and the same bytes, for a
+    file, a symlink to it (the target's size and time), a relative path and a `file://` URL."""
+    import os
+
+    from easydata.io.filesystems import _version, file_facts
+
+    target = tmp_path / "data" / "a.txt"
+    target.parent.mkdir()
+    target.write_bytes(b"hello\nworld\n")
+    os.utime(target, (1_700_000_000.25, 1_700_000_000.5))
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    monkeypatch.chdir(tmp_path)
+    for path in (str(target), str(link), "data/a.txt", f"file://{target}"):
+        fs, inner = fsspec.core.url_to_fs(path)
+        info = fs.info(inner)
+        assert file_facts(path) == (info["size"], _version(info)), path
+        with open_file(path) as fast, fs.open(inner, "rb") as slow:
+            assert fast.read() == slow.read()
+    assert "modified=1700000000.5" in file_facts(str(link))[1]
+    home = tmp_path / "home"
+    (home / "d").mkdir(parents=True)
+    (home / "d" / "b.txt").write_bytes(b"x" * 7)
+    monkeypatch.setenv("HOME", str(home))
+    assert file_facts("~/d/b.txt")[0] == 7  # fsspec expands `~`: such a path still goes through it
+    with open_file("~/d/b.txt") as f:
+        assert f.read() == b"x" * 7
+    with pytest.raises(InputError, match="does not exist"):
+        open_file("missing.txt")
+    with pytest.raises(FileNotFoundError):
+        file_facts(str(tmp_path / "missing.txt"))
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("bad.parquet", b"not parquet at all", "is not a readable Parquet file"),
     ("bad.arrow", b"not arrow at all", "is not an Arrow IPC file or stream"),

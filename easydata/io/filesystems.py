@@ -221,7 +221,12 @@ def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compressi
         refuse_special(path)
     if compression is None and decompress and "r" in mode:
         compression = compression_of(path)
+    local = _plain_local(path)
     try:
+        if local is not None and mode == "rb" and compression is None:
+            # the file itself, as fsspec's local opener would open it, without its URL resolution (~70 us of
+            # Python per file: a dataset of 100,000 small files opens each)
+            return open(local, "rb")
         if compression == "zstd" and mode == "rb":
             # fsspec's python-zstandard fallback returns a stream reader that cannot be iterated by
             # line (io.UnsupportedOperation); buffering it gives the full file-object interface.
@@ -334,9 +339,24 @@ def file_version(path: str) -> str:
 
 def file_facts(path: str) -> tuple[int, str]:
     """A file's size and `file_version`, from one look at it (one request on an object store)."""
-    fs, inner = get_fs(path)
-    info = fs.info(inner)
+    local = _plain_local(path)
+    if local is not None:  # one `stat`, giving what fsspec's `LocalFileSystem.info` gives (links followed)
+        st = os.stat(local)
+        info = {"size": st.st_size, "mtime": st.st_mtime, "created": getattr(st, "st_birthtime", st.st_ctime)}
+    else:
+        fs, inner = get_fs(path)
+        info = fs.info(inner)
     return int(info["size"]), _version(info)
+
+
+def _plain_local(path: str) -> str | None:
+    """The local path of a plain local path or `file://` URL that the OS opens as fsspec would (not a chain
+    of file systems, `::`; not a `~` path, which fsspec expands), else None: what the local fast paths of
+    `open_file` and `file_facts` take."""
+    local = local_path(path)
+    if local and os.sep == "/" and "::" not in local and not local.startswith("~"):
+        return local
+    return None
 
 
 def _version(info: dict[str, Any]) -> str:
