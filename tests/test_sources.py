@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.io.filesystems import (compression_of, expand_data_files, join, open_arrow_file, open_file,
-                                  strip_compression)
+from easydata.io.filesystems import (compression_of, expand_data_files, join, list_data_files, open_arrow_file,
+                                  open_file, strip_compression)
 from easydata.io.sources import InputSplit, Reject, infer_type, key_names, plan_input, plan_splits, \
     read_split, split_size, total_input_bytes
 
@@ -364,6 +364,12 @@ def test_local_fast_paths_agree_with_fsspec(tmp_path: Path, monkeypatch: pytest.
         with open_file(path) as fast, fs.open(inner, "rb") as slow:
             assert fast.read() == slow.read()
     assert "modified=1700000000.5" in file_facts(str(link))[1]
+    os.utime(link, (1_600_000_000, 1_600_000_000), follow_symlinks=False)  # the link's own time differs
+    listed = list_data_files([f"{tmp_path}/*.txt", f"{tmp_path}/data/*.txt"])
+    assert listed.files == [str(link), str(target)]
+    assert listed.facts == {str(target): file_facts(str(target))}  # a link's listing describes the link
+    plan = plan_input(DatasetConfig(name="d", data_files=f"{tmp_path}/**/*.txt", type="txt"))
+    assert {s.path: s.version for s in plan.splits} == {p: file_facts(p)[1] for p in (str(link), str(target))}
     home = tmp_path / "home"
     (home / "d").mkdir(parents=True)
     (home / "d" / "b.txt").write_bytes(b"x" * 7)
@@ -423,6 +429,28 @@ def test_key_names(files: list[str], expected: list[str]) -> None:
 
 def test_key_names_of_no_files_is_empty() -> None:
     assert key_names([]) == {}
+
+
+_PATH_PART = st.sampled_from(["a", "b", "sub", ".", "..", "", "x.jsonl", "a..b"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["/", "", "./", "../", "//", "a/../", "gs://bucket/", "file:///"]),
+                          st.lists(_PATH_PART, min_size=1, max_size=4)), min_size=2, max_size=6))
+def test_key_names_are_the_relative_paths_of_their_common_directory(parts: list[tuple[str, list[str]]]) -> None:
+    """The keys are `posixpath.relpath` of each path to the files' common directory (`key_names` slices
+    normalised paths instead of calling it; paths with `.`, `..` or `//` in them take `relpath`, whose
+    answer for a `..` above `/` depends on the working directory)."""
+    import posixpath
+
+    files = list(dict.fromkeys(head + "/".join(tail) + "/f.jsonl" for head, tail in parts))
+    stripped = [f.split("://", 1)[-1] for f in files]
+    try:
+        root = posixpath.commonpath([posixpath.dirname(p) for p in stripped])
+    except ValueError:
+        assert key_names(files) == dict(zip(files, stripped))
+        return
+    assert key_names(files) == {f: posixpath.relpath(p, root or ".") for f, p in zip(files, stripped)}
 
 
 _TREE = {"a.jsonl": RECORDS[:2], "b.jsonl": RECORDS[2:4], "sub/c.jsonl": RECORDS[4:]}
