@@ -9,7 +9,9 @@ the file's full path in `source`."""
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import gzip
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -32,6 +34,8 @@ from easydata.io.sources import InputSplit, Reject, infer_type, key_names, plan_
 
 from easydata.run.machine import splits_per_dataset
 from tests.conftest import make_texts, write_jsonl
+
+BOM_BYTES = b"\xef\xbb\xbf"
 
 # Texts that stress the CSV / JSON encoders: separators, quotes, newlines, non-ASCII, numbers.
 TEXTS = ["plain text", "comma, and \"quotes\"", "multi\nline value", "tab\tseparated", "café 東京 🙂", "12345"]
@@ -564,6 +568,51 @@ def test_max_document_bytes_counts_utf8_bytes(tmp_path: Path) -> None:
     docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path)), max_document_bytes=10)
     assert [t for _, t, _ in docs] == ["é" * 5]
     assert [r.reason for r in rejects] == ["document is larger than max_document_bytes=10"]
+
+
+class _ShortReads(io.RawIOBase):
+    """A stream that returns at most `step` bytes a read, and counts the bytes it was asked for."""
+
+    def __init__(self, data: bytes, step: int):
+        self._data, self._at, self._step, self.asked = data, 0, step, []
+
+    def read(self, n: int = -1) -> bytes:
+        self.asked.append(n)
+        piece = self._data[self._at:self._at + min(n, self._step)]
+        self._at += len(piece)
+        return piece
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 5000), step=st.integers(1, 6000), limit=st.integers(1, 6000),
+       expected=st.one_of(st.none(), st.integers(0, 6000)))
+def test_read_at_most_reads_what_read_limit_reads(size: int, step: int, limit: int, expected: Optional[int]) -> None:
+    """A whole document read in pieces (`read_at_most`, what `sample_by: document` reads a text file with)
+    is the file's first `limit` bytes whatever the planned size says and however short the stream's reads."""
+    from easydata.io.input_formats.lines import read_at_most
+
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    stream = _ShortReads(data, step)
+    assert read_at_most(stream, limit, expected) == data[:limit]
+    assert sum(stream.asked) <= limit + (1 << 16) + (expected or 0) + (1 << 20)
+    if expected is not None and expected == size < limit and step > size:
+        assert stream.asked[0] == min(limit, size + 1)  # the planned size first, not the limit
+
+
+def test_text_documents_at_the_limit(tmp_path: Path) -> None:
+    """`sample_by: document` files below, at and above `max_document_bytes`, with a byte-order mark, and
+    one grown since it was planned: kept whole, or rejected with its full size."""
+    (tmp_path / "a.txt").write_bytes(b"x" * 10)
+    (tmp_path / "b.txt").write_bytes(b"y" * 11)
+    (tmp_path / "c.txt").write_bytes(BOM_BYTES + b"z" * 10)
+    ds = DatasetConfig(name="d", data_files=str(tmp_path / "*.txt"), type="txt", sample_by="document")
+    docs, rejects = read_all(ds, max_document_bytes=10)
+    assert [t for _, t, _ in docs] == ["x" * 10, "z" * 10]
+    assert [r.reason for r in rejects] == ["document of 11 bytes is larger than max_document_bytes=10 allows"
+                                           " (not read whole)"]
+    split = next(s for s in plan_splits(ds) if s.path.endswith("a.txt"))
+    grown = dataclasses.replace(split, size=4, version="")  # planned smaller than it is now
+    assert [t for b in read_split(grown, ds, max_document_bytes=10) for t in b.texts] == ["x" * 10]
 
 
 def test_reject_excerpt_is_bounded(tmp_path: Path) -> None:

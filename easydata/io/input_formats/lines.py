@@ -12,10 +12,10 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record
-from easydata.io.filesystems import open_file
+from easydata.io.filesystems import compression_of, open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
-__all__ = ["read_lines", "read_text_whole", "byte_ranges", "line_cap", "BLOCK_LINES", "BLOCK_BYTES"]
+__all__ = ["read_lines", "read_text_whole", "read_at_most", "byte_ranges", "line_cap", "BLOCK_LINES", "BLOCK_BYTES"]
 
 #: Plain-text JSON lines judged together (`_judge_block`), and the bytes past which a block is judged early.
 BLOCK_LINES = 256
@@ -160,13 +160,33 @@ def _skip_line(f: Any) -> int:
         if not piece or piece.endswith(b"\n"):
             return skipped
 
+def read_at_most(f: Any, limit: int, expected: Optional[int] = None) -> bytes:
+    """`f.read(limit)` in pieces: first `expected + 1` bytes (the file's size when planned; 1 MiB when
+    unknown), then as much as read so far (at least 64 KiB). A buffered reader allocates the bytes it is
+    asked for before it reads (asking for a limit of megabytes cost ~20 us a file: a dataset of 100,000
+    small files), and a stream may return fewer bytes than asked before its end, so only an empty read or
+    `limit` ends the reading."""
+    parts: list[bytes] = []
+    total = 0
+    ask = expected + 1 if expected is not None else 1 << 20
+    while total < limit:
+        piece = f.read(min(ask, limit - total))
+        if not piece:
+            break
+        parts.append(piece)
+        total += len(piece)
+        ask = max(1 << 16, total)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 def read_text_whole(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
     """A text file as one document (`sample_by: document`) or as paragraphs. A document over
     `max_document_bytes` is rejected after reading only that many bytes of it (and counting the rest in
     bounded pieces), so a 1 GB file never sits in memory whole."""
     with open_file(split.path) as f:
         if dataset.sample_by == "document" and out.max_bytes is not None:
-            data = f.read(out.max_bytes + len(BOM) + 1)
+            expected = split.size if compression_of(split.path) is None else None
+            data = read_at_most(f, out.max_bytes + len(BOM) + 1, expected)
             if len(data) > out.max_bytes + (len(BOM) if data.startswith(BOM) else 0):
                 size = len(data)
                 while piece := f.read(1 << 20):
