@@ -186,10 +186,10 @@ def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_s
     collector = DocumentCollector(dataset, "", "", batch_size, max_document_bytes, limit, messages_field)
     try:
         for split in splits:
-            check_unchanged(split)
+            check_unchanged(split.path, split.version)
             collector.source, collector.key_name = split.path, split.key_name or split.path  # its documents' keys
             yield from _read_one(split, collector)
-            check_unchanged(split)  # changed while being read: what was read matches neither version
+            check_unchanged(split.path, split.version)  # changed while being read: what was read matches neither version
             if collector.done:
                 break
         batch = collector.flush()
@@ -224,17 +224,18 @@ def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[Docum
                                    f" (starting at {split.start}): {type(e).__name__}: {message}"[:500],
                          read_bytes=consumed_total, unread_bytes=unread)
 
-def check_unchanged(split: InputSplit) -> None:
-    """Raises InputError when the split's file is not what it was at planning (truncated, appended to,
-    replaced): the run's output would match neither version of it."""
-    if not split.version:
+def check_unchanged(path: str, version: str) -> None:
+    """Raises InputError when the file at `path` is no longer the `version` planning found (truncated,
+    appended to, replaced): the run's output would match neither version of it. An empty `version` (none
+    was found) checks nothing."""
+    if not version:
         return
     try:
-        now = file_version(split.path)
+        now = file_version(path)
     except FileNotFoundError:
         now = "absent"
-    if now != split.version:
-        raise InputError(f"input '{split.path}' changed during the run ({split.version} -> {now}); its documents"
+    if now != version:
+        raise InputError(f"input '{path}' changed during the run ({version} -> {now}); its documents"
                          " would match neither version: rerun once it no longer changes")
 
 #: Whole files at most in one work unit: each is opened on its own (a request to an object store).

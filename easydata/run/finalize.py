@@ -18,6 +18,7 @@ from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError, RunInconsistent
 from easydata.io.filesystems import open_file
 from easydata.io.formats import TOKEN_COLUMNS
+from easydata.run.checkpoint import planned_inputs
 from easydata.run.counters import RunCounters
 from easydata.run.manifest import build_manifest
 from easydata.ops.mixing import MIXED_NAME, MixPlan
@@ -326,8 +327,11 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",
                               "rejected_counted_in": next(iter(fractions))}
     check_owner(plan.output_dir, plan.lock_id)  # a run whose lock was taken over never commits
-    for split in {s.path: s for d in plan.datasets for unit in iter_units(plan.staging, d.name) for s in unit}.values():
-        check_unchanged(split)  # an input changed after its splits were read: nothing is committed
+    inputs = planned_inputs(plan.staging)
+    if inputs is None:  # (a run started by a version that did not record them)
+        inputs = {s.path: s.version for d in plan.datasets for unit in iter_units(plan.staging, d.name) for s in unit}
+    for path, version in inputs.items():
+        check_unchanged(path, version)  # an input changed after its splits were read: nothing is committed
     check_not_replaced(plan.output_dir, plan.run_id, config.save.overwrite)  # another job committed meanwhile
     commit_output(plan.output_dir, plan.staging, moves, manifest)  # journaled: a retry completes it
     release_lock(plan.output_dir, plan.lock_id, detached_only=True)  # a submitted job's hold ends with its commit
