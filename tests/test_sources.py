@@ -467,6 +467,17 @@ def _write_tree(base: Path) -> Path:
     return base
 
 
+def test_split_as_dict_is_asdict(tmp_path: Path) -> None:
+    """`InputSplit.as_dict` (the run signature's and the staged units' form of a split) is
+    `dataclasses.asdict`, key order included, also for a replaced or unpickled split."""
+    import pickle
+
+    write_jsonl(tmp_path / "a.jsonl", RECORDS)
+    split = plan_splits(DatasetConfig(name="d", data_files=str(tmp_path / "a.jsonl")), target_bytes=40)[1]
+    for each in (split, dataclasses.replace(split, end=None), pickle.loads(pickle.dumps(split))):
+        assert list(each.as_dict().items()) == list(dataclasses.asdict(each).items())
+
+
 def test_plan_splits_sets_key_names(tmp_path: Path) -> None:
     base = _write_tree(tmp_path / "data")
     splits = plan_splits(DatasetConfig(name="d", data_files=str(base)), target_bytes=40)

@@ -75,8 +75,9 @@ class InputSplit:
     version: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        """Its fields (`dataclasses.asdict` without its deep copies: 100,000 splits are recorded at once)."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        """Its fields, in order (`dataclasses.asdict` without its deep copies and field lookups: 100,000
+        splits are recorded at once; its instance dict holds exactly its fields, set in order by `__init__`)."""
+        return dict(self.__dict__)
 
 @dataclasses.dataclass
 class Reject:
