@@ -6,7 +6,7 @@ On the same documents, one thread (`RAYON_NUM_THREADS=1`, as in one of our worke
 encoding Mistral (the tokenizer `auto` gives gigatoken), plain ids without special tokens:
 
 - `jsonl`: the corpus as one JSON lines file. Ours: `easydata.io.sources.read_splits` over the file's
-  work units (the block parser, dead-letter checks, document keys), then `GigatokenEngine.encode` of each
+  work units (the block parser, dead-letter checks, document keys, the default `max_document_bytes`), then `GigatokenEngine.encode` of each
   batch. gigatoken's: `Tokenizer.encode_files(JsonlFileSource([file], field="text"))`.
 - `txt`: every document as a file of its own (`type: txt`, `sample_by: document`: the many small
   plain-text files the file sources suit best). Ours: `read_splits` of each work unit (whole small files
@@ -54,10 +54,13 @@ def ours(engine: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:
     batch by batch."""
     from easydata.io.sources import plan_input, read_splits, work_units
 
+    from easydata.config.models import TokenizeStageConfig
+
     plan = plan_input(dataset)
     flats, lengths = [], []
+    limit = TokenizeStageConfig().max_document_byte_limit  # what a run reads with by default
     for unit in work_units(dataset, plan.splits, plan.split_bytes):
-        for batch in read_splits(unit, dataset, batch_size=BATCH):
+        for batch in read_splits(unit, dataset, batch_size=BATCH, max_document_bytes=limit):
             flat, length = engine.encode(batch.texts, add_special_tokens=False)
             flats.append(flat)
             lengths.append(length)
