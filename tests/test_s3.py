@@ -171,3 +171,45 @@ def test_s3_round_trip_survives_transient_errors(s3, tokenizer_dir, tmp_path, mo
     assert int((np.concatenate([b["segment_ids"] for b in TokenReader(
         "s3://easydata-out/run", batch_size=8, num_epochs=1, drop_remainder=False, prefetch=0)]) > 0).sum()) \
         == manifest["totals"]["tokens"]
+
+
+def test_a_glob_over_a_versioned_bucket_runs(s3, tokenizer_dir, tmp_path, monkeypatch):
+    """In a versioned bucket an object's listing has no `VersionId` and a look at it (HEAD) has one: planning
+    took the version from the glob's cached listing and each worker from a HEAD, so every run over a glob
+    stopped with "input ... changed during the run". A version is what both give (size, ETag, time), and an
+    overwrite with other bytes still changes it."""
+    import boto3
+    import fsspec
+
+    for key, value in s3["env"].items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="easydata-versioned")
+    client.put_bucket_versioning(Bucket="easydata-versioned", VersioningConfiguration={"Status": "Enabled"})
+    texts = make_texts(60, seed=5)
+    for part in range(3):
+        body = "".join(json.dumps({"text": t}) + "\n" for t in texts[part::3]).encode()
+        client.put_object(Bucket="easydata-versioned", Key=f"in/part-{part}.jsonl", Body=body)
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({
+        "seed": 2, "default_tokenizer": str(tokenizer_dir),
+        "datasets": [{"name": "web", "data_files": "s3://easydata-versioned/in/*.jsonl"}],
+        "save": {"output_dir": "s3://easydata-versioned/out", "num_shards": 2},
+    }))
+    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(job), "--quiet"], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, **s3["env"]})
+    assert run.returncode == 0, run.stderr
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    assert json.loads(fs.cat("easydata-versioned/out/manifest.json"))["documents_in"] == 60
+
+    from easydata.config import DatasetConfig
+    from easydata.io.filesystems import file_facts
+    from easydata.io.sources import plan_input
+
+    planned = {s.path: s.version for s in plan_input(DatasetConfig(
+        name="web", data_files="s3://easydata-versioned/in/*.jsonl")).splits}
+    fsspec.filesystem("s3").invalidate_cache()  # a worker's look: no listing cached
+    assert {path: file_facts(path)[1] for path in planned} == planned
+    client.put_object(Bucket="easydata-versioned", Key="in/part-1.jsonl", Body=b'{"text": "other bytes"}\n')
+    fsspec.filesystem("s3").invalidate_cache()
+    assert file_facts("s3://easydata-versioned/in/part-1.jsonl")[1] != planned["s3://easydata-versioned/in/part-1.jsonl"]

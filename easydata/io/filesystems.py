@@ -361,8 +361,8 @@ def open_arrow_file(path: str, mode: str = "rb") -> IO:
 
 
 def file_version(path: str) -> str:
-    """What identifies this content of a file without reading it: the object store's generation or
-    version id and ETag (GCS, S3), else size and modification time (local disks, most others)."""
+    """What identifies this content of a file without reading it: GCS's generation, else the size, ETag
+    and modification time (S3: its listing has no `VersionId`, see `_version`; local disks: no ETag)."""
     return file_facts(path)[1]
 
 
@@ -389,7 +389,11 @@ def _plain_local(path: str) -> str | None:
 
 
 def _version(info: dict[str, Any]) -> str:
-    for key in ("generation", "VersionId", "version_id"):
+    # Only what an object store's listing and a look at the object both give: planning may take it from
+    # a glob's listing (s3fs and gcsfs keep it and answer `info` from it) and a worker from a look. S3's
+    # `VersionId` is in a look (HEAD) at a versioned bucket's object and not in its listing, so it is left
+    # out: the ETag, size and time change with the object's bytes all the same.
+    for key in ("generation", "version_id"):
         if info.get(key):
             return f"{key}={info[key]}"
     tag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("crc32c")
