@@ -550,3 +550,30 @@ def test_a_fork_after_preloading_encodes_in_parallel_like_a_fresh_load(tokenizer
     assert child.stderr == ""
     ids, offsets = load_tokenizer(str(tokenizer_dir)).encode_batch(texts, add_bos=False, add_eos=True)
     assert child.stdout.split() == [str(len(texts)), str(int(offsets[-1])), str(int(ids.sum()))]
+
+
+def test_a_remote_tokenizer_is_copied_once_per_machine(tokenizer_dir: Path, tmp_path: Path, memory_fs,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes that fetch the same remote tokenizer share one local copy, named by its content (a
+    copy per process was never removed); a directory of that name holding other bytes is not used."""
+    import tempfile
+
+    from easydata.text.tokenizer import resolve_tokenizer_files, stage_tokenizer_files
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    monkeypatch.setattr(tokenizer_module, "_FETCHED", {})
+    url = stage_tokenizer_files(tokenizer_dir, "memory://staging/run-1/tok")
+    again = stage_tokenizer_files(tokenizer_dir, "memory://staging/run-2/tok")  # the next run's staged copy
+    first, _ = resolve_tokenizer_files(url)
+    monkeypatch.setattr(tokenizer_module, "_FETCHED", {})  # another worker process
+    second, _ = resolve_tokenizer_files(again)
+    assert first == second and first.read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
+    assert [p.name for p in temp.iterdir()] == [first.parent.name]  # one copy, no half-written leftovers
+    assert load_tokenizer(str(first.parent)).encode_batch(["hello"], add_bos=False, add_eos=False)[0].size
+
+    (first.parent / "tokenizer.json").write_text("{}")  # something else under that name
+    monkeypatch.setattr(tokenizer_module, "_FETCHED", {})
+    own, _ = resolve_tokenizer_files(url)
+    assert own != first and own.read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()

@@ -131,26 +131,62 @@ def stage_tokenizer_files(directory: Path, url: str) -> str:
 
 
 def _fetched(url: str) -> tuple[Path, Path]:
-    """A tokenizer directory on a remote file system (one the launcher staged), copied to a local
-    temporary directory once per process."""
-    import tempfile
-
+    """A tokenizer directory on a remote file system (one the launcher staged), copied to this machine
+    once per process (`_local_copy`)."""
     from easydata.io.filesystems import get_fs, join
 
     if url not in _FETCHED:
         fs, root = get_fs(url)
-        local = Path(tempfile.mkdtemp(prefix="easydata-tokenizer-"))
+        files: dict[str, bytes] = {}
         for name in _TOKENIZER_FILES:
             try:
                 with fs.open(join(root, name), "rb") as f:
-                    (local / name).write_bytes(f.read())
+                    files[name] = f.read()
             except FileNotFoundError:
                 if name == "tokenizer.json":
                     raise TokenizerError(f"tokenizer '{url}' has no tokenizer.json") from None
             except OSError as e:
                 raise TokenizerError(f"cannot read tokenizer '{url}': {e}") from None
+        local = _local_copy(files)
         _FETCHED[url] = (local / "tokenizer.json", local)
     return _FETCHED[url]
+
+
+def _local_copy(files: dict[str, bytes]) -> Path:
+    """A directory holding `files`, named by their content (`easydata-tokenizer-<sha256>` in the temporary
+    directory), so that every worker process and every run on this machine that fetches the same files
+    shares one copy (a copy per process was never removed: a local job with a `gs://` tokenizer left one
+    per worker per run). A copy is written under a name of its own and renamed into place, so no process
+    sees another's half-written copy; one found there is used only if it holds exactly these bytes (else,
+    or if it cannot be replaced, this process keeps a copy of its own)."""
+    import shutil
+    import tempfile
+
+    digest = hashlib.sha256()
+    for name, data in sorted(files.items()):
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    shared = Path(tempfile.gettempdir()) / f"easydata-tokenizer-{digest.hexdigest()[:24]}"
+
+    def holds_them() -> bool:
+        try:
+            return all((shared / name).read_bytes() == data for name, data in files.items())
+        except OSError:
+            return False
+
+    if holds_them():
+        return shared
+    own = Path(tempfile.mkdtemp(prefix=f"{shared.name}.tmp-"))
+    for name, data in files.items():
+        (own / name).write_bytes(data)
+    try:
+        os.rename(own, shared)  # fails when `shared` exists (another process's, or something else)
+        return shared
+    except OSError:
+        if holds_them():
+            shutil.rmtree(own, ignore_errors=True)
+            return shared
+    return own
 
 
 def _from_hf_cache(repo_id: str) -> Optional[Path]:
