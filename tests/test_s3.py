@@ -213,3 +213,31 @@ def test_a_glob_over_a_versioned_bucket_runs(s3, tokenizer_dir, tmp_path, monkey
     client.put_object(Bucket="easydata-versioned", Key="in/part-1.jsonl", Body=b'{"text": "other bytes"}\n')
     fsspec.filesystem("s3").invalidate_cache()
     assert file_facts("s3://easydata-versioned/in/part-1.jsonl")[1] != planned["s3://easydata-versioned/in/part-1.jsonl"]
+
+
+def test_reading_a_small_object_takes_three_requests(s3, monkeypatch):
+    """A worker reading whole small objects (`sample_by: document`) makes three requests for each: the open's
+    HEAD, the GET and one HEAD after, that checks it is still what planning found (there was a HEAD before
+    too: four round trips, which dominate many small objects)."""
+    import boto3
+    import fsspec
+
+    from easydata.config import DatasetConfig
+    from easydata.io.sources import plan_input, read_splits, work_units
+
+    for key, value in s3["env"].items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="easydata-small")
+    for i in range(20):
+        client.put_object(Bucket="easydata-small", Key=f"in/{i:02d}.txt", Body=f"document {i}\n".encode() * 10)
+    dataset = DatasetConfig(name="d", data_files="s3://easydata-small/in/*.txt", type="txt", sample_by="document")
+    plan = plan_input(dataset)
+    fsspec.filesystem("s3").invalidate_cache()  # a worker: no listing cached
+    proxy = s3["proxy"]
+    monkeypatch.setattr(proxy, "every", 10**9)  # no injected failures (their retries would count)
+    before = proxy.requests
+    texts = [t for unit in work_units(dataset, plan.splits, plan.split_bytes)
+             for batch in read_splits(unit, dataset) for t in batch.texts]
+    assert texts == [f"document {i}\n" * 10 for i in range(20)]
+    assert proxy.requests - before == 3 * 20

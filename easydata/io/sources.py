@@ -186,10 +186,12 @@ def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_s
     collector = DocumentCollector(dataset, "", "", batch_size, max_document_bytes, limit, messages_field)
     try:
         for split in splits:
-            check_unchanged(split.path, split.version)
             collector.source, collector.key_name = split.path, split.key_name or split.path  # its documents' keys
             yield from _read_one(split, collector)
-            check_unchanged(split.path, split.version)  # changed while being read: what was read matches neither version
+            # changed since planning (before or while it was read): what was read matches neither version. One
+            # look, after: a look before too was a third request per file on an object store (with the open's),
+            # and its documents cannot be committed either way, since the run ends here.
+            check_unchanged(split.path, split.version)
             if collector.done:
                 break
         batch = collector.flush()
