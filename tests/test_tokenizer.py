@@ -577,3 +577,10 @@ def test_a_remote_tokenizer_is_copied_once_per_machine(tokenizer_dir: Path, tmp_
     monkeypatch.setattr(tokenizer_module, "_FETCHED", {})
     own, _ = resolve_tokenizer_files(url)
     assert own != first and own.read_bytes() == (tokenizer_dir / "tokenizer.json").read_bytes()
+    shutil.rmtree(first.parent)
+    monkeypatch.setattr(tokenizer_module, "_FETCHED", {})
+    shared, _ = resolve_tokenizer_files(url)
+    assert shared == first  # made again
+    shared.parent.chmod(0o777)  # writable by anyone: not to be trusted
+    monkeypatch.setattr(tokenizer_module, "_FETCHED", {})
+    assert resolve_tokenizer_files(url)[0] != first

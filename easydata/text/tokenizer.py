@@ -156,9 +156,10 @@ def _local_copy(files: dict[str, bytes]) -> Path:
     """A directory holding `files`, named by their content (`easydata-tokenizer-<sha256>` in the temporary
     directory), so that every worker process and every run on this machine that fetches the same files
     shares one copy (a copy per process was never removed: a local job with a `gs://` tokenizer left one
-    per worker per run). A copy is written under a name of its own and renamed into place, so no process
-    sees another's half-written copy; one found there is used only if it holds exactly these bytes (else,
-    or if it cannot be replaced, this process keeps a copy of its own)."""
+    per worker per run). A copy is written under a name of its own (`mkdtemp`: this user's alone) and renamed
+    into place, so no process sees another's half-written copy; one found there is used only if this user
+    owns it, no one else can write to it and it holds exactly these files (else this process keeps a copy
+    of its own)."""
     import shutil
     import tempfile
 
@@ -170,7 +171,10 @@ def _local_copy(files: dict[str, bytes]) -> Path:
 
     def holds_them() -> bool:
         try:
-            return all((shared / name).read_bytes() == data for name, data in files.items())
+            status = shared.stat()
+            return (status.st_uid == os.getuid() and not status.st_mode & 0o022
+                    and all((shared / name).read_bytes() == files[name] if name in files
+                            else not (shared / name).exists() for name in _TOKENIZER_FILES))
         except OSError:
             return False
 
