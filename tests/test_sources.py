@@ -346,6 +346,39 @@ def test_open_missing_file_raises_input_error(tmp_path: Path) -> None:
         open_file(str(tmp_path / "nope.jsonl"))
 
 
+def test_inputs_on_a_store_are_checked_many_at_once(tmp_path: Path, memory_fs: fsspec.AbstractFileSystem,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit's check of every input: files on a store (a request each) on several threads, local files
+    (a `stat` each) on the caller's; a changed one fails it, named, wherever it is."""
+    import threading
+
+    import easydata.io.sources as sources
+    from easydata.io.filesystems import file_version
+
+    paths = [f"memory://in/{i:03d}.txt" for i in range(40)]
+    for path in paths:
+        memory_fs.pipe(path, b"x" * 10)
+    (tmp_path / "local.txt").write_bytes(b"y")
+    versions = {p: file_version(p) for p in [*paths, str(tmp_path / "local.txt")]}
+    threads: dict[str, str] = {}
+
+    def looked_at(path: str) -> str:
+        threads[path] = threading.current_thread().name
+        return file_version(path)
+
+    monkeypatch.setattr(sources, "file_version", looked_at)
+    sources.check_all_unchanged(versions)
+    assert threads[str(tmp_path / "local.txt")] == threading.current_thread().name
+    remote = {threads[p] for p in paths}
+    assert len(remote) > 1 and all(name.startswith("easydata-check") for name in remote)
+    memory_fs.pipe(paths[17], b"x" * 11)
+    with pytest.raises(InputError, match=f"input '{paths[17]}' changed during the run"):
+        sources.check_all_unchanged(versions)
+    (tmp_path / "local.txt").write_bytes(b"yy")
+    with pytest.raises(InputError, match="local.txt' changed during the run"):
+        sources.check_all_unchanged(versions)
+
+
 def test_local_fast_paths_agree_with_fsspec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`file_facts` and `open_file` skip fsspec for plain local paths: the same version string (a run's
     signature and its input checks compare them across versions of the code) and the same bytes, for a

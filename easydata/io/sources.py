@@ -26,12 +26,13 @@ from easydata.config import DatasetConfig
 from easydata.errors import PROGRAMMING_ERRORS, InputError
 from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
                                    Reject, collect_records, parse_json_record, unusable_value)
-from easydata.io.filesystems import compression_of, file_facts, file_version, list_data_files, strip_compression
+from easydata.io.filesystems import compression_of, file_facts, file_version, list_data_files, local_path, \
+    strip_compression
 from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "read_splits", "infer_type", "total_input_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
-           "collect_records", "parse_json_record", "check_unchanged", "unusable_value", "work_units", "MAX_UNIT_FILES"]
+           "collect_records", "parse_json_record", "check_unchanged", "check_all_unchanged", "unusable_value", "work_units", "MAX_UNIT_FILES"]
 
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
@@ -239,6 +240,30 @@ def check_unchanged(path: str, version: str) -> None:
     if now != version:
         raise InputError(f"input '{path}' changed during the run ({version} -> {now}); its documents"
                          " would match neither version: rerun once it no longer changes")
+
+#: Requests at once when `check_all_unchanged` looks at files on an object store.
+CHECK_THREADS = 32
+
+
+def check_all_unchanged(versions: dict[str, str], threads: int = CHECK_THREADS) -> None:
+    """`check_unchanged` of every `path: version`: local files one after another (a `stat` each), files on
+    other stores `threads` at a time (a request each: the commit step checked 100,000 objects one round
+    trip after another). Raises the InputError of the first changed local file in `versions`' order, else of
+    the first changed other one."""
+    remote = [(path, version) for path, version in versions.items() if local_path(path) is None]
+    for path, version in versions.items():
+        if local_path(path) is not None:
+            check_unchanged(path, version)
+    if not remote:
+        return
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(min(threads, len(remote)), thread_name_prefix="easydata-check")
+    try:
+        for future in [pool.submit(check_unchanged, path, version) for path, version in remote]:
+            future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 #: Whole files at most in one work unit: each is opened on its own (a request to an object store).
 MAX_UNIT_FILES = 256

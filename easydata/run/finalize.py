@@ -22,7 +22,7 @@ from easydata.run.checkpoint import planned_inputs
 from easydata.run.counters import RunCounters
 from easydata.run.manifest import build_manifest
 from easydata.ops.mixing import MIXED_NAME, MixPlan
-from easydata.io.sources import check_unchanged
+from easydata.io.sources import check_all_unchanged
 from easydata.io.staging import Staging
 from easydata.run.lock import check_owner, release_lock
 from easydata.run.output import check_not_replaced, commit_output
@@ -330,8 +330,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     inputs = planned_inputs(plan.staging)
     if inputs is None:  # (a run started by a version that did not record them)
         inputs = {s.path: s.version for d in plan.datasets for unit in iter_units(plan.staging, d.name) for s in unit}
-    for path, version in inputs.items():
-        check_unchanged(path, version)  # an input changed after its splits were read: nothing is committed
+    check_all_unchanged(inputs)  # an input changed after its splits were read: nothing is committed
     check_not_replaced(plan.output_dir, plan.run_id, config.save.overwrite)  # another job committed meanwhile
     commit_output(plan.output_dir, plan.staging, moves, manifest)  # journaled: a retry completes it
     release_lock(plan.output_dir, plan.lock_id, detached_only=True)  # a submitted job's hold ends with its commit
