@@ -201,6 +201,23 @@ def easydata_with_limits(*args: str, address_space: Optional[int] = None, file_s
     return [sys.executable, "-c", code, *args]
 
 
+def check_threads(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Records, path by path, the thread that `easydata.io.sources.check_unchanged` looked at each input on."""
+    import threading
+
+    import easydata.io.sources as sources
+
+    looked = sources.file_version
+    threads: dict[str, str] = {}
+
+    def looked_at(path: str) -> str:
+        threads[path] = threading.current_thread().name
+        return looked(path)
+
+    monkeypatch.setattr(sources, "file_version", looked_at)
+    return threads
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:

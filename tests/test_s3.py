@@ -23,7 +23,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from tests.conftest import free_port, make_texts, wait_for_port, write_jsonl
+from tests.conftest import check_threads, free_port, make_texts, wait_for_port, write_jsonl
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -241,3 +241,33 @@ def test_reading_a_small_object_takes_three_requests(s3, monkeypatch):
              for batch in read_splits(unit, dataset) for t in batch.texts]
     assert texts == [f"document {i}\n" * 10 for i in range(20)]
     assert proxy.requests - before == 3 * 20
+
+
+def test_the_commit_checks_objects_many_at_once(s3, monkeypatch):
+    """Inputs on S3 (an asynchronous fsspec file system) are checked `CHECK_THREADS` requests at a time at the
+    commit (one after another they were 100,000 round trips for 100,000 objects); a changed one is named."""
+    import boto3
+
+    import easydata.io.sources as sources
+    from easydata.errors import InputError
+    from easydata.io.filesystems import file_version
+
+    for key, value in s3["env"].items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="easydata-many")
+    paths = []
+    for i in range(40):
+        client.put_object(Bucket="easydata-many", Key=f"in/{i:02d}.txt", Body=b"x" * 10)
+        paths.append(f"s3://easydata-many/in/{i:02d}.txt")
+    versions = {p: file_version(p) for p in paths}
+    threads = check_threads(monkeypatch)
+    sources.check_all_unchanged(versions)
+    assert set(threads) == set(paths)
+    assert len(set(threads.values())) > 1 and all(name.startswith("easydata-check") for name in threads.values())
+    client.put_object(Bucket="easydata-many", Key="in/17.txt", Body=b"other")
+    import fsspec
+
+    fsspec.filesystem("s3").invalidate_cache()
+    with pytest.raises(InputError, match="easydata-many/in/17.txt' changed during the run"):
+        sources.check_all_unchanged(versions)

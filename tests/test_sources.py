@@ -33,7 +33,7 @@ from easydata.io.sources import InputSplit, Reject, infer_type, key_names, plan_
     read_split, split_size, total_input_bytes
 
 from easydata.run.machine import splits_per_dataset
-from tests.conftest import make_texts, write_jsonl
+from tests.conftest import check_threads, make_texts, write_jsonl
 
 BOM_BYTES = b"\xef\xbb\xbf"
 
@@ -346,10 +346,11 @@ def test_open_missing_file_raises_input_error(tmp_path: Path) -> None:
         open_file(str(tmp_path / "nope.jsonl"))
 
 
-def test_inputs_on_a_store_are_checked_many_at_once(tmp_path: Path, memory_fs: fsspec.AbstractFileSystem,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The commit's check of every input: files on a store (a request each) on several threads, local files
-    (a `stat` each) on the caller's; a changed one fails it, named, wherever it is."""
+def test_inputs_are_checked_on_the_callers_thread_unless_their_store_is_asynchronous(
+        tmp_path: Path, memory_fs: fsspec.AbstractFileSystem, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit's check of every input: local files and files of a synchronous file system (here
+    `memory://`; FTP and SFTP hold one connection) one after another on the caller's thread (S3's are checked
+    many at once: tests/test_s3.py); a changed one fails it, named."""
     import threading
 
     import easydata.io.sources as sources
@@ -360,23 +361,15 @@ def test_inputs_on_a_store_are_checked_many_at_once(tmp_path: Path, memory_fs: f
         memory_fs.pipe(path, b"x" * 10)
     (tmp_path / "local.txt").write_bytes(b"y")
     versions = {p: file_version(p) for p in [*paths, str(tmp_path / "local.txt")]}
-    threads: dict[str, str] = {}
-
-    def looked_at(path: str) -> str:
-        threads[path] = threading.current_thread().name
-        return file_version(path)
-
-    monkeypatch.setattr(sources, "file_version", looked_at)
+    threads = check_threads(monkeypatch)
     sources.check_all_unchanged(versions)
-    assert threads[str(tmp_path / "local.txt")] == threading.current_thread().name
-    remote = {threads[p] for p in paths}
-    assert len(remote) > 1 and all(name.startswith("easydata-check") for name in remote)
+    assert set(threads) == set(versions) and set(threads.values()) == {threading.current_thread().name}
     memory_fs.pipe(paths[17], b"x" * 11)
     with pytest.raises(InputError, match=f"input '{paths[17]}' changed during the run"):
         sources.check_all_unchanged(versions)
     (tmp_path / "local.txt").write_bytes(b"yy")
     with pytest.raises(InputError, match="local.txt' changed during the run"):
-        sources.check_all_unchanged(versions)
+        sources.check_all_unchanged({p: v for p, v in versions.items() if p != paths[17]})
 
 
 def test_local_fast_paths_agree_with_fsspec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

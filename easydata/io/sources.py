@@ -26,7 +26,7 @@ from easydata.config import DatasetConfig
 from easydata.errors import PROGRAMMING_ERRORS, InputError
 from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
                                    Reject, collect_records, parse_json_record, unusable_value)
-from easydata.io.filesystems import compression_of, file_facts, file_version, list_data_files, local_path, \
+from easydata.io.filesystems import compression_of, file_facts, file_version, get_fs, list_data_files, local_path, \
     strip_compression
 from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
 
@@ -246,21 +246,32 @@ CHECK_THREADS = 32
 
 
 def check_all_unchanged(versions: dict[str, str], threads: int = CHECK_THREADS) -> None:
-    """`check_unchanged` of every `path: version`: local files one after another (a `stat` each), files on
-    other stores `threads` at a time (a request each: the commit step checked 100,000 objects one round
-    trip after another). Raises the InputError of the first changed local file in `versions`' order, else of
-    the first changed other one."""
-    remote = [(path, version) for path, version in versions.items() if local_path(path) is None]
-    for path, version in versions.items():
+    """`check_unchanged` of every `path: version`: files on an object store whose fsspec file system is
+    asynchronous (s3fs, gcsfs, adlfs, HTTP: made for concurrent requests) `threads` at a time (a request
+    each: the commit step checked 100,000 objects one round trip after another), the others (local files: a
+    `stat` each; FTP, SFTP: one connection) one after another. Raises the InputError of the first changed
+    file checked one at a time, else of the first changed other one, in `versions`' order."""
+    concurrent_protocols: dict[str, bool] = {}
+
+    def concurrent(path: str) -> bool:
         if local_path(path) is not None:
+            return False
+        protocol = path.split("://", 1)[0]
+        if protocol not in concurrent_protocols:
+            concurrent_protocols[protocol] = bool(getattr(get_fs(path)[0], "async_impl", False))
+        return concurrent_protocols[protocol]
+
+    many = [(path, version) for path, version in versions.items() if concurrent(path)]
+    for path, version in versions.items():
+        if not concurrent(path):
             check_unchanged(path, version)
-    if not remote:
+    if not many:
         return
     import concurrent.futures
 
-    pool = concurrent.futures.ThreadPoolExecutor(min(threads, len(remote)), thread_name_prefix="easydata-check")
+    pool = concurrent.futures.ThreadPoolExecutor(min(threads, len(many)), thread_name_prefix="easydata-check")
     try:
-        for future in [pool.submit(check_unchanged, path, version) for path, version in remote]:
+        for future in [pool.submit(check_unchanged, path, version) for path, version in many]:
             future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
