@@ -54,7 +54,7 @@ def ours(engine: Any, dataset: Any) -> tuple[np.ndarray, np.ndarray]:
     batch by batch."""
     from easydata.io.sources import plan_input, read_splits, work_units
 
-    from easydata.config.models import TokenizeStageConfig
+    from easydata.config import TokenizeStageConfig
 
     plan = plan_input(dataset)
     flats, lengths = [], []

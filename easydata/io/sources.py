@@ -261,10 +261,12 @@ def check_all_unchanged(versions: dict[str, str], threads: int = CHECK_THREADS) 
             concurrent_protocols[protocol] = bool(getattr(get_fs(path)[0], "async_impl", False))
         return concurrent_protocols[protocol]
 
-    many = [(path, version) for path, version in versions.items() if concurrent(path)]
+    serial: list[tuple[str, str]] = []
+    many: list[tuple[str, str]] = []
     for path, version in versions.items():
-        if not concurrent(path):
-            check_unchanged(path, version)
+        (many if concurrent(path) else serial).append((path, version))
+    for path, version in serial:
+        check_unchanged(path, version)
     if not many:
         return
     import concurrent.futures

@@ -38,7 +38,7 @@ from easydata.io.filesystems import get_fs, join, open_arrow_file, staging_ipc_o
 from easydata.io.staged_columns import compact, restorer
 from easydata.io.staging import TEMP_PREFIX, Staging
 
-__all__ = ["run_signature", "write_run_info", "planned_inputs", "unfinished_runs", "batch_path", "write_batch",
+__all__ = ["run_signature", "write_run_info", "recorded_input_versions", "unfinished_runs", "batch_path", "write_batch",
            "read_batch", "write_unit", "UnitCheckpoint", "completed_units"]
 
 RUN_INFO = "run.json"
@@ -72,9 +72,9 @@ def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optio
     write_atomic(Staging(staging).run_info, json.dumps(info).encode())
 
 
-def planned_inputs(staging: str) -> Optional[dict[str, str]]:
-    """The `file_version` of every input file as the run's planning found it (`run.json`'s `inputs`),
-    or None when the run recorded none."""
+def recorded_input_versions(staging: str) -> Optional[dict[str, str]]:
+    """`RunPlan.input_versions` as `write_run_info` recorded them (`run.json`'s `inputs`): every input
+    file's `file_version` when the run was planned; None when the run recorded none."""
     with open_file(Staging(staging).run_info, "rb", decompress=False) as f:
         inputs = json.load(f).get("inputs")
     return inputs if isinstance(inputs, dict) else None

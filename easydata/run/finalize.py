@@ -18,7 +18,7 @@ from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError, RunInconsistent
 from easydata.io.filesystems import open_file
 from easydata.io.formats import TOKEN_COLUMNS
-from easydata.run.checkpoint import planned_inputs
+from easydata.run.checkpoint import recorded_input_versions
 from easydata.run.counters import RunCounters
 from easydata.run.manifest import build_manifest
 from easydata.ops.mixing import MIXED_NAME, MixPlan
@@ -327,7 +327,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
                               "split_seed": config.save.split_seed, "assigned_by": "document key hash",
                               "rejected_counted_in": next(iter(fractions))}
     check_owner(plan.output_dir, plan.lock_id)  # a run whose lock was taken over never commits
-    inputs = planned_inputs(plan.staging)
+    inputs = recorded_input_versions(plan.staging)
     if inputs is None:  # (a run started by a version that did not record them)
         inputs = {s.path: s.version for d in plan.datasets for unit in iter_units(plan.staging, d.name) for s in unit}
     check_all_unchanged(inputs)  # an input changed after its splits were read: nothing is committed
