@@ -37,7 +37,7 @@ from easydata.run.run_plan import open_output as open_run_output
 from easydata.ops.splits import split_output_name
 from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
-    unknown_beam_flags
+    unknown_beam_flags, new_pipeline
 from beam_pipelines.local.worker_pool import discard_prestarted, prestart, prestarted_engine_chooser
 from transforms import MIX_PLAN_TAG, MIXED_NAME, REJECTED_TAG, STATS_TAG, CommitOutput, LoadCheckpoints, \
     Pack, ReadDocuments, SortGroups, SplitRows, SumCounters, Tokenize, WeightedMix, WriteShards
@@ -207,7 +207,7 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
         say(f"easydata: resuming run {plan.run_id}: {plan.resumed_unit_count} of {plan.unit_count} input units"
             " already tokenized" if plan.resumed else
             "easydata: no unfinished run of this job to resume: starting a new run")
-    pipeline = beam.Pipeline(runner=runner, options=options)
+    pipeline = new_pipeline(runner, options)
     build_batch_pipeline(pipeline, config, plan, time.time() if started is None else started,
                          progress_dir if local else None, group_via_files=local)
     # Planning's tokenizers (hf's, a fast engine's) are freed by now, but glibc keeps their heap pages while

@@ -14,8 +14,11 @@ it starts a local cluster). Any other runner name and every other flag pass thro
 from __future__ import annotations
 
 import difflib
+import shutil
+import weakref
 from typing import Any, Optional
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions, WorkerOptions
 from apache_beam.runners.runner import PipelineRunner
 
@@ -26,9 +29,24 @@ from beam_pipelines.local.offline_runner import OfflineDirectRunner
 from beam_pipelines.local.worker_pool import LOCAL_RUNNERS, default_worker_count
 
 __all__ = ["OfflineDirectRunner", "LocalRunOptions", "make_runner_and_options", "is_local_runner", "is_dask_runner",
-           "unknown_beam_flags", "check_runner_options", "runs_on_this_machine", "short_state_sampling"]
+           "unknown_beam_flags", "check_runner_options", "runs_on_this_machine", "short_state_sampling", "new_pipeline"]
 
 _DASK_RUNNERS = {"DaskRunner", "ManagedDaskRunner"}
+
+
+def new_pipeline(runner: PipelineRunner | str, options: PipelineOptions) -> beam.Pipeline:
+    """A `beam.Pipeline` whose scratch directory goes with it.
+
+    Beam makes a `beam-pipeline-temp*` directory in the temporary directory for every `Pipeline` and removes
+    it only at the end of `run()`: a job built and not run (`build_batch_job`, which builds graphs to inspect
+    or serialise offline) or one whose building failed left one behind per call. It is now also removed
+    when the pipeline object is collected, or when the interpreter exits (`weakref.finalize`).
+    """
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    scratch = getattr(pipeline, "local_tempdir", None)  # Beam's public attribute; absent in another Beam: left alone
+    if isinstance(scratch, str):
+        weakref.finalize(pipeline, shutil.rmtree, scratch, True)
+    return pipeline
 
 
 def is_local_runner(runner_name: Optional[str]) -> bool:

@@ -27,7 +27,7 @@ from easydata.run.output import new_run_id, prepare_output, staging_dir
 from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.run_plan import load_chat_template
 from easydata.text.tokenizer import load_tokenizer
-from beam_pipelines.runners import is_dask_runner
+from beam_pipelines.runners import is_dask_runner, new_pipeline
 from transforms.stream import CommitWindows, ProcessWindow, WindowMessages
 
 __all__ = ["build_streaming_pipeline", "build_streaming_job", "run_streaming", "PUBSUB_RUNNERS"]
@@ -168,7 +168,7 @@ def build_streaming_job(config: PipelineConfig, beam_args: Optional[list[str]] =
         runner = BundleBasedDirectRunner()
     else:
         runner = runner_name
-    pipeline = beam.Pipeline(runner=runner, options=options)
+    pipeline = new_pipeline(runner, options)
     event_time = config.streaming.event_time or ("arrival" if local else "publish")
     build_streaming_pipeline(pipeline, config, staging=staging_dir(config.save.output_dir, new_run_id()),
                              arrival_time=event_time == "arrival")

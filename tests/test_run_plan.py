@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -128,6 +130,11 @@ def test_planning_and_building_a_job_write_nothing_and_opening_the_output_is_one
     pipeline, built = build_batch_job(config, [])
     assert _tree(tmp_path) == before and not (tmp_path / "out").exists()
     assert pipeline is not None and built.run_id != plan.run_id  # each plan is a new run until opened
+    scratch = pipeline.local_tempdir  # Beam's scratch directory: removed with the unrun pipeline
+    assert os.path.isdir(scratch)
+    del pipeline
+    gc.collect()
+    assert not os.path.exists(scratch)
     open_output(config, plan)
     opened = _tree(tmp_path)
     assert (Path(plan.staging) / "run.json").is_file()

@@ -142,3 +142,31 @@ def test_short_state_sampling_applies_inside_the_block_only():
         assert statesampler.StateSampler("s", CounterFactory()).sampling_period_ms == STATE_SAMPLING_PERIOD_MS
     after = statesampler.StateSampler("s", CounterFactory()).sampling_period_ms
     assert after == statesampler.DEFAULT_SAMPLING_PERIOD_MS
+
+
+def test_a_pipeline_built_and_not_run_leaves_no_scratch_directory(tmp_path):
+    """Beam removes a pipeline's `beam-pipeline-temp*` directory only at the end of `run()`; a job built and not
+    run (`build_batch_job`, offline graphs) left one per call. `new_pipeline`'s goes with the pipeline object,
+    and at the latest when the interpreter exits."""
+    import gc
+    import subprocess
+    import sys
+
+    from beam_pipelines.runners import new_pipeline
+
+    runner, options = make_runner_and_options([])
+    pipeline = new_pipeline(runner, options)
+    scratch = pipeline.local_tempdir
+    assert os.path.isdir(scratch)
+    del pipeline
+    gc.collect()
+    assert not os.path.exists(scratch)
+
+    held = ("import sys\nfrom beam_pipelines.runners import make_runner_and_options, new_pipeline\n"
+            "KEPT = new_pipeline(*make_runner_and_options([]))\nprint(KEPT.local_tempdir)\n")
+    done = subprocess.run([sys.executable, "-c", held], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    kept = done.stdout.strip().splitlines()[-1]
+    assert kept.startswith(str(tmp_path)) and not os.path.exists(kept)
+    assert not list(tmp_path.glob("beam-pipeline-temp*"))
