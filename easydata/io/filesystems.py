@@ -239,12 +239,15 @@ def open_regular(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb") -> 
     return fs.open(path, mode)
 
 
-def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compression: str | None = None) -> IO:
+def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compression: str | None = None,
+              buffer_size: int = -1) -> IO:
     """Opens a local path or URL.
 
     Reading transparently decompresses `.gz/.zst/.bz2/.xz` (unless `decompress=False`); writing
     compresses with `compression` (an fsspec codec name such as `gzip` or `zstd`) when given. A special
-    file (a FIFO, a device) is refused for reading (`refuse_special`).
+    file (a FIFO, a device) is refused for reading (`refuse_special`). `buffer_size` is the read buffer of
+    a plain local file opened `rb` (-1: Python's default, 8 KiB; a reader of long lines asks for more,
+    `input_formats.lines`); other files keep their own buffering.
     """
     if "r" in mode:
         refuse_special(path)
@@ -255,7 +258,7 @@ def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compressi
         if local is not None and mode == "rb" and compression is None:
             # the file itself, as fsspec's local opener would open it, without its URL resolution (~70 us of
             # Python per file: a dataset of 100,000 small files opens each)
-            return open(local, "rb")
+            return open(local, "rb", buffering=buffer_size)
         if compression == "zstd" and mode == "rb":
             # fsspec's python-zstandard fallback returns a stream reader that cannot be iterated by
             # line (io.UnsupportedOperation); buffering it gives the full file-object interface.

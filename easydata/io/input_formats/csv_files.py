@@ -10,6 +10,7 @@ from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.documents import EXCERPT_CHARS, MAX_BATCH_CHARS, DocumentCollector, InputSplit
 from easydata.io.filesystems import open_file, strip_compression
+from easydata.io.input_formats.lines import line_buffer
 from easydata.io.input_formats.tables import emit_table_batch
 
 __all__ = ["read_csv"]
@@ -32,7 +33,7 @@ def read_csv(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) 
     # the limit is process-wide.
     limit = out.max_bytes if out.max_bytes is not None else sys.maxsize
     csv.field_size_limit(max(csv.field_size_limit(), min(limit, 2**31 - 1)))
-    with open_file(split.path) as f:
+    with open_file(split.path, buffer_size=line_buffer(split.size)) as f:
         try:
             header, records = csv_records(f, delimiter)
         except (csv.Error, UnicodeDecodeError) as e:
