@@ -1012,3 +1012,42 @@ def test_large_files_read_by_line_use_a_large_buffer_and_read_the_same(tmp_path:
     assert buffers == {f"big.{kind}": {io.DEFAULT_BUFFER_SIZE}, f"small.{kind}": {io.DEFAULT_BUFFER_SIZE}}
     assert large == default
     assert sorted(t for batch_texts, _, _ in large for t in batch_texts) == sorted([*texts, "a"])
+
+
+def test_an_object_store_file_read_by_line_is_read_in_large_pieces(tmp_path: Path) -> None:
+    """fsspec's remote files (`AbstractBufferedFile`: s3fs, gcsfs, HTTP) have a `readline` without a size, so
+    the line reader buffers them; an 8 KiB buffer was a call into fsspec's Python per 8 KiB. The same
+    documents either way, read in pieces of up to 1 MiB."""
+    import fsspec
+    from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+    from easydata.io.input_formats.lines import LINE_BUFFER_BYTES
+
+    data = b"".join(json.dumps({"text": f"{i} " + "w" * (i * 37 % 30_000)}).encode() + b"\n" for i in range(1000))
+    reads: list[int] = []
+
+    class CountingFile(AbstractBufferedFile):
+        def read(self, length: int = -1) -> bytes:
+            reads.append(length)
+            return super().read(length)
+
+        def _fetch_range(self, start: int, end: int) -> bytes:
+            return data[start:end]
+
+    class StoreLike(AbstractFileSystem):
+        protocol = "easydata-test-store"
+
+        def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+            return {"name": path, "size": len(data), "type": "file"}
+
+        def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> CountingFile:
+            return CountingFile(self, path, mode, size=len(data))
+
+    fsspec.register_implementation(StoreLike.protocol, StoreLike, clobber=True)
+    ds = DatasetConfig(name="d", data_files="unused", type="jsonl", content_field="text")
+    split = InputSplit(dataset="d", path=f"{StoreLike.protocol}://bucket/c.jsonl", type="jsonl", size=len(data),
+                       key_name="c.jsonl")
+    texts = [t for batch in read_split(split, ds) for t in batch.texts]
+    assert texts == [json.loads(line)["text"] for line in data.splitlines()]
+    assert len(data) > 5 * LINE_BUFFER_BYTES and max(reads) == LINE_BUFFER_BYTES
+    assert len(reads) <= len(data) // LINE_BUFFER_BYTES + 3
