@@ -194,6 +194,34 @@ def test_a_truncated_compressed_stream_is_a_partial_input_dead_letter(tmp_path: 
                                       "unread_bytes": None, "reason": reject.reason}
 
 
+@pytest.mark.parametrize("ext", ["jsonl.zst", "jsonl.gz", *(pytest.param(e, marks=pytest.mark.slow)
+                                                          for e in ("jsonl.bz2", "jsonl.xz", "txt.gz", "csv.gz"))])
+def test_a_large_read_buffer_reads_a_cut_stream_as_the_small_one_did(tmp_path: Path, ext: str,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """Lines are read from a decompressed stream through a buffer of up to 1 MiB (`input_formats.lines`),
+    filled one read of the stream at a time, so a stream cut short still gives every line before the cut
+    and the same partial-input dead letter as through Python's 8 KiB buffer; and a whole stream all of it."""
+    from easydata.io.input_formats import lines
+
+    full = _valid_bytes(ext, n=40_000)
+    assert len(full) > 30_000  # a buffer of more than 8 KiB: `line_buffer` follows the (compressed) size
+    cut = tmp_path / f"cut.{ext}"
+    cut.write_bytes(full[:len(full) * 6 // 10])
+    whole = tmp_path / f"whole.{ext}"
+    whole.write_bytes(full)
+
+    def facts(path: Path) -> tuple[int, list[tuple]]:
+        ds = DatasetConfig(name="d", data_files=str(path))
+        rejects: list = []
+        documents = sum(len(batch) for split in plan_splits(ds) for batch in read_split(split, ds, rejects=rejects))
+        return documents, [(r.reason, r.position, r.read_bytes, r.records) for r in rejects]
+
+    large = facts(cut), facts(whole)
+    monkeypatch.setattr(lines, "LINE_BUFFER_BYTES", io.DEFAULT_BUFFER_SIZE)
+    assert (facts(cut), facts(whole)) == large
+    assert large[1] == (40_000, []) and 0 < large[0][0] < 40_000 and len(large[0][1]) == 1
+
+
 def test_a_complete_multi_frame_zstd_file_reads_whole(tmp_path: Path):
     import zstandard
 

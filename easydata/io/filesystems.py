@@ -246,8 +246,8 @@ def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compressi
     Reading transparently decompresses `.gz/.zst/.bz2/.xz` (unless `decompress=False`); writing
     compresses with `compression` (an fsspec codec name such as `gzip` or `zstd`) when given. A special
     file (a FIFO, a device) is refused for reading (`refuse_special`). `buffer_size` is the read buffer of
-    a plain local file opened `rb` (-1: Python's default, 8 KiB; a reader of long lines asks for more,
-    `input_formats.lines`); other files keep their own buffering.
+    a local file or a decompressed stream opened `rb` (-1: Python's default, 8 KiB; a reader of long lines
+    asks for more, `input_formats.lines`); an object store's file keeps its own buffering.
     """
     if "r" in mode:
         refuse_special(path)
@@ -263,12 +263,38 @@ def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compressi
             # fsspec's python-zstandard fallback returns a stream reader that cannot be iterated by
             # line (io.UnsupportedOperation); buffering it gives the full file-object interface.
             raw = fsspec.open(path, "rb").open()
-            return io.BufferedReader(_CheckedZstdReader(raw))
-        return fsspec.open(path, mode, compression=compression).open()
+            return io.BufferedReader(_CheckedZstdReader(raw), buffer_size if buffer_size > 0 else io.DEFAULT_BUFFER_SIZE)
+        opened = fsspec.open(path, mode, compression=compression).open()
+        if compression is not None and mode == "rb" and buffer_size > 0 and hasattr(opened, "read1"):
+            return io.BufferedReader(_OneReadAtATime(opened), buffer_size)
+        return opened
     except FileNotFoundError:
         raise InputError(f"file '{path}' does not exist") from None
     except (ImportError, ValueError) as e:
         raise InputError(f"cannot open '{path}': {e}") from None
+
+
+class _OneReadAtATime(io.RawIOBase):
+    """A decompressing stream (`gzip`, `bz2`, `lzma`: their own 8 KiB buffer) as a raw stream whose every read
+    is one `read1`, so that a larger buffer over it can be filled (`open_file(buffer_size=...)`) and the
+    stream's EOFError at a truncated end still comes only from a read that found no data: the lines before
+    the cut are read, as through the stream's own buffer (a buffer over the stream itself fills by reading
+    until full, and an error then loses what it had read)."""
+
+    def __init__(self, stream: IO):
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._stream.read1(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
 
 
 class _CheckedZstdReader(io.RawIOBase):
