@@ -9,6 +9,8 @@ a single core); `--direct_num_workers=N` runs N (1: in-process). Its options mak
 `--runner=DaskRunner` runs on a dask `distributed` cluster through `ManagedDaskRunner`
 (`beam_pipelines.dask.dask_runner`: Beam's DaskRunner with a complete batch translation; without an address
 it starts a local cluster). Any other runner name and every other flag pass through to Beam unchanged.
+`new_pipeline` makes the `beam.Pipeline` both builders (batch, streaming) build on, its scratch directory removed
+with it.
 """
 
 from __future__ import annotations
