@@ -93,7 +93,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="also run the default engine on a corpus this big (MB; several, comma-separated, show"
                              " where peak memory levels off: 400,1000)")
     parser.add_argument("--large-engines", default="auto", help="the engines run on the large corpus: auto, hf or both")
-    parser.add_argument("--workdir", type=Path, default=bp.DEFAULT_WORKDIR / "engines")
+    parser.add_argument("--workdir", type=bp.absolute_path, default=bp.DEFAULT_WORKDIR / "engines")
     parser.add_argument("--api", action="store_true", help="also time the Python API's TokenizedShardedSource")
     parser.add_argument("--api-child", nargs=3, metavar=("ENGINE", "CORPUS", "TOKENIZER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -134,7 +134,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tokenizer-dir", type=Path,
                         default=bp.REPO_ROOT.parent / "shared" / "tokenizers" / "mistral-7b-v0.1")
-    parser.add_argument("--workdir", type=Path, default=bp.REPO_ROOT / "benchmarks" / "_work")
+    parser.add_argument("--workdir", type=bp.absolute_path, default=bp.REPO_ROOT / "benchmarks" / "_work")
     args = parser.parse_args(argv)
 
     import gigatoken

@@ -90,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes-mb", default="150,400", help="corpus sizes, comma-separated (default 150,400)")
     parser.add_argument("--tokenizer", help="tokenizer dir (default: as bench_pipeline.py)")
-    parser.add_argument("--workdir", default=str(bp.DEFAULT_WORKDIR))
+    parser.add_argument("--workdir", type=bp.absolute_path, default=bp.DEFAULT_WORKDIR)
     parser.add_argument("--repeat", type=int, default=1, help="alternate the pair N times; medians")
     parser.add_argument("--strategy", default="first_exhausted", help="mix.stop_strategy of the mixed job")
     args = parser.parse_args(argv)
-    workdir = Path(args.workdir)
+    workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     tokenizer = bp.resolve_tokenizer(args.tokenizer)
     print(f"tokenizer: {tokenizer}")

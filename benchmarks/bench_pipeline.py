@@ -84,6 +84,12 @@ from typing import Any, Iterator, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORKDIR = REPO_ROOT / "benchmarks" / "_work"
+
+
+def absolute_path(path: str) -> Path:
+    """`--workdir`'s type in every benchmark: measured commands run in their log's directory
+    (`run_measured`), so the configs and outputs under a relative work directory must be named from the root."""
+    return Path(path).resolve()
 MISTRAL_DIR = REPO_ROOT.parent / "shared" / "tokenizers" / "mistral-7b-v0.1"
 CORPUS_VERSION = 1
 DOC_CAP_BYTES = 200_000
@@ -749,7 +755,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--no-pack", action="store_true", help="write unpacked rows (default: first_fit at 2048)")
     parser.add_argument("--no-datasets", action="store_true", help="skip the HF datasets path")
     parser.add_argument("--tokenizer", help="tokenizer dir with tokenizer.json (default: Mistral, else sample)")
-    parser.add_argument("--workdir", default=str(DEFAULT_WORKDIR), help="corpus, configs, outputs, logs")
+    parser.add_argument("--workdir", type=absolute_path, default=DEFAULT_WORKDIR, help="corpus, configs, outputs, logs")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every measurement N times and report the median run (default 1)")
     parser.add_argument("--modes", default=",".join(name for name, _, _ in MODES),
@@ -916,7 +922,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               f" {', '.join(name for name, _, _ in MODES)}", file=sys.stderr)
         return 2
     repeat = max(1, args.repeat)
-    workdir = Path(args.workdir).resolve()
+    workdir = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
     tokenizer_dir = resolve_tokenizer(args.tokenizer)
     corpus, meta = ensure_corpus(workdir, args.size_mb)

@@ -302,7 +302,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of every measurement (medians are printed, with their range) and runs of the"
                              " megatron comparison (alternated)")
-    parser.add_argument("--workdir", type=Path, default=bp.DEFAULT_WORKDIR / "targets")
+    parser.add_argument("--workdir", type=bp.absolute_path, default=bp.DEFAULT_WORKDIR / "targets")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     small, _ = bp.ensure_corpus(args.workdir.parent, bp.DEFAULT_SIZE_MB)

@@ -44,3 +44,14 @@ def test_a_failed_round_or_shards_that_differ_between_rounds_are_shown():
 def test_one_round_is_its_own_median():
     _, runs = bench_targets.median_round([(4.0, {"default": _run(0.5, tokens=10)})])
     assert runs["default"]["ratios"] == [5.0] and runs["default"]["ratio"] == 5.0
+
+
+def test_a_relative_workdir_is_named_from_the_root(tmp_path, monkeypatch):
+    """Measured commands run in their log's directory, so a relative `--workdir` (its configs, outputs and
+    logs) is made absolute where it is parsed; a relative one made every run fail with a missing config."""
+    import bench_pipeline
+
+    monkeypatch.chdir(tmp_path)
+    assert bench_pipeline.absolute_path("work/targets") == tmp_path / "work" / "targets"
+    assert bench_pipeline.parse_args(["--workdir", "work"]).workdir == tmp_path / "work"
+    assert bench_pipeline.parse_args([]).workdir == bench_pipeline.DEFAULT_WORKDIR
