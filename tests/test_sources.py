@@ -803,6 +803,59 @@ def test_limit_applies_to_tabular_inputs(tmp_path: Path, kind: str) -> None:
     assert [t for _, t, _ in docs] == ["t0", "t1", "t2", "t3", "t4"]
 
 
+def _records(docs: list[tuple[str, str, dict[str, Any]]], rejects: list[Reject]) -> list[tuple[int, str]]:
+    """Documents and dead letters of one read, in input order: (row, text or reason)."""
+    found = [(int(key.rsplit("@", 1)[1]), text) for key, text, _ in docs]
+    return sorted(found + [(r.position, r.reason) for r in rejects])
+
+
+@pytest.mark.parametrize("limit,batch_size", [(1, 1000), (7, 3), (9, 1000), (10, 10), (25, 4), (37, 1000), (60, 7)])
+def test_a_limited_parquet_read_gives_the_first_records_of_the_whole_read(tmp_path: Path, limit: int,
+                                                                         batch_size: int) -> None:
+    """A read with a record limit (planning's samples) reads a row group's first rows only; what it gives is
+    the whole read's first records, dead letters (null and empty texts) included, across row groups."""
+    texts = [None if i % 11 == 5 else "  " if i % 13 == 7 else f"doc {i} " + "x" * (i % 5) for i in range(50)]
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": pa.array(texts, pa.string())}), path, row_group_size=10)
+    ds = DatasetConfig(name="d", data_files=str(path))
+    whole = _records(*read_all(ds, batch_size=batch_size))
+    assert len(whole) == 50 and any(reason == "empty text" for _, reason in whole)
+    assert _records(*read_all(ds, batch_size=batch_size, limit=limit)) == whole[:limit]
+
+
+def test_a_limited_parquet_read_decompresses_only_the_pages_it_needs(tmp_path: Path) -> None:
+    """Ten documents from a row group of ~24 MB of text: Arrow's peak memory stays a fraction of the group's,
+    where reading the whole row group (what a limited read did) holds all of it (measured in fresh processes)."""
+    import subprocess
+    import sys
+
+    rng = __import__("random").Random(5)
+    texts = ["".join(rng.choice("abcdefghij klmnop\n") for _ in range(12_000)) for _ in range(2_000)]
+    path = tmp_path / "big.parquet"
+    # pages of 64 rows, without a dictionary: pyarrow's writer checks a page's size every `write_batch_size`
+    # rows (1,024 by default: pages of 12 MB here) and puts the first rows' texts in one dictionary page
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=len(texts), compression="zstd",
+                   use_dictionary=False, write_batch_size=64)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 1
+    script = ("import sys, pyarrow as pa\n"
+              "from easydata.config import DatasetConfig\n"
+              "from easydata.io.sources import plan_splits, read_split\n"
+              "ds = DatasetConfig(name='d', data_files=sys.argv[1])\n"
+              "limit = None if sys.argv[2] == 'none' else int(sys.argv[2])\n"
+              "n = sum(len(b) for s in plan_splits(ds) for b in read_split(s, ds, limit=limit))\n"
+              "print(n, pa.default_memory_pool().max_memory())\n")
+
+    def peak(limit: str) -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", script, str(path), limit], capture_output=True, text=True,
+                             check=True).stdout.split()
+        return int(out[0]), int(out[1])
+
+    documents, whole = peak("none")
+    assert documents == 2_000 and whole > 24_000_000
+    documents, limited = peak("10")
+    assert documents == 10 and limited < whole / 8
+
+
 def test_batches_hold_at_most_batch_size_and_count_input_bytes(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in make_texts(10, seed=4)])
     ds = DatasetConfig(name="d", data_files=str(path))
