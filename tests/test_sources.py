@@ -821,15 +821,23 @@ def test_a_limited_parquet_read_gives_the_first_records_of_the_whole_read(tmp_pa
     whole = _records(*read_all(ds, batch_size=batch_size))
     assert len(whole) == 50 and any(reason == "empty text" for _, reason in whole)
     assert _records(*read_all(ds, batch_size=batch_size, limit=limit)) == whole[:limit]
+    # and the same batches of documents, the last one ending at the limit
+    (split,) = plan_splits(ds)
+    whole_batches = [batch.keys for batch in read_split(split, ds, batch_size=batch_size)]
+    limited_batches = [batch.keys for batch in read_split(split, ds, batch_size=batch_size, limit=limit)]
+    assert limited_batches[:-1] == whole_batches[:len(limited_batches) - 1]
+    assert whole_batches[len(limited_batches) - 1][:len(limited_batches[-1])] == limited_batches[-1]
 
 
 def test_a_limited_parquet_read_decompresses_only_the_pages_it_needs(tmp_path: Path) -> None:
-    """Ten documents from a row group of ~24 MB of text: Arrow's peak memory stays a fraction of the group's,
-    where reading the whole row group (what a limited read did) holds all of it (measured in fresh processes)."""
+    """Ten documents (in batches of ten, as planning's samples read them) from a row group of ~24 MB of text:
+    Arrow's peak memory stays a fraction of the group's, where reading the whole row group (what a limited read
+    did) holds all of it (measured in fresh processes)."""
+    import random
     import subprocess
     import sys
 
-    rng = __import__("random").Random(5)
+    rng = random.Random(5)
     texts = ["".join(rng.choice("abcdefghij klmnop\n") for _ in range(12_000)) for _ in range(2_000)]
     path = tmp_path / "big.parquet"
     # pages of 64 rows, without a dictionary: pyarrow's writer checks a page's size every `write_batch_size`
@@ -842,7 +850,7 @@ def test_a_limited_parquet_read_decompresses_only_the_pages_it_needs(tmp_path: P
               "from easydata.io.sources import plan_splits, read_split\n"
               "ds = DatasetConfig(name='d', data_files=sys.argv[1])\n"
               "limit = None if sys.argv[2] == 'none' else int(sys.argv[2])\n"
-              "n = sum(len(b) for s in plan_splits(ds) for b in read_split(s, ds, limit=limit))\n"
+              "n = sum(len(b) for s in plan_splits(ds) for b in read_split(s, ds, batch_size=10, limit=limit))\n"
               "print(n, pa.default_memory_pool().max_memory())\n")
 
     def peak(limit: str) -> tuple[int, int]:

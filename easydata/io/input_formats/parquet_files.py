@@ -34,16 +34,15 @@ def _group_batches(pf, group: int, columns: list[str], out: DocumentCollector) -
     A whole row group is read at once, on one thread: a worker reads its content column (rarely more) while the
     other workers use the other cores, and Arrow's threads cost more than they save here (the 1 GB corpus'
     Parquet copy: 0.9-1.3 CPU s threaded, memory-mapped, against 0.85-0.92). A read with a record limit
-    (planning's samples, previews) takes batches no larger than what the limit still wants and stops with the
-    collector: a row group is often 100 MB or more of text, whose pages are decompressed as they are read, so a
-    sample of a hundred documents from each of 16 row groups need not decompress them all (a row group's rows
-    give one record each, so the same records come either way).
+    (planning's samples, whose batches are as large as their limit; previews) takes the group batch by batch and
+    stops with the collector: a row group is often 100 MB or more of text, whose pages are decompressed as they
+    are read, so a sample of a hundred documents from each of 16 row groups need not decompress them all. The
+    batches are the same rows either way (the collector's batches too).
     """
     if out.limit is None:
         yield from pf.read_row_group(group, columns=columns, use_threads=False).to_batches(max_chunksize=out.batch_size)
     else:
-        rows = max(1, min(out.batch_size, out.limit - out.count))
-        yield from pf.iter_batches(batch_size=rows, row_groups=[group], columns=columns, use_threads=False)
+        yield from pf.iter_batches(batch_size=out.batch_size, row_groups=[group], columns=columns, use_threads=False)
 
 
 def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
