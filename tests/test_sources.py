@@ -9,6 +9,7 @@ the file's full path in `source`."""
 from __future__ import annotations
 
 import bz2
+import collections
 import dataclasses
 import gzip
 import io
@@ -975,6 +976,56 @@ def test_arrow_ipc_file_splits_by_record_batches(tmp_path: Path) -> None:
         assert rejects == []
         assert [k for k, _, _ in docs] == [f"in.arrow@{i}" for i in range(100)]
         assert [t for _, t, _ in docs] == [f"row {i}" for i in range(100)]
+
+
+class _CountingReader:
+    """An Arrow IPC file reader that counts the record batches read from it."""
+
+    def __init__(self, reader: Any, reads: list[int]):
+        self._reader, self._reads = reader, reads
+
+    def get_batch(self, i: int) -> Any:
+        self._reads.append(i)
+        return self._reader.get_batch(i)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_an_arrow_file_read_split_by_split_counts_each_batch_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   order: str) -> None:
+    """A split's first row is the rows of the batches before it, and reading a batch of a compressed IPC file
+    decompresses it: each split counting them again read a file of n splits ~n/2 times. Counted once per file
+    version and process, reading every split reads each batch at most twice; the keys stay the rows'. Planning's
+    sample of the file (16 places) reads each batch at most once too."""
+    from easydata.io.sampling import sample_texts
+
+    table = pa.table({"text": [f"row {i} " + "x" * (i % 9) for i in range(400)]})
+    path = tmp_path / "in.arrow"
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(
+            f, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
+        for batch in table.to_batches(max_chunksize=5):  # 80 batches
+            writer.write_batch(batch)
+    ds = DatasetConfig(name=f"d-{order}", data_files=str(path))
+    splits = plan_splits(ds, target_bytes=path.stat().st_size // 20)
+    assert len(splits) >= 10
+    reads: list[int] = []
+    real_open = pa.ipc.open_file
+    monkeypatch.setattr(pa.ipc, "open_file", lambda *a, **k: _CountingReader(real_open(*a, **k), reads))
+    keys = []
+    for split in (splits if order == "in order" else splits[::-1]):
+        keys.append([key for batch in read_split(split, ds, batch_size=7) for key in batch.keys])
+    if order == "reversed":
+        keys = keys[::-1]
+    assert [k for part in keys for k in part] == [f"in.arrow@{i}" for i in range(400)]
+    assert len(reads) <= 2 * 80 and set(reads) == set(range(80))
+
+    path.touch()  # a new version of the file (its modification time): counted afresh, once
+    ds = DatasetConfig(name=f"d-{order}-sampled", data_files=str(path))
+    reads.clear()
+    assert len(sample_texts(ds, plan_splits(ds, target_bytes=path.stat().st_size // 20), documents=40)) >= 16
+    assert max(collections.Counter(reads).values()) == 1
 
 
 def test_arrow_stream_is_one_split_with_row_positions(tmp_path: Path) -> None:

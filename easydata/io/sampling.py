@@ -35,9 +35,10 @@ def spread(split: Any, n: int) -> list[Any]:
     return [split]
 
 
-def _unit_rows(split: Any) -> Optional[list[int]]:
-    """The rows of each row group (Parquet) or record batch (Arrow file) a split covers, from the file's
-    footer; None for other types, streams and unreadable footers."""
+def _units(split: Any, *, rows: bool) -> Optional[list[int]]:
+    """The rows of each row group (Parquet: from the footer) or record batch (Arrow file: counted at most once
+    per process, `arrow_files.batch_rows`; zeros without `rows`, as only their number is wanted) a split
+    covers; None for other types, streams and unreadable footers."""
     import pyarrow.parquet as pq
 
     from easydata.io.filesystems import compression_of, open_arrow_file, open_file
@@ -48,26 +49,30 @@ def _unit_rows(split: Any) -> Optional[list[int]]:
         with (open_file if compression_of(split.path) else open_arrow_file)(split.path) as f:
             if split.type == "parquet":
                 meta = pq.ParquetFile(f).metadata
-                counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-            else:
-                import pyarrow.ipc as ipc
+                end = meta.num_row_groups if split.end is None else split.end
+                return [meta.row_group(g).num_rows for g in range(split.start, end)]
+            import pyarrow.ipc as ipc
 
-                reader = ipc.open_file(f)
-                counts = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+            from easydata.io.input_formats.arrow_files import batch_rows
+
+            reader = ipc.open_file(f)
+            end = reader.num_record_batches if split.end is None else split.end
+            if not rows:
+                return [0] * max(0, end - split.start)
+            return batch_rows(reader, split.path, split.version, split.start, end)
     except Exception:  # noqa: BLE001 - a stream, or an unreadable footer
         return None
-    return counts[split.start:split.end]
 
 
 def split_units(split: Any) -> Optional[int]:
     """Row groups (Parquet) or record batches (Arrow file) of a split, None when unknown."""
-    units = _unit_rows(split)
+    units = _units(split, rows=False)
     return None if units is None else len(units)
 
 
 def split_rows(split: Any) -> Optional[int]:
     """The rows a Parquet or Arrow file split covers, None when not knowable from the footer."""
-    units = _unit_rows(split)
+    units = _units(split, rows=True)
     return None if units is None else sum(units)
 
 

@@ -4,6 +4,8 @@ of a file is dead-lettered with its rows."""
 
 from __future__ import annotations
 
+import collections
+import threading
 from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
@@ -11,7 +13,7 @@ from easydata.errors import InputError
 from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
 from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, reject_block
 
-__all__ = ["read_arrow", "record_batch_ranges"]
+__all__ = ["read_arrow", "record_batch_ranges", "batch_rows"]
 
 
 def record_batch_ranges(path: str, size: int, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
@@ -28,6 +30,62 @@ def record_batch_ranges(path: str, size: int, target_bytes: int) -> list[tuple[i
         [(0, 0, 0)]
 
 
+class _BatchRowCounts:
+    """The rows of an Arrow IPC file's record batches, counted once per file version in a process.
+
+    Only a batch's own message says how many rows it holds, and pyarrow reads a batch whole (decompressing
+    the buffers of a compressed file): a split summing the rows of the batches before it read all of them
+    again, so reading a large compressed file split by split was quadratic in its splits (400 MB, 17 splits:
+    2.96 CPU s against 0.34 for one pass), and planning's sample counted every batch of the file for each
+    place it read. Counts are kept per `(path, version)` for the last `CAPACITY` files, and learnt from the
+    batches a split reads as well as from counting.
+    """
+
+    CAPACITY = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._offsets: collections.OrderedDict[tuple[str, str], list[int]] = collections.OrderedDict()
+
+    def _entry(self, key: tuple[str, str]) -> list[int]:
+        """Rows before batch `i` for the `i` counted so far (`[0]` at first); the caller holds the lock. A file
+        without a version (none was planned) is counted afresh each time."""
+        if not key[1]:
+            return [0]
+        offsets = self._offsets.pop(key, None) or [0]
+        self._offsets[key] = offsets
+        while len(self._offsets) > self.CAPACITY:
+            self._offsets.popitem(last=False)
+        return offsets
+
+    def before(self, reader: Any, key: tuple[str, str], index: int) -> int:
+        """Rows of batches `0 .. index - 1`."""
+        with self._lock:
+            offsets = self._entry(key)
+            while len(offsets) <= index:
+                offsets.append(offsets[-1] + reader.get_batch(len(offsets) - 1).num_rows)
+            return offsets[index]
+
+    def learn(self, key: tuple[str, str], index: int, rows: int) -> None:
+        """Batch `index` holds `rows` rows (read by a split): kept when the batches before it are counted."""
+        with self._lock:
+            offsets = self._entry(key)
+            if len(offsets) == index + 1:
+                offsets.append(offsets[-1] + rows)
+
+
+_COUNTS = _BatchRowCounts()
+
+
+def batch_rows(reader: Any, path: str, version: str, start: int, end: int) -> list[int]:
+    """The rows of record batches `start .. end - 1` of the Arrow IPC file `reader` reads (`path` at
+    `version`), counted at most once per process."""
+    key = (path, version)
+    first = _COUNTS.before(reader, key, start)
+    after = [_COUNTS.before(reader, key, i) for i in range(start + 1, end + 1)]
+    return [b - a for a, b in zip([first, *after], after)]
+
+
 def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
     import pyarrow as pa
     import pyarrow.ipc as ipc
@@ -36,7 +94,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
         try:
             reader = ipc.open_file(f)
             indices = range(split.start, split.end or reader.num_record_batches)
-            row = sum(reader.get_batch(i).num_rows for i in range(split.start))
+            row = _COUNTS.before(reader, (split.path, split.version), split.start)
         except pa.ArrowInvalid:
             f.seek(0)
             try:
@@ -61,11 +119,13 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 raise_unless_corrupt(e, split.path, f"in Arrow record batch {i}")
                 if rows is None:
                     raise  # its row count is unknown, so the positions of the rows after it are too
+                _COUNTS.learn((split.path, split.version), i, rows)
                 row = reject_block(out, f"Arrow record batch {i}", row, rows, e)
                 yield 0
                 if out.done:
                     return
                 continue
+            _COUNTS.learn((split.path, split.version), i, rows)
             yield from emit_bounded(batch, row, out, dataset)
             row += batch.num_rows
             if out.done:
