@@ -84,12 +84,6 @@ from typing import Any, Iterator, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_WORKDIR = REPO_ROOT / "benchmarks" / "_work"
-
-
-def absolute_path(path: str) -> Path:
-    """`--workdir`'s type in every benchmark: measured commands run in their log's directory
-    (`run_measured`), so the configs and outputs under a relative work directory must be named from the root."""
-    return Path(path).resolve()
 MISTRAL_DIR = REPO_ROOT.parent / "shared" / "tokenizers" / "mistral-7b-v0.1"
 CORPUS_VERSION = 1
 DOC_CAP_BYTES = 200_000
@@ -109,6 +103,12 @@ MODES = [  # (name, extra CLI flags, environment changes: None removes the varia
 
 #: Modes whose command runs under a prefix: `one-core` is `one-thread` held to one core (`taskset`).
 PREFIXES = {"one-core": ["taskset", "-c", "0"]}
+
+
+def absolute_path(path: str) -> Path:
+    """`--workdir`'s type in every benchmark: measured commands run in their log's directory
+    (`run_measured`), so the configs and outputs under a relative work directory must be named from the root."""
+    return Path(path).resolve()
 
 
 # ---- corpus --------------------------------------------------------------------------------------

@@ -58,13 +58,13 @@ class _BatchRowCounts:
             self._offsets.popitem(last=False)
         return offsets
 
-    def before(self, reader: Any, key: tuple[str, str], index: int) -> int:
-        """Rows of batches `0 .. index - 1`."""
+    def offsets(self, reader: Any, key: tuple[str, str], stop: int) -> list[int]:
+        """Rows before each batch `0 .. stop` (`stop + 1` numbers), counting the batches not counted yet."""
         with self._lock:
             offsets = self._entry(key)
-            while len(offsets) <= index:
+            while len(offsets) <= stop:
                 offsets.append(offsets[-1] + reader.get_batch(len(offsets) - 1).num_rows)
-            return offsets[index]
+            return offsets[:stop + 1]
 
     def learn(self, key: tuple[str, str], index: int, rows: int) -> None:
         """Batch `index` holds `rows` rows (read by a split): kept when the batches before it are counted."""
@@ -80,21 +80,20 @@ _COUNTS = _BatchRowCounts()
 def batch_rows(reader: Any, path: str, version: str, start: int, end: int) -> list[int]:
     """The rows of record batches `start .. end - 1` of the Arrow IPC file `reader` reads (`path` at
     `version`), counted at most once per process."""
-    key = (path, version)
-    first = _COUNTS.before(reader, key, start)
-    after = [_COUNTS.before(reader, key, i) for i in range(start + 1, end + 1)]
-    return [b - a for a, b in zip([first, *after], after)]
+    offsets = _COUNTS.offsets(reader, (path, version), end)[start:]
+    return [b - a for a, b in zip(offsets, offsets[1:])]
 
 
 def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) -> Iterator[int]:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
+    key = (split.path, split.version)
     with open_table_file(split.path) as f:
         try:
             reader = ipc.open_file(f)
             indices = range(split.start, split.end or reader.num_record_batches)
-            row = _COUNTS.before(reader, (split.path, split.version), split.start)
+            row = _COUNTS.offsets(reader, key, split.start)[-1]
         except pa.ArrowInvalid:
             f.seek(0)
             try:
@@ -119,13 +118,13 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 raise_unless_corrupt(e, split.path, f"in Arrow record batch {i}")
                 if rows is None:
                     raise  # its row count is unknown, so the positions of the rows after it are too
-                _COUNTS.learn((split.path, split.version), i, rows)
+                _COUNTS.learn(key, i, rows)
                 row = reject_block(out, f"Arrow record batch {i}", row, rows, e)
                 yield 0
                 if out.done:
                     return
                 continue
-            _COUNTS.learn((split.path, split.version), i, rows)
+            _COUNTS.learn(key, i, rows)
             yield from emit_bounded(batch, row, out, dataset)
             row += batch.num_rows
             if out.done:

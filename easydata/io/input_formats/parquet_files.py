@@ -28,6 +28,7 @@ def row_group_ranges(path: str, target_bytes: int) -> list[tuple[int, Optional[i
         ranges.append((start, meta.num_row_groups, acc))
     return ranges
 
+
 def _group_batches(pf, group: int, columns: list[str], out: DocumentCollector) -> Iterator:
     """Row group `group`'s `columns` as record batches of at most `out.batch_size` rows.
 
