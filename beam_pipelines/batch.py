@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import tempfile
 import time
 from typing import Any, Optional
 
@@ -31,7 +30,7 @@ from easydata.run.lock import OutputLock
 from easydata.memory import return_free_memory
 from easydata.run.manifest import read_manifest
 from easydata.run.output import new_run_id, recover_commit
-from easydata.run.progress import ProgressMonitor, say
+from easydata.run.progress import ProgressMonitor, progress_directory, say
 from easydata.run.run_plan import RunPlan, check_reachable_by_workers, check_shared_by_processes, plan_run
 from easydata.run.run_plan import open_output as open_run_output
 from easydata.ops.splits import split_output_name
@@ -343,12 +342,12 @@ def _run_batch_once(config: PipelineConfig, beam_args: Optional[list[str]], *, s
                     return BatchResult(output_dir=config.save.output_dir, manifest=finished,
                                        elapsed_seconds=time.time() - started)
             after = "packing, shuffling and writing shards" if config.pack.enabled else "shuffling and writing shards"
-            with tempfile.TemporaryDirectory(prefix="easydata-progress-") as progress_dir, quiet_user_errors(), \
+            with progress_directory(show_progress) as progress_dir, quiet_user_errors(), \
                     ProgressMonitor(progress_dir, None, enabled=show_progress and local, after_input=after,
                                     group_stage="packing" if config.pack.enabled else "sorting") as monitor:
                 # Workers report progress only for a display: with none (`--quiet`), they write no progress files.
                 pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, started=started,
-                                               progress_dir=progress_dir if show_progress else None,
+                                               progress_dir=progress_dir,
                                                announce_resume=show_progress, lock_id=lock.run_id)
                 monitor.reading(plan.total_input_bytes)
                 try:

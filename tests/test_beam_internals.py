@@ -4,6 +4,7 @@ looks different it leaves Beam alone (the job then runs as Beam would run it).""
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,7 @@ def test_flag_names_guard(monkeypatch) -> None:
     assert unknown_beam_flags(["--runer=DirectRunner"]) == []  # then no flag is called unknown
 
 
-def test_dask_primitives_guard(monkeypatch, tmp_path) -> None:
+def test_dask_primitives_guard(monkeypatch, tmp_path, request) -> None:
     """The DaskRunner's primitives are known here; on a Beam without them the runner refuses in one line
     before any cluster starts (Beam's own translation would lose outputs: never a silent fallback)."""
     pytest.importorskip("dask", reason="the Dask extra is not installed (pip install -e '.[dask]')")
@@ -89,10 +90,13 @@ def test_dask_primitives_guard(monkeypatch, tmp_path) -> None:
 
     primitives = dask_primitives()
     assert primitives is not None and primitives.create is overrides._Create
-    assert side_input_view(beam.pvalue.AsList(beam.Pipeline() | beam.Create([1]))) is not None
+    built = beam.Pipeline()
+    request.addfinalizer(lambda: shutil.rmtree(built.local_tempdir, ignore_errors=True))  # Beam's, removed by a run
+    assert side_input_view(beam.pvalue.AsList(built | beam.Create([1]))) is not None
     monkeypatch.delattr(overrides, "_Reshuffle")  # a Beam whose DaskRunner rewrites differently
     assert dask_primitives() is None
     pipeline = beam.Pipeline(options=PipelineOptions(["--dask_scheduler_file", str(tmp_path / "none.json")]))
+    request.addfinalizer(lambda: shutil.rmtree(pipeline.local_tempdir, ignore_errors=True))
     _ = pipeline | beam.Create([1]) | beam.Map(str)
     with pytest.raises(EasyDataError, match="apache-beam>=2.77,<2.78"):
         ManagedDaskRunner().run_pipeline(pipeline, pipeline.options)

@@ -131,6 +131,65 @@ def test_disabled_monitor_starts_no_thread(tmp_path: Path, capsys: pytest.Captur
         time.sleep(0.6)
     assert capsys.readouterr().err == ""
 
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_progress_directories_of_killed_launchers_are_removed(tmp_path: Path) -> None:
+    """A launcher killed with SIGKILL cannot remove its progress directory; the next run removes those of
+    processes that are gone and untouched for an hour, and nothing else."""
+    import os
+
+    from easydata.run.progress import STALE_PROGRESS_DIR_SECONDS, remove_stale_progress_dirs
+
+    dead, old = _dead_pid(), time.time() - STALE_PROGRESS_DIR_SECONDS - 60
+    made = {name: tmp_path / name for name in (
+        f"easydata-progress-{dead}-abc123",  # stale: removed
+        f"easydata-progress-{dead}-recent",  # its process is gone, but touched within the hour
+        f"easydata-progress-{os.getpid()}-alive",  # a live process's
+        "easydata-progress-abc123",  # not this naming (no pid): left alone
+        f"other-{dead}-abc123")}
+    for path in made.values():
+        path.mkdir()
+        (path / "1-abcd.json").write_text("{}")
+    for name, path in made.items():
+        if not name.endswith("-recent"):
+            os.utime(path, (old, old))
+    (tmp_path / f"easydata-progress-{dead}-file").write_text("not a directory")
+    os.utime(tmp_path / f"easydata-progress-{dead}-file", (old, old))
+
+    assert remove_stale_progress_dirs(str(tmp_path)) == [str(made[f"easydata-progress-{dead}-abc123"])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [name for name in made if name != f"easydata-progress-{dead}-abc123"] + [f"easydata-progress-{dead}-file"])
+
+
+def test_a_run_without_progress_makes_no_progress_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, every run made one in the temporary directory, `--quiet` too, and a killed one stayed there."""
+    import os
+    import tempfile
+
+    from easydata.run.progress import STALE_PROGRESS_DIR_SECONDS, progress_directory
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    stale = tmp_path / f"easydata-progress-{_dead_pid()}-left"
+    stale.mkdir()
+    old = time.time() - STALE_PROGRESS_DIR_SECONDS - 60
+    os.utime(stale, (old, old))
+    with progress_directory(False) as path:
+        assert path is None
+        assert list(tmp_path.iterdir()) == [stale]
+    with progress_directory(True) as path:
+        assert path is not None and Path(path).parent == tmp_path and Path(path).is_dir()
+        assert Path(path).name.startswith(f"easydata-progress-{os.getpid()}-")
+        assert list(tmp_path.iterdir()) == [Path(path)]  # the stale one went
+    assert list(tmp_path.iterdir()) == []
+
+
 
 def _in_a_pty(args: list[str], columns: int | None) -> str:
     """Runs `python -m easydata ARGS` with its stdio on a new pseudo-terminal (of `columns` x 24, or of no

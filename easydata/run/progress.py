@@ -5,26 +5,96 @@ each worker's `ProgressSink` rewrites `<progress_dir>/<worker-id>.json` with its
 at most once a second. `ProgressMonitor`, a thread in the launching process, sums those files and
 draws a progress bar over the known total input bytes (tqdm on a terminal, a line every
 `log_every` seconds otherwise). Reporting is best effort: a failed write never fails the job.
+
+`progress_directory` makes the launcher's local directory for those files (none when no progress is shown),
+and removes the ones launchers killed without cleanup (SIGKILL, a lost machine) left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
+import re
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from typing import Optional
+from typing import Iterator, Optional
 
 from easydata.io.filesystems import get_fs, join
 
-__all__ = ["ProgressSink", "ProgressMonitor", "read_progress", "report_stage", "say"]
+__all__ = ["ProgressSink", "ProgressMonitor", "progress_directory", "read_progress", "report_stage", "say"]
+
+#: A progress directory's name: this prefix, the launching process's id, a dash and `tempfile`'s random part.
+PROGRESS_DIR_PREFIX = "easydata-progress-"
+_PROGRESS_DIR_NAME = re.compile(re.escape(PROGRESS_DIR_PREFIX) + r"(\d+)-[^/]+$")
+#: A progress directory of a process that no longer runs is removed once untouched for this long (a live
+#: run's workers rewrite their files in it every second; the age also spares another PID namespace's runs).
+STALE_PROGRESS_DIR_SECONDS = 3600.0
 
 #: Reading and tokenizing count `input_bytes`, `documents` and `tokens`; the stages after them count the groups
 #: they packed or sorted, the shards they wrote and whether the commit started (`report_stage`).
 _COUNTERS = ("input_bytes", "documents", "tokens", "groups", "shards", "committing")
+
+
+@contextlib.contextmanager
+def progress_directory(enabled: bool) -> Iterator[Optional[str]]:
+    """A fresh local directory where a run's workers report progress, removed when the run ends; None when
+    `enabled` is False (no progress shown: workers then write no progress files, so nothing is made).
+
+    Its name carries this process's id, so that one left by a launcher killed without cleanup is recognised:
+    entering also removes this user's progress directories whose process is gone and which were untouched for
+    `STALE_PROGRESS_DIR_SECONDS` (`remove_stale_progress_dirs`).
+    """
+    if not enabled:
+        yield None
+        return
+    remove_stale_progress_dirs(tempfile.gettempdir())
+    with tempfile.TemporaryDirectory(prefix=f"{PROGRESS_DIR_PREFIX}{os.getpid()}-") as path:
+        yield path
+
+
+def remove_stale_progress_dirs(parent: str, now: Optional[float] = None) -> list[str]:
+    """Removes the progress directories under `parent` that launchers killed without cleanup left: owned by
+    this user, named with the id of a process that no longer exists, untouched for
+    `STALE_PROGRESS_DIR_SECONDS`. Returns their paths. Best effort, and POSIX only (elsewhere asking whether a
+    process exists is not a harmless signal)."""
+    if os.name != "posix":
+        return []
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return []
+    for entry in entries:
+        match = _PROGRESS_DIR_NAME.match(entry.name)
+        if match is None:
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if (not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid()
+                    or now - info.st_mtime < STALE_PROGRESS_DIR_SECONDS or _process_exists(int(match.group(1)))):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's process; or not a pid at all: leave it
+        return True
+    return True
 
 
 class ProgressSink:
@@ -123,7 +193,7 @@ class ProgressMonitor:
     (with the time it takes), or a line every `log_every` seconds; `reading(total_bytes)` then starts the bar.
 
     Args:
-      progress_dir: where workers report.
+      progress_dir: where workers report (None only when not `enabled`).
       total_bytes: input bytes of the whole job (the bar's 100%); None: still planning.
       log_every: seconds between plain log lines when stderr is not a terminal.
       after_input: what the job does once every input is read (the bar's and the lines' stage then, so a
@@ -132,7 +202,8 @@ class ProgressMonitor:
       group_stage: what the steps after the shuffle do to each group (`packing` or `sorting`).
     """
 
-    def __init__(self, progress_dir: str, total_bytes: Optional[int], log_every: float = 10.0, enabled: bool = True,
+    def __init__(self, progress_dir: Optional[str], total_bytes: Optional[int], log_every: float = 10.0,
+                 enabled: bool = True,
                  after_input: str = "shuffling and writing shards", group_stage: str = "sorting"):
         self._after_input, self._group_stage = after_input, group_stage
         self._dir = progress_dir
