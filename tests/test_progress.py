@@ -131,6 +131,7 @@ def test_disabled_monitor_starts_no_thread(tmp_path: Path, capsys: pytest.Captur
         time.sleep(0.6)
     assert capsys.readouterr().err == ""
 
+
 def _dead_pid() -> int:
     import subprocess
     import sys
@@ -159,13 +160,19 @@ def test_stale_progress_directories_of_killed_launchers_are_removed(tmp_path: Pa
         (path / "1-abcd.json").write_text("{}")
     for name, path in made.items():
         if not name.endswith("-recent"):
+            os.utime(path / "1-abcd.json", (old, old))
             os.utime(path, (old, old))
+    stale_dir_fresh_file = tmp_path / f"easydata-progress-{dead}-writing"  # a worker still rewrites its file
+    stale_dir_fresh_file.mkdir()
+    (stale_dir_fresh_file / "1-abcd.json").write_text("{}")
+    os.utime(stale_dir_fresh_file, (old, old))
     (tmp_path / f"easydata-progress-{dead}-file").write_text("not a directory")
     os.utime(tmp_path / f"easydata-progress-{dead}-file", (old, old))
 
     assert remove_stale_progress_dirs(str(tmp_path)) == [str(made[f"easydata-progress-{dead}-abc123"])]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [name for name in made if name != f"easydata-progress-{dead}-abc123"] + [f"easydata-progress-{dead}-file"])
+        [name for name in made if name != f"easydata-progress-{dead}-abc123"]
+        + [f"easydata-progress-{dead}-file", stale_dir_fresh_file.name])
 
 
 def test_a_run_without_progress_makes_no_progress_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,6 +195,10 @@ def test_a_run_without_progress_makes_no_progress_directory(tmp_path: Path, monk
         assert Path(path).name.startswith(f"easydata-progress-{os.getpid()}-")
         assert list(tmp_path.iterdir()) == [Path(path)]  # the stale one went
     assert list(tmp_path.iterdir()) == []
+    with progress_directory(True) as path:  # removed under a run (another namespace's sweep): no error at its end
+        import shutil
+
+        shutil.rmtree(path)
 
 
 

@@ -27,13 +27,14 @@ from typing import Iterator, Optional
 
 from easydata.io.filesystems import get_fs, join
 
-__all__ = ["ProgressSink", "ProgressMonitor", "progress_directory", "read_progress", "report_stage", "say"]
+__all__ = ["ProgressSink", "ProgressMonitor", "progress_directory", "remove_stale_progress_dirs", "read_progress",
+           "report_stage", "say"]
 
 #: A progress directory's name: this prefix, the launching process's id, a dash and `tempfile`'s random part.
 PROGRESS_DIR_PREFIX = "easydata-progress-"
 _PROGRESS_DIR_NAME = re.compile(re.escape(PROGRESS_DIR_PREFIX) + r"(\d+)-[^/]+$")
-#: A progress directory of a process that no longer runs is removed once untouched for this long (a live
-#: run's workers rewrite their files in it every second; the age also spares another PID namespace's runs).
+#: A progress directory of a process that no longer runs is removed once nothing in it changed for this long (a
+#: live run's workers rewrite their files every second: the age spares the runs of another PID namespace).
 STALE_PROGRESS_DIR_SECONDS = 3600.0
 
 #: Reading and tokenizing count `input_bytes`, `documents` and `tokens`; the stages after them count the groups
@@ -54,18 +55,17 @@ def progress_directory(enabled: bool) -> Iterator[Optional[str]]:
         yield None
         return
     remove_stale_progress_dirs(tempfile.gettempdir())
-    with tempfile.TemporaryDirectory(prefix=f"{PROGRESS_DIR_PREFIX}{os.getpid()}-") as path:
+    with tempfile.TemporaryDirectory(prefix=f"{PROGRESS_DIR_PREFIX}{os.getpid()}-", ignore_cleanup_errors=True) as path:
         yield path
 
 
-def remove_stale_progress_dirs(parent: str, now: Optional[float] = None) -> list[str]:
+def remove_stale_progress_dirs(parent: str) -> list[str]:
     """Removes the progress directories under `parent` that launchers killed without cleanup left: owned by
-    this user, named with the id of a process that no longer exists, untouched for
-    `STALE_PROGRESS_DIR_SECONDS`. Returns their paths. Best effort, and POSIX only (elsewhere asking whether a
-    process exists is not a harmless signal)."""
+    this user, named with the id of a process that no longer exists, and neither they nor a file in them
+    changed for `STALE_PROGRESS_DIR_SECONDS`. Returns their paths. Best effort, and POSIX only (elsewhere
+    asking whether a process exists is not a harmless signal)."""
     if os.name != "posix":
         return []
-    now = time.time() if now is None else now
     removed = []
     try:
         entries = list(os.scandir(parent))
@@ -73,18 +73,23 @@ def remove_stale_progress_dirs(parent: str, now: Optional[float] = None) -> list
         return []
     for entry in entries:
         match = _PROGRESS_DIR_NAME.match(entry.name)
-        if match is None:
-            continue
         try:
-            info = entry.stat(follow_symlinks=False)
-            if (not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid()
-                    or now - info.st_mtime < STALE_PROGRESS_DIR_SECONDS or _process_exists(int(match.group(1)))):
+            if (match is None or not entry.is_dir(follow_symlinks=False)
+                    or entry.stat(follow_symlinks=False).st_uid != os.getuid()
+                    or time.time() - _last_change(entry.path) < STALE_PROGRESS_DIR_SECONDS
+                    or _process_exists(int(match.group(1)))):
                 continue
         except OSError:
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)
     return removed
+
+
+def _last_change(directory: str) -> float:
+    """When `directory` or a file in it last changed (workers rewrite their files in place every second)."""
+    with os.scandir(directory) as files:
+        return max([os.stat(directory).st_mtime, *(f.stat(follow_symlinks=False).st_mtime for f in files)])
 
 
 def _process_exists(pid: int) -> bool:
