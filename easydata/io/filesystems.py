@@ -20,7 +20,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["special_file", "refuse_special", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "join", "get_fs",
+__all__ = ["special_file", "refuse_special", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
            "file_size", "file_facts", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -206,6 +206,55 @@ def strip_compression(path: str) -> str:
         if path.lower().endswith(suffix):
             return path[: -len(suffix)]
     return path
+
+
+#: Compressed bytes decompressed to estimate a compressed file's decompressed size (`decompressed_size`).
+SIZE_SAMPLE_BYTES = 4 * 2**20
+
+
+def decompressed_size(path: str, size: int) -> int:
+    """`size` bytes of the file at `path` once decompressed, estimated: `size` itself for a file that is not
+    compressed, else `size` times the ratio of the file's whole decompressed size to its own (`size` may be a
+    share of the file: a part of it read by one worker). The whole decompressed size is what the file says
+    where it says it and that agrees with its start within a factor of 2 (gzip's trailer: the size modulo 4 GiB
+    of its last member; zstd's frame header, when the writer recorded it), else its first `SIZE_SAMPLE_BYTES`
+    decompressed (exact for a smaller file). A start that does not decompress gives `size`: reading the file
+    reports it."""
+    codec = compression_of(path)
+    if codec is None:
+        return size
+    try:
+        import bz2
+        import lzma
+        import zlib
+
+        with open_file(path, "rb", decompress=False) as f:
+            raw = f.read(SIZE_SAMPLE_BYTES)
+            file_size = f.seek(0, os.SEEK_END)
+            trailer = b""
+            if codec == "gzip" and file_size >= 4:
+                f.seek(file_size - 4)
+                trailer = f.read(4)
+        if codec == "zstd":
+            import zstandard
+
+            decoder: Any = zstandard.ZstdDecompressor().decompressobj()
+            declared = zstandard.frame_content_size(raw)
+        else:
+            decoder = {"gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), "bz2": bz2.BZ2Decompressor,
+                       "xz": lzma.LZMADecompressor}[codec]()
+            declared = int.from_bytes(trailer, "little") if len(trailer) == 4 else -1
+        out = len(decoder.decompress(raw))
+        if len(raw) >= file_size:  # decompressed whole
+            return int(size * out / max(file_size, 1))
+        estimate = file_size * out / max(len(raw), 1)
+        if codec == "gzip" and declared >= 0:  # the trailer's size plus the multiple of 4 GiB nearest the estimate
+            declared += round((estimate - declared) / 2**32) * 2**32
+        if declared > 0 and estimate / 2 <= declared <= estimate * 2:  # else the trailer of a last member of
+            estimate = declared  # many, or a first frame's own size: not the file's
+        return int(size * estimate / file_size)
+    except Exception:  # noqa: BLE001 - a corrupt start: reading the file reports it
+        return size
 
 
 def special_file(path: str) -> str | None:

@@ -17,10 +17,13 @@ def spread(split: Any, n: int) -> list[Any]:
     """Up to `n` places spread over `split` to sample from (a file's first records need not be like the
     rest: sorted by length, by source, by date): byte ranges of an uncompressed line file, row groups of
     a Parquet file, record batches of an Arrow file; the split itself where it can only be read from
-    its start (compressed files, CSV, JSON arrays)."""
+    its start (compressed files, CSV, JSON arrays); nothing for a part of a compressed file past its start,
+    reached only by decompressing everything before it (planning would decompress most of a large file)."""
     from easydata.io.filesystems import compression_of
 
-    if n <= 1 or compression_of(split.path) is not None:
+    if compression_of(split.path) is not None:
+        return [split] if split.start == 0 else []
+    if n <= 1:
         return [split]
     if split.type in ("jsonl", "txt") and split.size > 0:
         end = split.start + split.size
@@ -86,7 +89,7 @@ def sample_batches(dataset: Any, splits: list[Any], *, documents: int = 2000, pl
         return []
     chosen = splits[::max(1, len(splits) // places)][:places]
     points = [part for split in chosen for part in spread(split, max(1, places // len(chosen)))]
-    per_point = max(1, documents // len(points))
+    per_point = max(1, documents // max(1, len(points)))
     return [batch for point in points
             for batch in read_split(point, dataset, batch_size=per_point, limit=per_point, rejects=[],
                                     messages_field=messages_field)]

@@ -2,8 +2,9 @@
 
 `plan_splits` lists the files of a dataset and cuts them into `InputSplit`s of roughly
 `target_bytes` (`split_size` picks it from the input size): byte ranges for uncompressed line formats (JSONL, line-mode text), row-group ranges
-for Parquet, record-batch ranges for Arrow IPC files; compressed files, CSV, JSON arrays and Arrow
-streams are one split each. `work_units` groups the splits one reader reads (whole small files
+for Parquet, record-batch ranges for Arrow IPC files, and a few ranges of the decompressed bytes for a large
+compressed line file (`input_formats.lines.compressed_ranges`); other compressed files, CSV, JSON arrays and
+Arrow streams are one split each. `work_units` groups the splits one reader reads (whole small files
 together), and `read_splits` turns them into `DocumentBatch`es of at most `batch_size` documents.
 
 Every document gets a stable key `"<name>@<position>"`: the file's path relative to the directory
@@ -28,7 +29,7 @@ from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, Docume
                                    Reject, collect_records, parse_json_record, unusable_value)
 from easydata.io.filesystems import compression_of, file_facts, file_version, get_fs, list_data_files, local_path, \
     strip_compression
-from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges
+from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges, compressed_parts, compressed_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "read_splits", "infer_type", "total_input_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
@@ -69,7 +70,8 @@ class SplitPlan(NamedTuple):
     split_bytes: int
 
 def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None,
-                exclude_dirs: tuple[str, ...] = (), splits_wanted: int = DEFAULT_SPLITS) -> list[InputSplit]:
+                exclude_dirs: tuple[str, ...] = (), splits_wanted: int = DEFAULT_SPLITS,
+                readers: int = 1) -> list[InputSplit]:
     """Lists a dataset's files and cuts them into splits of about `target_bytes` (default: the
     dataset's total size over `splits_wanted`, see `split_size`); `plan_input` also says which size
     that was.
@@ -80,12 +82,13 @@ def plan_splits(dataset: DatasetConfig, target_bytes: Optional[int] = None,
     Raises:
       InputError: for missing files, globs matching nothing, or unknown types.
     """
-    return plan_input(dataset, target_bytes, exclude_dirs, splits_wanted).splits
+    return plan_input(dataset, target_bytes, exclude_dirs, splits_wanted, readers).splits
 
 def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
-               exclude_dirs: tuple[str, ...] = (), splits_wanted: int = DEFAULT_SPLITS) -> SplitPlan:
+               exclude_dirs: tuple[str, ...] = (), splits_wanted: int = DEFAULT_SPLITS, readers: int = 1) -> SplitPlan:
     """`plan_splits`, with the split size used; files inside `exclude_dirs` (the run's output) are
-    never inputs."""
+    never inputs. `readers`: how many workers read at once; a large compressed line file is cut into
+    parts for them (`input_formats.lines.compressed_parts`; 1: never), which a resumed run must plan alike."""
     if dataset.type == "huggingface":  # a Hub dataset id: its split's files, from the HF cache
         from easydata.io.hub import resolve_hub_dataset
 
@@ -102,15 +105,22 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
     facts = {path: listed.get(path) or file_facts(path) for path in files}
     sizes = {path: size for path, (size, _) in facts.items()}
     versions = {path: version for path, (_, version) in facts.items()}
+    dataset_bytes = sum(sizes.values())
     if target_bytes is None:
-        target_bytes = split_size(sum(sizes.values()), splits_wanted=splits_wanted)
+        target_bytes = split_size(dataset_bytes, splits_wanted=splits_wanted)
     splits: list[InputSplit] = []
     for path in files:
         kind = dataset.type if dataset.type not in (None, "huggingface") else infer_type(path)
         size = sizes[path]
-        whole = (compression_of(path) is not None or kind in ("csv", "json")
+        compressed = compression_of(path) is not None
+        whole = (compressed or kind in ("csv", "json")
                  or (kind == "txt" and dataset.sample_by != "line") or dataset.num_rows is not None)
-        if whole or size <= target_bytes:
+        by_line = kind == "jsonl" or (kind == "txt" and dataset.sample_by == "line")
+        parts = compressed_parts(size, dataset_bytes, target_bytes, readers) \
+            if compressed and by_line and dataset.num_rows is None else 1
+        if parts > 1:
+            ranges = compressed_ranges(path, size, parts)
+        elif whole or size <= target_bytes:
             ranges = [(0, None, size)]
         elif kind in ("jsonl", "txt"):
             ranges = byte_ranges(size, target_bytes)

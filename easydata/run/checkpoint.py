@@ -54,15 +54,17 @@ def run_signature(fingerprint: str, splits: dict[str, list[Any]]) -> str:
 
 
 def write_run_info(staging: str, signature: str, run_id: str, split_bytes: Optional[dict[str, int]] = None, *,
-                   fingerprint: Optional[str] = None, inputs: Optional[dict[str, str]] = None,
-                   id_sources: Optional[dict[str, str]] = None) -> None:
-    """Records the run's signature, per dataset the split size its splits were planned with, the
-    config fingerprint and what each input file was (`easydata.io.filesystems.file_version`), so a
+                   readers: Optional[dict[str, int]] = None, fingerprint: Optional[str] = None,
+                   inputs: Optional[dict[str, str]] = None, id_sources: Optional[dict[str, str]] = None) -> None:
+    """Records the run's signature, per dataset the split size and the readers its splits were planned
+    with (`easydata.io.sources.plan_input`), the config fingerprint and what each input file was (`easydata.io.filesystems.file_version`), so a
     resume can refuse inputs edited since, and per dataset what its ids come from (`id_sources`: the
     tokenizer's content hash and the engine), so a resume can refuse a tokenizer replaced since."""
     info: dict[str, Any] = {"signature": signature, "run_id": run_id}
     if split_bytes is not None:
         info["split_bytes"] = split_bytes
+    if readers is not None:
+        info["readers"] = readers
     if fingerprint is not None:
         info["fingerprint"] = fingerprint
     if inputs is not None:

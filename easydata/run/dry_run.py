@@ -30,7 +30,6 @@ PIPELINE_SHARE_OF_TOKENIZER = 0.85
 STARTUP_SECONDS = 3.5
 _SAMPLE_SPLITS = 8
 _SAMPLE_RECORDS = 2000  # per dataset, over the sampled splits
-_COMPRESSED_PREFIX = 4 * 2**20  # compressed bytes decompressed to estimate a file's decompressed size
 #: Bytes of a stored row per token: int32 ids and mask (unpacked), ids, segments, positions (packed).
 _ROW_BYTES_PER_TOKEN = {False: 8, True: 12}
 
@@ -170,37 +169,10 @@ def _sample_split(config: PipelineConfig, ds: Any, split: Any, stages: Any, limi
         sample.covered += records
 
 
-def _decompressed_bytes(path: str, size: int) -> int:
-    """A file's decompressed size: its own size, or for a compressed file its size times the ratio its
-    first `_COMPRESSED_PREFIX` bytes decompress at."""
-    from easydata.io.filesystems import compression_of, open_file
-
-    codec = compression_of(path)
-    if codec is None:
-        return size
-    try:
-        import bz2
-        import lzma
-        import zlib
-
-        if codec == "zstd":
-            import zstandard
-
-            decoder: Any = zstandard.ZstdDecompressor().decompressobj()
-        else:
-            decoder = {"gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), "bz2": bz2.BZ2Decompressor,
-                       "xz": lzma.LZMADecompressor}[codec]()
-        with open_file(path, "rb", decompress=False) as f:
-            raw = f.read(_COMPRESSED_PREFIX)
-        out = len(decoder.decompress(raw))
-        return int(size * out / max(len(raw), 1))
-    except Exception:  # noqa: BLE001 - a corrupt start: the run itself reports it
-        return size
-
-
 def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, template: Optional[str]
               ) -> tuple[Optional[int], int, Optional[float]]:
     """`(estimated tokens, records sampled, tokens per CPU-second)` of one dataset."""
+    from easydata.io.filesystems import decompressed_size
     from easydata.io.sampling import split_rows, spread
     from easydata.text.stages import DocumentStages
 
@@ -233,9 +205,8 @@ def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, t
             sample = by_rows if counted else by_bytes
         if counted and sample.covered:
             total += rows[id(split)] * sample.tokens / sample.covered
-        elif not counted and sample.covered:  # a whole (maybe compressed) file, or a byte range of an uncompressed one
-            whole = split.start == 0 and split.end is None
-            total += (_decompressed_bytes(split.path, split.size) if whole else split.size) \
+        elif not counted and sample.covered:  # bytes of text: a file, a byte range, a part of a compressed file
+            total += decompressed_size(split.path, split.size) \
                 * sample.tokens / sample.covered
         else:  # no sample of this kind: as many tokens per input byte as the sampled files gave
             total += split.size * tokens / max(sum(s.size for s in chosen), 1)

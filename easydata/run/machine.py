@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-__all__ = ["usable_cores", "physical_memory_bytes", "splits_per_dataset"]
+__all__ = ["usable_cores", "physical_memory_bytes", "splits_per_dataset", "parallel_readers"]
 
 
 def usable_cores() -> int:
@@ -34,3 +34,9 @@ def splits_per_dataset() -> int:
     more than 4 (a local run has one worker process per core, and 4 splits each even out their
     shares). Passed to `easydata.io.sources.plan_input` by the run's planning."""
     return max(16, 4 * usable_cores())
+
+
+def parallel_readers() -> int:
+    """Workers that read a run's inputs at once on this machine: one per usable core (a local run's worker
+    processes). A large compressed line file is read in as many parts (`easydata.io.sources.plan_input`)."""
+    return usable_cores()

@@ -30,7 +30,7 @@ from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.output import check_output, new_run_id, prepare_output, staging_dir
 from easydata.ops.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
 from easydata.io.sources import InputSplit, plan_input, plan_splits, total_input_bytes, work_units
-from easydata.run.machine import splits_per_dataset
+from easydata.run.machine import parallel_readers, splits_per_dataset
 from easydata.text.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
 __all__ = ["DatasetPlan", "RunPlan", "plan_datasets", "plan_run", "open_output", "prepare_run"]
@@ -56,6 +56,7 @@ class DatasetPlan:
     chat_template: Optional[str] = None
     resumed_units: tuple[UnitCheckpoint, ...] = ()  # work units a resumed run loads instead of reading
     split_bytes: int = 0  # the size the splits were cut to (`easydata.io.sources.split_size`)
+    readers: int = 1  # the parallel readers its large compressed files were cut into parts for (`plan_input`)
     engine: str = "hf"  # what encodes its plain documents (`easydata.text.engines.choose_engine`)
     engine_choice: Optional[dict[str, Any]] = None  # why, for the manifest
 
@@ -193,7 +194,7 @@ def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[
     if config.allow_empty_datasets or not splits or ds.type == "txt" or RecordFormatter.for_dataset(ds) is not None:
         return
     places = [p for split in splits[::max(1, len(splits) // 4)][:4] for p in spread(split, 4)]
-    per_place = max(1, CONTENT_FIELD_SAMPLE // len(places))
+    per_place = max(1, CONTENT_FIELD_SAMPLE // max(1, len(places)))
     rejects: list[Any] = []
     documents = sum(len(batch) for place in places
                     for batch in read_split(place, ds, batch_size=per_place, limit=per_place, rejects=rejects,
@@ -296,15 +297,16 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
             handle = load_tokenizer(tok)
             check_tokenizer(config, handle)
             handles[tok] = handle
+        readers = parallel_readers()
         splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
-                                                 splits_wanted=splits_per_dataset())
+                                                 splits_wanted=splits_per_dataset(), readers=readers)
         input_bytes = total_input_bytes(splits)
         info = handles[tok].info
         template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
         check_content_field(config, ds, splits)
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes, pad_id=pad_id, chat_template=template,
-                                    split_bytes=planned_split_bytes,
+                                    split_bytes=planned_split_bytes, readers=readers,
                                     num_groups=choose_num_groups(int(input_bytes * _ROW_BYTES_PER_INPUT_BYTE),
                                                                  group_bytes)))
     if config.static_mix is not None:
@@ -377,6 +379,7 @@ def open_output(config: PipelineConfig, plan: RunPlan) -> None:
         discard_group_files(plan.staging)
     else:
         write_run_info(plan.staging, plan.signature, plan.run_id, {d.name: d.split_bytes for d in plan.datasets},
+                       readers={d.name: d.readers for d in plan.datasets},
                        fingerprint=config.fingerprint(), inputs=plan.input_versions,
                        id_sources=_id_sources(plan.datasets))
     by_name = {ds.name: ds for ds in config.datasets}
@@ -504,10 +507,10 @@ def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signatur
                    ) -> tuple[Optional[str], list[DatasetPlan]]:
     """The newest unfinished run of this job in the output directory, and the dataset plans to run.
 
-    A run planned here with other split sizes than it was (the default size follows the machine's
-    cores: resumed on another machine, or with another `split_bytes`) is re-planned with the
-    interrupted run's recorded sizes, and resumed when that gives its signature (same config, same
-    input files); its work units are then the interrupted run's.
+    A run planned here with other split sizes or readers than it was (the default size and the readers a
+    large compressed file is cut into parts for follow the machine's cores: resumed on another machine, or
+    with another `split_bytes`) is re-planned with the interrupted run's recorded ones, and resumed when that
+    gives its signature (same config, same input files); its work units are then the interrupted run's.
     """
     by_name = {ds.name: ds for ds in config.datasets}
     current: Optional[dict[str, str]] = None
@@ -530,13 +533,17 @@ def _resumable_run(config: PipelineConfig, datasets: list[DatasetPlan], signatur
         if info["signature"] == signature:
             return info["run_id"], datasets
         recorded = info.get("split_bytes")
-        if not isinstance(recorded, dict) or set(recorded) != {d.name for d in datasets} or \
-                all(recorded[d.name] == d.split_bytes for d in datasets):
+        if not isinstance(recorded, dict) or set(recorded) != {d.name for d in datasets}:
             continue
-        replanned = [d if recorded[d.name] == d.split_bytes else
-                     dataclasses.replace(d, splits=plan_splits(by_name[d.name], target_bytes=int(recorded[d.name]),
-                                                                   exclude_dirs=(config.save.output_dir,)),
-                                         split_bytes=int(recorded[d.name]))
+        readers = info.get("readers") if isinstance(info.get("readers"), dict) else {}  # none recorded: no parts
+        wanted = {d.name: (int(recorded[d.name]), int(readers.get(d.name, 1))) for d in datasets}
+        if all(wanted[d.name] == (d.split_bytes, d.readers) for d in datasets):
+            continue
+        replanned = [d if wanted[d.name] == (d.split_bytes, d.readers) else
+                     dataclasses.replace(d, splits=plan_splits(by_name[d.name], target_bytes=wanted[d.name][0],
+                                                                   exclude_dirs=(config.save.output_dir,),
+                                                                   readers=wanted[d.name][1]),
+                                         split_bytes=wanted[d.name][0], readers=wanted[d.name][1])
                      for d in datasets]
         if _signature(config, replanned) == info["signature"]:
             return info["run_id"], replanned

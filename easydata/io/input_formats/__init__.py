@@ -11,10 +11,10 @@ from typing import Any, Callable
 from easydata.io.input_formats.arrow_files import read_arrow, record_batch_ranges
 from easydata.io.input_formats.csv_files import read_csv
 from easydata.io.input_formats.json_array import read_json
-from easydata.io.input_formats.lines import byte_ranges, read_lines
+from easydata.io.input_formats.lines import byte_ranges, compressed_parts, compressed_ranges, read_lines
 from easydata.io.input_formats.parquet_files import read_parquet, row_group_ranges
 
-__all__ = ["READERS", "SPLITTERS", "byte_ranges"]
+__all__ = ["READERS", "SPLITTERS", "byte_ranges", "compressed_parts", "compressed_ranges"]
 
 #: input type -> `reader(split, dataset, collector)`, a generator of bytes consumed.
 READERS: dict[str, Callable[..., Any]] = {"jsonl": read_lines, "txt": read_lines, "json": read_json, "csv": read_csv,

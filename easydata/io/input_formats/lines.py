@@ -2,7 +2,10 @@
 (one huge line is never held whole); text read as whole documents or paragraphs (`sample_by`).
 
 Uncompressed files split into equal byte ranges (`byte_ranges`); a split that starts inside a line
-leaves that line to the split before it.
+leaves that line to the split before it. A large compressed file is read in a few parts
+(`compressed_ranges`): ranges of its decompressed bytes, each decompressing the file from its start and
+passing over what lies before its range (a gzip or bz2 stream cannot be entered in the middle), so that
+several workers tokenize it; a line's position is the same whichever part reads it.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ import io
 from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
-from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record
-from easydata.io.filesystems import compression_of, open_file
+from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record, \
+    raise_unless_corrupt
+from easydata.io.filesystems import compression_of, decompressed_size, open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
-__all__ = ["read_lines", "read_text_whole", "read_at_most", "byte_ranges", "line_cap", "line_buffer", "BLOCK_LINES",
-           "BLOCK_BYTES", "LINE_BUFFER_BYTES"]
+__all__ = ["read_lines", "read_text_whole", "read_at_most", "byte_ranges", "compressed_parts", "compressed_ranges",
+           "line_cap", "line_buffer", "BLOCK_LINES", "BLOCK_BYTES", "LINE_BUFFER_BYTES", "MAX_COMPRESSED_PARTS"]
 
 #: Plain-text JSON lines judged together (`_judge_block`), and the bytes past which a block is judged early.
 BLOCK_LINES = 256
@@ -30,6 +34,36 @@ def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, Optional[int], 
     count = -(-size // target_bytes)
     bounds = [size * i // count for i in range(count + 1)]
     return [(start, end, end - start) for start, end in zip(bounds, bounds[1:])]
+
+#: Parts a compressed line file is read in at most (`compressed_parts`): each decompresses the file up to its
+#: range, so k parts decompress it (k + 1) / 2 times in all (gzip: ~1.35 CPU s per 400 MB of JSONL here).
+MAX_COMPRESSED_PARTS = 8
+
+
+def compressed_parts(size: int, dataset_bytes: int, target_bytes: int, readers: int) -> int:
+    """How many parts a compressed line file of `size` bytes is read in, in a dataset of `dataset_bytes`
+    (`plan_input`'s file sizes, compressed as they are) cut into splits of `target_bytes`, for a run of
+    `readers` parallel readers: 1 for a file of at most `target_bytes`; else its share of `readers` (one
+    large file: a part per reader, two: half as many each, as many as readers: 1), at most
+    `MAX_COMPRESSED_PARTS` and one per `target_bytes`. More parts than readers only cost: each decompresses
+    what comes before it (measured: 2 parts on 2 cores ran a 400 MB `.gz` run 12 % faster, 4 parts slower than 2)."""
+    if size <= target_bytes or readers <= 1:
+        return 1
+    return max(1, min(MAX_COMPRESSED_PARTS, readers, size // target_bytes, readers * size // max(dataset_bytes, 1)))
+
+
+def compressed_ranges(path: str, size: int, parts: int) -> list[tuple[int, Optional[int], int]]:
+    """`parts` ranges `(start, end, share)` of the decompressed bytes of the compressed file at `path` (`size`
+    bytes): bounds at equal fractions of its estimated decompressed size (`decompressed_size`), the last one
+    open-ended, so an estimate that is off moves work between parts and never loses a line; `share` is the
+    part's share of `size` (the compressed bytes, as the plan counts input bytes). Fewer ranges when the file
+    decompresses to fewer bytes than `parts`."""
+    total = decompressed_size(path, size)
+    bounds = sorted({total * i // parts for i in range(parts)})
+    shares = [size * i // len(bounds) for i in range(len(bounds) + 1)]
+    ends: list[Optional[int]] = [*bounds[1:], None]
+    return [(start, end, shares[i + 1] - shares[i]) for i, (start, end) in enumerate(zip(bounds, ends))]
+
 
 def line_cap(max_bytes: Optional[int]) -> int:
     """Bytes of one input line read at most: a document's JSON line may escape each character to up
@@ -95,9 +129,17 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
     with open_file(split.path, buffer_size=buffer_size) as opened:
         f = _sized_lines(opened, buffer_size)
         position = split.start
-        if split.start > 0:
+        if split.start > 0 and compression_of(split.path) is None:
             f.seek(split.start - 1)
             position = split.start - 1 + _skip_line(f)  # the rest of a line that belongs to the previous split
+        elif split.start > 0:  # a part of a compressed file: what lies before it is decompressed and passed over
+            try:
+                position = _pass_over(f, split.start - 1)
+                if position == split.start - 1:
+                    position += _skip_line(f)
+            except Exception as e:  # damage before the part: the part holding it reports it
+                raise_unless_corrupt(e, split.path, f"before byte {split.start}")
+                return
         pending: list[tuple[int, bytes, int]] = []
         pending_bytes = 0
         lines = _bounded_lines(f, cap)
@@ -164,6 +206,18 @@ def _judge_block(pending: list[tuple[int, bytes, int]], content_field: str, out:
         else:
             _judge_line(line_pos, raw, skipped, True, out)
         yield len(raw) + skipped
+
+def _pass_over(f: Any, count: int) -> int:
+    """Reads and drops `count` bytes of `f` (a decompressing stream, which cannot seek), in 1 MiB pieces;
+    returns the bytes passed over (fewer at the stream's end)."""
+    passed = 0
+    while passed < count:
+        piece = f.read(min(1 << 20, count - passed))
+        if not piece:
+            break
+        passed += len(piece)
+    return passed
+
 
 def _skip_line(f: Any) -> int:
     """Reads past the end of the current line in bounded pieces (a split may start inside a 1 GB line);
