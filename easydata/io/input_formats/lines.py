@@ -36,7 +36,7 @@ def byte_ranges(size: int, target_bytes: int) -> list[tuple[int, Optional[int], 
     return [(start, end, end - start) for start, end in zip(bounds, bounds[1:])]
 
 #: Parts a compressed line file is read in at most (`compressed_parts`): each decompresses the file up to its
-#: range, so k parts decompress it (k + 1) / 2 times in all (gzip: ~1.35 CPU s per 400 MB of JSONL here).
+#: range, so k parts decompress it (k + 1) / 2 times in all.
 MAX_COMPRESSED_PARTS = 8
 
 
@@ -46,7 +46,7 @@ def compressed_parts(size: int, dataset_bytes: int, target_bytes: int, readers: 
     `readers` parallel readers: 1 for a file of at most `target_bytes`; else its share of `readers` (one
     large file: a part per reader, two: half as many each, as many as readers: 1), at most
     `MAX_COMPRESSED_PARTS` and one per `target_bytes`. More parts than readers only cost: each decompresses
-    what comes before it (measured: 2 parts on 2 cores ran a 400 MB `.gz` run 12 % faster, 4 parts slower than 2)."""
+    what comes before it (docs/performance.md, "One large compressed file in parts")."""
     if size <= target_bytes or readers <= 1:
         return 1
     return max(1, min(MAX_COMPRESSED_PARTS, readers, size // target_bytes, readers * size // max(dataset_bytes, 1)))
