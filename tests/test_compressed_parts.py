@@ -158,9 +158,9 @@ def test_planning_samples_only_the_start_of_a_compressed_file(tmp_path):
     path = _write(tmp_path / "data.jsonl.gz", _lines(600, seed=5))
     ds = DatasetConfig(name="d", data_files=str(path), type="jsonl")
     parts = plan_input(ds, target_bytes=4096, readers=4).splits
-    assert spread(parts[0], 4) == [parts[0]] and all(spread(p, 4) == [] for p in parts[1:])
+    assert spread(parts[0], 4) == [dataclasses.replace(parts[0], end=None)] and all(spread(p, 4) == [] for p in parts[1:])
     whole = plan_input(ds, target_bytes=1 << 30).splits
-    assert sample_texts(ds, parts, documents=50) == sample_texts(ds, whole, documents=50)
+    assert sample_texts(ds, parts, documents=400) == sample_texts(ds, whole, documents=400)  # past the first part
 
 
 def test_resume_plans_the_interrupted_runs_parts(tmp_path, tokenizer_dir, monkeypatch):
@@ -214,3 +214,39 @@ def test_a_run_reads_a_large_compressed_file_in_parts_and_writes_the_same_shards
     for key in ("documents_in", "documents_written", "documents_rejected"):
         assert in_parts[1][key] == whole[1][key], key
     assert whole[1]["documents_rejected"] == 1 and whole[2] and in_parts[2] == whole[2]
+
+
+def test_the_dry_run_estimates_a_file_read_in_parts_as_the_file_whole(tmp_path, tokenizer_dir, monkeypatch):
+    """Its later parts are not sampled (reaching them decompresses the file): the first part gets their share."""
+    from easydata.run.dry_run import plan_report
+
+    path = _write(tmp_path / "data.jsonl.gz", _lines(600, seed=7))
+    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
+                                       "datasets": [{"name": "d", "data_files": str(path)}],
+                                       "save": {"output_dir": str(tmp_path / "out")}})
+    monkeypatch.setattr("easydata.io.sources.split_size", lambda *args, **kwargs: 4096)
+    reports = {}
+    for cores in (1, 4):
+        monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: cores)
+        reports[cores] = plan_report(config).datasets[0]
+    assert (reports[1].splits, reports[4].splits) == (1, 4)
+    assert reports[4].sampled_records == reports[1].sampled_records == 600
+    assert abs(reports[4].estimated_tokens - reports[1].estimated_tokens) <= 4
+
+
+def test_a_run_interrupted_before_parts_existed_resumes_with_the_file_whole(tmp_path, tokenizer_dir, monkeypatch):
+    """Its `run.json` records no readers: the file was one unit then, and is re-planned so."""
+    path = _write(tmp_path / "data.jsonl.gz", _lines(600, seed=9))
+    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
+                                       "datasets": [{"name": "d", "data_files": str(path)}],
+                                       "save": {"output_dir": str(tmp_path / "out")}})
+    monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: 1)
+    interrupted = prepare_run(config, split_bytes=4096)
+    assert len(interrupted.datasets[0].splits) == 1
+    run_json = next((tmp_path / "out").rglob("run.json"))
+    info = json.loads(run_json.read_text())
+    del info["readers"]
+    run_json.write_text(json.dumps(info))
+    monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: 2)
+    resumed = prepare_run(config, resume=True, split_bytes=4096)
+    assert resumed.resumed and resumed.run_id == interrupted.run_id and len(resumed.datasets[0].splits) == 1

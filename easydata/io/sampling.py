@@ -17,12 +17,13 @@ def spread(split: Any, n: int) -> list[Any]:
     """Up to `n` places spread over `split` to sample from (a file's first records need not be like the
     rest: sorted by length, by source, by date): byte ranges of an uncompressed line file, row groups of
     a Parquet file, record batches of an Arrow file; the split itself where it can only be read from
-    its start (compressed files, CSV, JSON arrays); nothing for a part of a compressed file past its start,
-    reached only by decompressing everything before it (planning would decompress most of a large file)."""
+    its start (compressed files, CSV, JSON arrays). A compressed file read in parts is sampled from its start
+    as a whole (its first part, to the file's end: the sample a file read whole gives), and not at its other
+    parts, reached only by decompressing everything before them (planning would decompress most of the file)."""
     from easydata.io.filesystems import compression_of
 
     if compression_of(split.path) is not None:
-        return [split] if split.start == 0 else []
+        return [split if split.end is None else dataclasses.replace(split, end=None)] if split.start == 0 else []
     if n <= 1:
         return [split]
     if split.type in ("jsonl", "txt") and split.size > 0:

@@ -181,14 +181,13 @@ def _estimate(config: PipelineConfig, ds: Any, splits: list[Any], handle: Any, t
     stages = DocumentStages.for_dataset(config, ds, handle, template)
     rows = {id(s): split_rows(s) for s in splits}
     chosen = splits[::max(1, len(splits) // _SAMPLE_SPLITS)][:_SAMPLE_SPLITS]
-    own: dict[int, _Sample] = {}  # each sampled split's own sample: its tokens per row or byte
-    for split in chosen:
-        counted = rows[id(split)] is not None
-        own[id(split)] = _Sample()
-        places = spread(split, max(1, _SAMPLE_SPLITS // len(chosen)))
-        for part in places:
-            _sample_split(config, ds, part, stages, max(16, _SAMPLE_RECORDS // len(chosen) // len(places)),
-                          own[id(split)], counted)
+    own: dict[int, _Sample] = {id(split): _Sample() for split in chosen}  # each one's tokens per row or byte
+    places = {id(split): spread(split, max(1, _SAMPLE_SPLITS // len(chosen))) for split in chosen}
+    sampled = [split for split in chosen if places[id(split)]]  # not a compressed file's later parts
+    for split in sampled:
+        for part in places[id(split)]:
+            _sample_split(config, ds, part, stages, max(16, _SAMPLE_RECORDS // len(sampled) // len(places[id(split)])),
+                          own[id(split)], rows[id(split)] is not None)
     by_rows, by_bytes = _Sample(), _Sample()  # pooled, for the splits not sampled
     for split in chosen:
         pool = by_rows if rows[id(split)] is not None else by_bytes
