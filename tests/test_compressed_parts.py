@@ -58,6 +58,12 @@ def _read(ds: DatasetConfig, splits) -> tuple[list, list]:
     return documents, rejected
 
 
+def _job(tmp_path: Path, tokenizer_dir: Path, path: Path) -> PipelineConfig:
+    return PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
+                                     "datasets": [{"name": "d", "data_files": str(path)}],
+                                     "save": {"output_dir": str(tmp_path / "out")}})
+
+
 @pytest.mark.parametrize("suffix", sorted(_WRITERS))
 def test_parts_read_what_the_whole_file_gives(tmp_path, suffix):
     path = _write(tmp_path / f"data.jsonl.{suffix}", _lines(600, seed=1))
@@ -166,9 +172,7 @@ def test_planning_samples_only_the_start_of_a_compressed_file(tmp_path):
 def test_resume_plans_the_interrupted_runs_parts(tmp_path, tokenizer_dir, monkeypatch):
     """The parts follow the machine's cores; a run resumed with other cores reads the interrupted run's."""
     path = _write(tmp_path / "data.jsonl.gz", _lines(600, seed=6))
-    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
-                                       "datasets": [{"name": "d", "data_files": str(path)}],
-                                       "save": {"output_dir": str(tmp_path / "out")}})
+    config = _job(tmp_path, tokenizer_dir, path)
     monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: 4)
     interrupted = prepare_run(config, split_bytes=4096)
     assert len(interrupted.datasets[0].splits) == 4 and interrupted.datasets[0].readers == 4
@@ -221,9 +225,7 @@ def test_the_dry_run_estimates_a_file_read_in_parts_as_the_file_whole(tmp_path, 
     from easydata.run.dry_run import plan_report
 
     path = _write(tmp_path / "data.jsonl.gz", _lines(600, seed=7))
-    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
-                                       "datasets": [{"name": "d", "data_files": str(path)}],
-                                       "save": {"output_dir": str(tmp_path / "out")}})
+    config = _job(tmp_path, tokenizer_dir, path)
     monkeypatch.setattr("easydata.io.sources.split_size", lambda *args, **kwargs: 4096)
     reports = {}
     for cores in (1, 4):
@@ -237,9 +239,7 @@ def test_the_dry_run_estimates_a_file_read_in_parts_as_the_file_whole(tmp_path, 
 def test_a_run_interrupted_before_parts_existed_resumes_with_the_file_whole(tmp_path, tokenizer_dir, monkeypatch):
     """Its `run.json` records no readers: the file was one unit then, and is re-planned so."""
     path = _write(tmp_path / "data.jsonl.gz", _lines(600, seed=9))
-    config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer_dir),
-                                       "datasets": [{"name": "d", "data_files": str(path)}],
-                                       "save": {"output_dir": str(tmp_path / "out")}})
+    config = _job(tmp_path, tokenizer_dir, path)
     monkeypatch.setattr("easydata.run.machine.usable_cores", lambda: 1)
     interrupted = prepare_run(config, split_bytes=4096)
     assert len(interrupted.datasets[0].splits) == 1
