@@ -44,6 +44,7 @@ class DatasetReport:
     estimated_tokens: Optional[int]
     sampled_records: int = 0  # records the estimate read (documents and rejects)
     tokens_per_cpu_second: Optional[float] = None  # the tokenizer's speed on the sample, per core
+    text_bytes: Optional[int] = None  # the bytes its readers will consume, compressed files decompressed (estimated)
 
 
 @dataclasses.dataclass
@@ -90,7 +91,9 @@ class DryRunReport:
         for d in self.datasets:
             tok = d.tokenizer
             shown = ", ".join(d.files[:3]) + (f", ... ({len(d.files)} files)" if len(d.files) > 3 else "")
-            lines.append(f"dataset '{d.name}': {len(d.files)} file(s), {d.input_bytes / 1e6:,.1f} MB, {d.splits}"
+            text = f" (about {d.text_bytes / 1e6:,.1f} MB decompressed)" \
+                if d.text_bytes is not None and d.text_bytes != d.input_bytes else ""
+            lines.append(f"dataset '{d.name}': {len(d.files)} file(s), {d.input_bytes / 1e6:,.1f} MB{text}, {d.splits}"
                          f" split(s) for the workers: {shown}")
             lines.append(f"  tokenizer {tok['name_or_path']} (vocab {tok['vocab_size']:,}, bos {tok['bos_token_id']},"
                          f" eos {tok['eos_token_id']}, pad {tok['pad_token_id']})")
@@ -223,6 +226,7 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     """
     from easydata.io.filesystems import get_fs, join
     from easydata.run.manifest import MANIFEST_NAME
+    from easydata.io.sources import total_input_bytes
     from easydata.run.run_plan import plan_datasets
 
     # The run's own checks and per-dataset plan, from the one place that owns them (easydata.run.run_plan).
@@ -232,8 +236,8 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
         handle = handles[plan.tokenizer]
         files = sorted({s.path for s in plan.splits})
         tokens, sampled, speed = _estimate(config, ds, plan.splits, handle, plan.chat_template)
-        reports.append(DatasetReport(ds.name, files, plan.input_bytes, len(plan.splits), handle.info.to_manifest(),
-                                     tokens, sampled, speed))
+        reports.append(DatasetReport(ds.name, files, total_input_bytes(plan.splits), len(plan.splits),
+                                     handle.info.to_manifest(), tokens, sampled, speed, text_bytes=plan.input_bytes))
     mix = config.static_mix
     mix_estimate = _mix_estimate(mix, reports) if mix is not None else None
     packed = config.pack.enabled

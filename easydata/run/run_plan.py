@@ -29,7 +29,7 @@ from easydata.ops.mixing import mix_budget, normalise_weights
 from easydata.ops.pack_stage import resolve_pad_id
 from easydata.run.output import check_output, new_run_id, prepare_output, staging_dir
 from easydata.ops.sharding import DEFAULT_GROUP_BYTES, choose_num_groups
-from easydata.io.sources import InputSplit, plan_input, plan_splits, total_input_bytes, work_units
+from easydata.io.sources import InputSplit, plan_input, plan_splits, text_bytes, work_units
 from easydata.run.machine import parallel_readers, splits_per_dataset
 from easydata.text.tokenizer import TokenizerHandle, TokenizerInfo, load_tokenizer
 
@@ -50,7 +50,7 @@ class DatasetPlan:
     splits: list[InputSplit]
     tokenizer: TokenizerConfig
     tokenizer_info: TokenizerInfo
-    input_bytes: int
+    input_bytes: int  # the bytes its readers will consume (`easydata.io.sources.text_bytes`: compressed files decompressed)
     num_groups: int
     pad_id: int
     chat_template: Optional[str] = None
@@ -300,7 +300,7 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         readers = parallel_readers()
         splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
                                                  splits_wanted=splits_per_dataset(), readers=readers)
-        input_bytes = total_input_bytes(splits)
+        input_bytes = text_bytes(splits)
         info = handles[tok].info
         template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
         check_content_field(config, ds, splits)
