@@ -280,3 +280,16 @@ def test_a_compressed_input_counts_its_text_for_groups_progress_and_the_dry_run(
     splits = plan_input(DatasetConfig(name="m", data_files=str(many / "*.zst"), type="jsonl")).splits
     assert sum(s.size for s in splits) == sum(sizes)
     assert abs(text_bytes(splits) - texts) < 0.03 * texts
+
+
+def test_text_read_by_line_is_cut_alike(tmp_path):
+    lines = [f"line {i} " + "word " * (i % 50) for i in range(800)]
+    path = _write(tmp_path / "data.txt.bz2", ("\n".join(lines) + "\n").encode())
+    ds = DatasetConfig(name="d", data_files=str(path), type="txt", sample_by="line")
+    parts = plan_input(ds, target_bytes=256, readers=3).splits
+    assert len(parts) == 3
+    documents, rejected = _read(ds, parts)
+    assert documents == _read(ds, plan_input(ds, target_bytes=1 << 30).splits)[0] and not rejected
+    assert [text for _, text in documents] == [line.strip() for line in lines]
+    whole_text = DatasetConfig(name="d", data_files=str(path), type="txt", sample_by="document")  # never cut
+    assert len(plan_input(whole_text, target_bytes=256, readers=3).splits) == 1
