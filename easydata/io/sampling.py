@@ -23,7 +23,7 @@ def spread(split: Any, n: int) -> list[Any]:
     from easydata.io.filesystems import compression_of
 
     if compression_of(split.path) is not None:
-        return [split if split.end is None else dataclasses.replace(split, end=None)] if split.start == 0 else []
+        return [dataclasses.replace(split, end=None)] if split.start == 0 else []
     if n <= 1:
         return [split]
     if split.type in ("jsonl", "txt") and split.size > 0:

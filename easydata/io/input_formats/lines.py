@@ -47,7 +47,7 @@ def compressed_parts(size: int, dataset_bytes: int, target_bytes: int, readers: 
     large file: a part per reader, two: half as many each, as many as readers: 1), at most
     `MAX_COMPRESSED_PARTS` and one per `target_bytes`. More parts than readers only cost: each decompresses
     what comes before it (docs/performance.md, "One large compressed file in parts")."""
-    if size <= target_bytes or readers <= 1:
+    if size <= target_bytes:
         return 1
     return max(1, min(MAX_COMPRESSED_PARTS, readers, size // target_bytes, readers * size // max(dataset_bytes, 1)))
 
