@@ -47,6 +47,17 @@ def make_texts(n: int, seed: int = 0, min_words: int = 1, max_words: int = 60) -
     return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(min_words, max_words))) for _ in range(n)]
 
 
+def corrupt_row_group(path: Path, group: int) -> None:
+    """Overwrites the pages of the first column of Parquet row group `group` with 0xff bytes."""
+    import pyarrow.parquet as pq
+
+    column = pq.ParquetFile(path).metadata.row_group(group).column(0)
+    data = bytearray(path.read_bytes())
+    start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+    data[start:start + column.total_compressed_size] = b"\xff" * column.total_compressed_size
+    path.write_bytes(bytes(data))
+
+
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.sources import plan_splits, read_split
+from tests.conftest import corrupt_row_group
 
 EXTENSIONS = ["jsonl", "json", "csv", "tsv", "txt", "parquet", "arrow", "jsonl.gz", "jsonl.zst", "txt.bz2",
               "jsonl.xz"]
@@ -111,12 +112,7 @@ def test_corrupted_and_truncated_files_never_crash(tmp_path_factory, ext, cut, f
 def test_a_corrupt_parquet_row_group_is_dead_lettered_with_its_rows(tmp_path: Path):
     path = tmp_path / "in.parquet"
     path.write_bytes(_valid_bytes("parquet"))  # 30 rows in row groups of 7
-    meta = pq.ParquetFile(path).metadata
-    column = meta.row_group(1).column(0)
-    data = bytearray(path.read_bytes())
-    start = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
-    data[start:start + column.total_compressed_size] = b"\xff" * column.total_compressed_size
-    path.write_bytes(bytes(data))
+    corrupt_row_group(path, 1)
     documents, rejects = _read_everything(path)
     assert documents == 23
     assert len(rejects) == 1 and rejects[0].records == 7 and rejects[0].position == 7

@@ -68,18 +68,21 @@ class _ReadSplitsFn(beam.DoFn):
         settings = self._settings
         unit = self._units[unit_id]
         rejects: list[Reject] = []
+        unbatched: list[int] = []
         documents = 0
         input_bytes = 0
         batches = 0
         for batch in read_splits(unit, settings.dataset, batch_size=settings.batch_size,
                                  max_document_bytes=settings.max_document_bytes, limit=settings.dataset.num_rows,
-                                 rejects=rejects, messages_field=settings.messages_field):
+                                 rejects=rejects, messages_field=settings.messages_field, unbatched=unbatched):
             documents += len(batch)
             input_bytes += batch.input_bytes
             self._progress.add(input_bytes=batch.input_bytes, documents=len(batch))  # with the bytes they came from
             batch.unit, batch.index = unit[0].index, batches
             batches += 1
             yield batch
+        input_bytes += sum(unbatched)  # read after the last document: rejected records, the end of a file
+        self._progress.add(input_bytes=sum(unbatched))
         return_free_memory()
         self._progress.flush()  # this unit's bytes and documents, counted now
         rel = None

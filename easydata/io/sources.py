@@ -29,7 +29,7 @@ from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, Docume
                                    Reject, collect_records, parse_json_record, unusable_value)
 from easydata.io.filesystems import compression_of, decompressed_size, file_facts, file_version, get_fs, \
     list_data_files, local_path, strip_compression
-from easydata.io.input_formats import READERS, SPLITTERS, byte_ranges, compressed_parts, compressed_ranges
+from easydata.io.input_formats import READERS, READ_SIZES, SPLITTERS, byte_ranges, compressed_parts, compressed_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "read_splits", "infer_type", "total_input_bytes", "text_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
@@ -126,8 +126,7 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
             ranges = byte_ranges(size, target_bytes)
         else:
             try:
-                ranges = SPLITTERS[kind](path, target_bytes) if kind == "parquet" else \
-                    SPLITTERS[kind](path, size, target_bytes)
+                ranges = SPLITTERS[kind](path, size, target_bytes)
             except PROGRAMMING_ERRORS:
                 raise
             except Exception:  # an unreadable footer: one split, whose reading dead-letters the file
@@ -173,7 +172,8 @@ def read_split(split: InputSplit, dataset: DatasetConfig, *, batch_size: int = 1
 
 def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_size: int = 1000,
                 max_document_bytes: Optional[int] = None, limit: Optional[int] = None,
-                rejects: Optional[list[Reject]] = None, messages_field: str = "messages") -> Iterator[DocumentBatch]:
+                rejects: Optional[list[Reject]] = None, messages_field: str = "messages",
+                unbatched: Optional[list[int]] = None) -> Iterator[DocumentBatch]:
     """Yields the documents of `splits`, read in order, in batches that run on from one split to the next
     (a work unit of many small files gives full batches, not a batch per file); appends unusable records
     to `rejects`.
@@ -186,6 +186,8 @@ def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_s
       limit: stop after this many records (documents + rejects) of all the splits.
       rejects: list receiving `Reject`s (a fresh list is used when None).
       messages_field: the field holding chat messages when the content field is absent.
+      unbatched: list receiving the bytes read after the last batch's documents (records that were all
+        rejected, an empty row group), which no batch carries: a caller counting what was read adds them.
 
     A file that cannot be opened or turns out corrupt or truncated part-way does not raise: the rest
     of its split becomes one dead letter saying why (the documents before it are kept) and the next
@@ -211,6 +213,8 @@ def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_s
     finally:
         if rejects is not None:
             rejects.extend(collector.rejects)
+        if unbatched is not None:
+            unbatched.append(collector.pending_bytes)
 
 def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[DocumentBatch]:
     """The full batches of one split (what is left over stays in `collector`)."""
@@ -232,7 +236,10 @@ def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[Docum
         byte_positions = split.type in ("jsonl", "txt", "json")  # else positions are rows
         position = split.start + consumed_total if byte_positions else -1
         compressed = compression_of(split.path) is not None
-        unread = None if compressed or not split.size else max(split.size - consumed_total, 0)
+        # a table's reading counts its columns' uncompressed bytes, not the file's: only a file not read at all
+        # says how much of it was not
+        unread = None if compressed or not split.size or (split.type in READ_SIZES and consumed_total) \
+            else max(split.size - consumed_total, 0)
         collector.reject(position, f"unreadable input after {consumed_total} bytes of this split"
                                    f" (starting at {split.start}): {type(e).__name__}: {message}"[:500],
                          read_bytes=consumed_total, unread_bytes=unread)
@@ -324,28 +331,41 @@ def total_input_bytes(splits: list[InputSplit]) -> int:
     return sum(s.size for s in splits)
 
 
-#: Compressed files per codec whose decompressed size `text_bytes` looks at (the largest), for the rest's ratio.
+#: Files per kind (a codec, a table format) whose size of text `text_bytes` looks at (the largest), for the
+#: rest's ratio.
 RATIO_FILES = 8
 
 
-def text_bytes(splits: list[InputSplit]) -> int:
-    """The bytes the readers will consume: a file's own size, a compressed file's decompressed size. That of
-    the largest `RATIO_FILES` compressed files of each codec is looked at (`decompressed_size`: a request or
-    two each), the others taken at their ratio (a dataset of 100,000 `.gz` files is not opened at planning).
-    What sizes a run's shuffle groups (a compressed input counted at its file size made groups several times
-    the intended size) and its progress (whose reading counts decompressed bytes)."""
+def text_bytes(splits: list[InputSplit], dataset: DatasetConfig) -> int:
+    """The bytes the readers will count as consumed: a file's own size; a compressed file's decompressed size;
+    a Parquet or Arrow file's uncompressed bytes of the columns `dataset` reads (`READ_SIZES`). The largest
+    `RATIO_FILES` files of each codec and table format are looked at (a request or two each), the others taken
+    at their ratio (a dataset of 100,000 `.gz` files is not opened at planning). What sizes a run's shuffle
+    groups (a compressed file counted at its file size made groups several times the intended size) and its
+    progress (which ended early or late when reading counted other bytes)."""
     total = 0
-    by_codec: dict[str, dict[str, int]] = {}  # codec -> file -> its splits' bytes
+    by_kind: dict[str, dict[str, int]] = {}  # codec or table format -> file -> its splits' bytes
     for split in splits:
-        codec = compression_of(split.path)
-        if codec is None:
+        kind = split.type if split.type in READ_SIZES else compression_of(split.path)
+        if kind is None:
             total += split.size
         else:
-            files = by_codec.setdefault(codec, {})
+            files = by_kind.setdefault(kind, {})
             files[split.path] = files.get(split.path, 0) + split.size
-    for _, files in sorted(by_codec.items()):
+
+    def size_of(kind: str, path: str, size: int) -> int:
+        if kind not in READ_SIZES:
+            return decompressed_size(path, size)
+        try:
+            return READ_SIZES[kind](path, dataset)
+        except PROGRAMMING_ERRORS:
+            raise
+        except Exception:  # unreadable: counted at its size (reading dead-letters it)
+            return size
+
+    for kind, files in sorted(by_kind.items()):
         largest = sorted(files, key=lambda path: (-files[path], path))[:RATIO_FILES]
         looked = sum(files[path] for path in largest)
-        ratio = sum(decompressed_size(path, files[path]) for path in largest) / max(looked, 1)
+        ratio = sum(size_of(kind, path, files[path]) for path in largest) / max(looked, 1)
         total += int(round(sum(files.values()) * ratio))
     return total

@@ -44,7 +44,8 @@ class DatasetReport:
     estimated_tokens: Optional[int]
     sampled_records: int = 0  # records the estimate read (documents and rejects)
     tokens_per_cpu_second: Optional[float] = None  # the tokenizer's speed on the sample, per core
-    text_bytes: Optional[int] = None  # the bytes its readers will consume, compressed files decompressed (estimated)
+    text_bytes: Optional[int] = None  # the bytes its readers will consume (`sources.text_bytes`): compressed files
+    # decompressed, a table's columns read uncompressed (estimated)
 
 
 @dataclasses.dataclass
@@ -91,7 +92,7 @@ class DryRunReport:
         for d in self.datasets:
             tok = d.tokenizer
             shown = ", ".join(d.files[:3]) + (f", ... ({len(d.files)} files)" if len(d.files) > 3 else "")
-            text = f" (about {d.text_bytes / 1e6:,.1f} MB decompressed)" \
+            text = f" (about {d.text_bytes / 1e6:,.1f} MB to read, uncompressed)" \
                 if d.text_bytes is not None and d.text_bytes != d.input_bytes else ""
             lines.append(f"dataset '{d.name}': {len(d.files)} file(s), {d.input_bytes / 1e6:,.1f} MB{text}, {d.splits}"
                          f" split(s) for the workers: {shown}")

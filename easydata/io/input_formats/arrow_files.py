@@ -1,6 +1,7 @@
 """Arrow IPC inputs: files split by record batches (`record_batch_ranges`), streams read whole; every
 batch is fully validated before use (IPC buffers are used as they are in the file), and a corrupt batch
-of a file is dead-lettered with its rows."""
+of a file is dead-lettered with its rows. Reading counts the Arrow bytes of the columns read, which planning
+estimates from a file's first batches (`read_size`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
+from easydata.io.filesystems import decompressed_size, file_facts
 from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
 from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, reject_block
 
-__all__ = ["read_arrow", "record_batch_ranges", "batch_rows"]
+__all__ = ["read_arrow", "record_batch_ranges", "batch_rows", "read_size"]
 
 
 def record_batch_ranges(path: str, size: int, target_bytes: int) -> list[tuple[int, Optional[int], int]]:
@@ -28,6 +30,36 @@ def record_batch_ranges(path: str, size: int, target_bytes: int) -> list[tuple[i
     per = max(1, int(n * target_bytes / max(size, 1)))
     return [(s, min(s + per, n), size * (min(s + per, n) - s) // max(n, 1)) for s in range(0, n, per)] or \
         [(0, 0, 0)]
+
+
+#: Record batches `read_size` reads to estimate a whole file's.
+SIZE_BATCHES = 8
+
+
+def read_size(path: str, dataset: DatasetConfig) -> int:
+    """The bytes reading the whole file counts (the Arrow bytes of the columns `dataset` reads), from its first
+    `SIZE_BATCHES` record batches: exact for a file of no more; else their bytes per batch times the file's
+    batches, or for a stream (whose batches are not listed) their bytes per byte of the stream they span.
+    Planning's count of an Arrow input, whose file size says little of it (compressed buffers, columns not
+    read)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    with open_table_file(path) as f:
+        try:
+            reader = ipc.open_file(f)
+        except pa.ArrowInvalid:
+            f.seek(0)
+            read = spanned = 0
+            for i, batch in enumerate(ipc.open_stream(f)):
+                if i == SIZE_BATCHES:  # more than were read
+                    return read * decompressed_size(path, file_facts(path)[0]) // max(spanned, 1)
+                read += _columns_read(batch, dataset).nbytes
+                spanned = f.tell()
+            return read
+        batches = min(reader.num_record_batches, SIZE_BATCHES)
+        read = sum(_columns_read(reader.get_batch(i), dataset).nbytes for i in range(batches))
+        return read * reader.num_record_batches // batches if batches else 0
 
 
 class _BatchRowCounts:
@@ -103,7 +135,8 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             # A stream has no index of its batches: a corrupt one ends the reading (see `read_split`).
             row = 0
             for batch in stream:
-                yield from emit_bounded(_checked_arrow_batch(batch, dataset), row, out, dataset)
+                batch = _checked_arrow_batch(batch, dataset)
+                yield from emit_bounded(batch, row, out, dataset, size=batch.nbytes)
                 row += batch.num_rows
                 if out.done:
                     return
@@ -125,7 +158,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                     return
                 continue
             _COUNTS.learn(key, i, rows)
-            yield from emit_bounded(batch, row, out, dataset)
+            yield from emit_bounded(batch, row, out, dataset, size=batch.nbytes)
             row += batch.num_rows
             if out.done:
                 return
@@ -135,6 +168,10 @@ def _checked_arrow_batch(batch: Any, dataset: DatasetConfig) -> Any:
     """The batch's needed columns, fully validated: IPC buffers are used as they are in the file, and a
     corrupt offset would make pyarrow read out of bounds (a crash, found by tests/test_hostile_input.py).
     Checking is cheap next to tokenizing."""
-    batch = batch.select(columns_needed(dataset, batch.schema.names))
+    batch = _columns_read(batch, dataset)
     batch.validate(full=True)
     return batch
+
+
+def _columns_read(batch: Any, dataset: DatasetConfig) -> Any:
+    return batch.select(columns_needed(dataset, batch.schema.names))

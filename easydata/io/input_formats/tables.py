@@ -3,7 +3,7 @@ Arrow record batch into records, and dead-lettering an unreadable block with its
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
@@ -48,13 +48,22 @@ def bounded_slices(batch: Any, max_rows: int) -> Iterator[Any]:
         yield batch.slice(start, step)
 
 
-def emit_bounded(batch: Any, first_row: int, out: DocumentCollector, dataset: DatasetConfig) -> Iterator[int]:
+def emit_bounded(batch: Any, first_row: int, out: DocumentCollector, dataset: DatasetConfig,
+                 size: Optional[int] = None) -> Iterator[int]:
     """A record batch into the collector in `bounded_slices` (`emit_table_batch` each), yielding each slice's
-    bytes; stops when the collector is done."""
+    bytes: its Arrow bytes, or its share of `size` (the bytes the batch counts for: slices that all yield add
+    up to it); stops when the collector is done."""
+    rows, done, counted = batch.num_rows, 0, 0
     for piece in bounded_slices(batch, out.batch_size):
         emit_table_batch(piece, first_row, out, dataset)
         first_row += piece.num_rows
-        yield piece.nbytes
+        if size is None:
+            yield piece.nbytes
+        else:
+            done += piece.num_rows
+            share = size * done // rows if rows else size
+            yield share - counted
+            counted = share
         if out.done:
             return
 
