@@ -336,7 +336,7 @@ def total_input_bytes(splits: list[InputSplit]) -> int:
 RATIO_FILES = 8
 
 
-def text_bytes(splits: list[InputSplit], dataset: DatasetConfig) -> int:
+def text_bytes(splits: list[InputSplit], dataset: DatasetConfig, messages_field: str = "messages") -> int:
     """The bytes the readers will count as consumed: a file's own size; a compressed file's decompressed size;
     a Parquet or Arrow file's uncompressed bytes of the columns `dataset` reads (`READ_SIZES`). The largest
     `RATIO_FILES` files of each codec and table format are looked at (a request or two each), the others taken
@@ -357,7 +357,7 @@ def text_bytes(splits: list[InputSplit], dataset: DatasetConfig) -> int:
         if kind not in READ_SIZES:
             return decompressed_size(path, size)
         try:
-            return READ_SIZES[kind](path, dataset)
+            return READ_SIZES[kind](path, dataset, messages_field)
         except PROGRAMMING_ERRORS:
             raise
         except Exception:  # unreadable: counted at its size (reading dead-letters it)

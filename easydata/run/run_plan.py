@@ -300,7 +300,7 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         readers = parallel_readers()
         splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
                                                  splits_wanted=splits_per_dataset(), readers=readers)
-        input_bytes = text_bytes(splits, ds)
+        input_bytes = text_bytes(splits, ds, config.chat.messages_field)
         info = handles[tok].info
         template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
         check_content_field(config, ds, splits)

@@ -24,5 +24,5 @@ READERS: dict[str, Callable[..., Any]] = {"jsonl": read_lines, "txt": read_lines
 #: input types split inside a file by units of their own: `(path, ..., target_bytes) -> [(start, end, size)]`.
 SPLITTERS: dict[str, Callable[..., Any]] = {"parquet": row_group_ranges, "arrow": record_batch_ranges}
 #: input types whose readers count other bytes than the file's (the uncompressed bytes of the columns read):
-#: `(path, dataset) -> the bytes reading the whole file counts` (a request or two, at planning).
+#: `(path, dataset, messages_field) -> the bytes reading the whole file counts` (a request or two, at planning).
 READ_SIZES: dict[str, Callable[..., int]] = {"parquet": parquet_files.read_size, "arrow": arrow_files.read_size}

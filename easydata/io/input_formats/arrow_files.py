@@ -36,7 +36,7 @@ def record_batch_ranges(path: str, size: int, target_bytes: int) -> list[tuple[i
 SIZE_BATCHES = 8
 
 
-def read_size(path: str, dataset: DatasetConfig) -> int:
+def read_size(path: str, dataset: DatasetConfig, messages_field: str = "messages") -> int:
     """The bytes reading the whole file counts (the Arrow bytes of the columns `dataset` reads), from its first
     `SIZE_BATCHES` record batches: exact for a file of no more; else their bytes per batch times the file's
     batches, or for a stream (whose batches are not listed) their bytes per byte of the stream they span.
@@ -54,11 +54,11 @@ def read_size(path: str, dataset: DatasetConfig) -> int:
             for i, batch in enumerate(ipc.open_stream(f)):
                 if i == SIZE_BATCHES:  # more than were read
                     return read * decompressed_size(path, file_facts(path)[0]) // max(spanned, 1)
-                read += _columns_read(batch, dataset).nbytes
+                read += _columns_read(batch, dataset, messages_field).nbytes
                 spanned = f.tell()
             return read
         batches = min(reader.num_record_batches, SIZE_BATCHES)
-        read = sum(_columns_read(reader.get_batch(i), dataset).nbytes for i in range(batches))
+        read = sum(_columns_read(reader.get_batch(i), dataset, messages_field).nbytes for i in range(batches))
         return read * reader.num_record_batches // batches if batches else 0
 
 
@@ -135,7 +135,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             # A stream has no index of its batches: a corrupt one ends the reading (see `read_split`).
             row = 0
             for batch in stream:
-                batch = _checked_arrow_batch(batch, dataset)
+                batch = _checked_arrow_batch(batch, dataset, out.messages_field)
                 yield from emit_bounded(batch, row, out, dataset, size=batch.nbytes)
                 row += batch.num_rows
                 if out.done:
@@ -146,7 +146,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             try:
                 batch = reader.get_batch(i)
                 rows = batch.num_rows
-                batch = _checked_arrow_batch(batch, dataset)
+                batch = _checked_arrow_batch(batch, dataset, out.messages_field)
             except Exception as e:  # a corrupt batch of a file: its rows are dead letters, the others are read
                 raise_unless_corrupt(e, split.path, f"in Arrow record batch {i}")
                 if rows is None:
@@ -164,14 +164,14 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 return
 
 
-def _checked_arrow_batch(batch: Any, dataset: DatasetConfig) -> Any:
+def _checked_arrow_batch(batch: Any, dataset: DatasetConfig, messages_field: str) -> Any:
     """The batch's needed columns, fully validated: IPC buffers are used as they are in the file, and a
     corrupt offset would make pyarrow read out of bounds (a crash, found by tests/test_hostile_input.py).
     Checking is cheap next to tokenizing."""
-    batch = _columns_read(batch, dataset)
+    batch = _columns_read(batch, dataset, messages_field)
     batch.validate(full=True)
     return batch
 
 
-def _columns_read(batch: Any, dataset: DatasetConfig) -> Any:
-    return batch.select(columns_needed(dataset, batch.schema.names))
+def _columns_read(batch: Any, dataset: DatasetConfig, messages_field: str) -> Any:
+    return batch.select(columns_needed(dataset, batch.schema.names, messages_field))

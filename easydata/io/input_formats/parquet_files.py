@@ -67,7 +67,7 @@ def columns_bytes(pf: Any, columns: list[str]) -> list[int]:
     return sizes
 
 
-def read_size(path: str, dataset: DatasetConfig) -> int:
+def read_size(path: str, dataset: DatasetConfig, messages_field: str = "messages") -> int:
     """The bytes reading the whole file counts (`columns_bytes` of the columns `dataset` reads): a request for
     its footer. Planning's count of a Parquet input, whose file size says little of it (compressed columns,
     columns not read)."""
@@ -75,7 +75,7 @@ def read_size(path: str, dataset: DatasetConfig) -> int:
 
     with open_table_file(path) as f:
         pf = pq.ParquetFile(f)
-        return sum(columns_bytes(pf, columns_needed(dataset, pf.schema_arrow.names)))
+        return sum(columns_bytes(pf, columns_needed(dataset, pf.schema_arrow.names, messages_field)))
 
 
 def _group_batches(pf, group: int, columns: list[str], out: DocumentCollector) -> Iterator:
@@ -107,7 +107,7 @@ def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollect
         end = meta.num_row_groups if split.end is None else split.end
         groups = list(range(split.start, end))
         row = sum(meta.row_group(g).num_rows for g in range(split.start))
-        columns = columns_needed(dataset, pf.schema_arrow.names)
+        columns = columns_needed(dataset, pf.schema_arrow.names, out.messages_field)
         sizes = columns_bytes(pf, columns)
         for g in groups:
             group_start, group_end = row, row + meta.row_group(g).num_rows

@@ -18,14 +18,19 @@ def open_table_file(path: str):
     return open_file(path) if compression_of(path) else open_arrow_file(path)
 
 
-def columns_needed(dataset: DatasetConfig, available: list[str]) -> list[str]:
-    wanted = [dataset.content_field, *dataset.additional_fields]
+def columns_needed(dataset: DatasetConfig, available: list[str], messages_field: str = "messages") -> list[str]:
+    """The columns of `available` a record is judged on (`DocumentCollector.add_record`), in this order: the
+    content field, the chat fields (`messages_field`, `prompt`, `completion`) and the additional fields. A
+    table's records are so what the same records are as JSON lines: a `messages` column makes chat records when
+    the content field is absent, as a `messages` key does (a table's chat records were read without it)."""
+    wanted = [dataset.content_field, messages_field, "prompt", "completion", *dataset.additional_fields]
     formatter = RecordFormatter.for_dataset(dataset)
     if formatter is not None:
         if formatter.needs_all_columns:
             return list(available)
         wanted = formatter.source_columns(wanted)
-    return [c for c in wanted if c in available]
+    present = set(available)
+    return [c for c in dict.fromkeys(wanted) if c in present]
 
 #: Bytes of a table slice (`bounded_slices`): an eighth of a batch's bound, so a batch closes at most this much
 #: (plus one row) past `MAX_BATCH_CHARS`.
