@@ -74,15 +74,26 @@ def test_a_dataset_with_no_records_fails_the_run(tmp_path, tokenizer_dir, capsys
         " true to accept an empty dataset")
 
 
-def test_a_wrong_content_field_is_refused_at_planning_naming_the_fields(tmp_path, tokenizer_dir, capsys):
-    """Before: found only after reading all the data (18 s on 17 MB), and `--dry-run` said nothing."""
-    write_jsonl(tmp_path / "in" / "code.jsonl", ({"body": t, "path": "a.py"} for t in make_texts(80, seed=2)))
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet", "arrow"])
+def test_a_wrong_content_field_is_refused_at_planning_naming_the_fields(tmp_path, tokenizer_dir, capsys, suffix):
+    """Before: found only after reading all the data (18 s on 17 MB), and `--dry-run` said nothing. A table's
+    records hold only the columns read, so its message named no field: it names the table's columns."""
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    records = [{"body": t, "path": "a.py"} for t in make_texts(80, seed=2)]
+    path = tmp_path / "in" / f"code.{suffix}"
+    write_jsonl(tmp_path / "in" / "code.jsonl", records)
+    if suffix != "jsonl":
+        (tmp_path / "in" / "code.jsonl").unlink()
+        (pq.write_table if suffix == "parquet" else feather.write_feather)(pa.Table.from_pylist(records), path)
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir), "save": {"output_dir": str(tmp_path / "out")},
-                               "datasets": [{"name": "code", "data_files": str(tmp_path / "in" / "code.jsonl")}]}))
-    expected = ("easydata: error: invalid config: dataset 'code': none of 48 records sampled across its input has"
+                               "datasets": [{"name": "code", "data_files": str(path)}]}))
+    expected = ("easydata: error: invalid config: dataset 'code': none of {} records sampled across its input has"
                 " content_field 'text' (their fields: body, path); set the dataset's content_field")
     for extra in ([], ["--dry-run"]):
         assert main(["run", str(job), "--quiet", *extra]) == 2
-        assert capsys.readouterr().err.strip() == expected
+        assert capsys.readouterr().err.strip() == expected.format(48 if suffix == "jsonl" else 50)  # by bytes, rows
     assert not (tmp_path / "out").exists()

@@ -94,8 +94,9 @@ class Reject:
     # stream cut short, whose missing part never arrived).
     read_bytes: Optional[int] = None
     unread_bytes: Optional[int] = None
-    #: The record's field names, when it was an object (not written to the dead letter: planning names them
-    #: when a dataset's content field is wrong, `easydata.run.run_plan.check_content_field`).
+    #: The record's field names, when it was an object; a table's columns, of which its record holds those read
+    #: (not written to the dead letter: planning names them when a dataset's content field is wrong,
+    #: `easydata.run.run_plan.check_content_field`).
     fields: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
@@ -162,6 +163,9 @@ class DocumentCollector:
         self.rejects: list[Reject] = []
         self.count = 0
         self.pending_bytes = 0
+        #: The fields every record being read has, where its records hold only those read (a table's columns):
+        #: named by its dead letters. Set by a table's reader, cleared for each split.
+        self.source_fields: tuple[str, ...] = ()
         self._reset()
 
     def _reset(self) -> None:
@@ -187,7 +191,7 @@ class DocumentCollector:
             return
         self.count += records
         text = excerpt if isinstance(excerpt, str) else _excerpt(excerpt)
-        fields = tuple(sorted(map(str, excerpt))) if isinstance(excerpt, dict) else ()
+        fields = self.source_fields or (tuple(sorted(map(str, excerpt))) if isinstance(excerpt, dict) else ())
         self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:EXCERPT_CHARS], records,
                                    read_bytes, unread_bytes, fields))
 

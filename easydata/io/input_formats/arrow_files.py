@@ -133,6 +133,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             except pa.ArrowInvalid as e:
                 raise InputError(f"'{split.path}' is not an Arrow IPC file or stream: {e}") from None
             # A stream has no index of its batches: a corrupt one ends the reading (see `read_split`).
+            out.source_fields = tuple(sorted(stream.schema.names))
             row = 0
             for batch in stream:
                 batch = _checked_arrow_batch(batch, dataset, out.messages_field)
@@ -141,6 +142,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 if out.done:
                     return
             return
+        out.source_fields = tuple(sorted(reader.schema.names))
         for i in indices:
             batch, rows = None, None
             try:

@@ -108,6 +108,7 @@ def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollect
         groups = list(range(split.start, end))
         row = sum(meta.row_group(g).num_rows for g in range(split.start))
         columns = columns_needed(dataset, pf.schema_arrow.names, out.messages_field)
+        out.source_fields = tuple(sorted(pf.schema_arrow.names))
         sizes = columns_bytes(pf, columns)
         for g in groups:
             group_start, group_end = row, row + meta.row_group(g).num_rows
