@@ -51,19 +51,20 @@ def _leaves(arrow_type: Any) -> int:
     return 1
 
 
-def columns_bytes(pf: Any, columns: list[str]) -> list[int]:
-    """Per row group of the open `pyarrow.parquet.ParquetFile` `pf`, the uncompressed bytes of the column
-    chunks of the top-level `columns`: what reading the group for them counts as consumed. A file whose leaf
-    columns do not follow its Arrow schema counts every column (the row group's own total)."""
+def columns_bytes(pf: Any, columns: list[str], groups: Optional[range] = None) -> dict[int, int]:
+    """Per row group of the open `pyarrow.parquet.ParquetFile` `pf` (of `groups`; default all), the
+    uncompressed bytes of the column chunks of the top-level `columns`: what reading the group for them counts
+    as consumed. A file whose leaf columns do not follow its Arrow schema counts every column (the row group's
+    own total)."""
     meta = pf.metadata
     owners = [field.name for field in pf.schema_arrow for _ in range(_leaves(field.type))]
     wanted = set(columns)
     chunks = [i for i, name in enumerate(owners) if name in wanted] if len(owners) == meta.num_columns else None
-    sizes = []
-    for g in range(meta.num_row_groups):
+    sizes = {}
+    for g in range(meta.num_row_groups) if groups is None else groups:
         group = meta.row_group(g)
-        sizes.append(group.total_byte_size if chunks is None else
-                     sum(group.column(i).total_uncompressed_size for i in chunks))
+        sizes[g] = group.total_byte_size if chunks is None else sum(group.column(i).total_uncompressed_size
+                                                                    for i in chunks)
     return sizes
 
 
@@ -75,7 +76,7 @@ def read_size(path: str, dataset: DatasetConfig, messages_field: str = "messages
 
     with open_table_file(path) as f:
         pf = pq.ParquetFile(f)
-        return sum(columns_bytes(pf, columns_needed(dataset, pf.schema_arrow.names, messages_field)))
+        return sum(columns_bytes(pf, columns_needed(dataset, pf.schema_arrow.names, messages_field)).values())
 
 
 def _group_batches(pf, group: int, columns: list[str], out: DocumentCollector) -> Iterator:
@@ -105,11 +106,11 @@ def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollect
             raise InputError(f"'{split.path}' is not a readable Parquet file: {e}") from None
         meta = pf.metadata
         end = meta.num_row_groups if split.end is None else split.end
-        groups = list(range(split.start, end))
+        groups = range(split.start, end)
         row = sum(meta.row_group(g).num_rows for g in range(split.start))
         columns = columns_needed(dataset, pf.schema_arrow.names, out.messages_field)
         out.source_fields = tuple(sorted(pf.schema_arrow.names))
-        sizes = columns_bytes(pf, columns)
+        sizes = columns_bytes(pf, columns, groups)
         for g in groups:
             group_start, group_end = row, row + meta.row_group(g).num_rows
             reported = 0  # of the group's `sizes[g]` bytes; a batch counts its share of the group's rows
