@@ -15,7 +15,7 @@ import pytest
 
 from easydata.run.progress import ProgressMonitor, ProgressSink, read_progress
 
-ZERO = {"input_bytes": 0, "documents": 0, "tokens": 0, "groups": 0, "shards": 0, "committing": 0}
+ZERO = {"input_bytes": 0, "documents": 0, "tokens": 0, "units": 0, "groups": 0, "shards": 0, "committing": 0}
 
 
 def progress_files(directory: Path) -> dict[str, dict[str, int]]:
@@ -296,6 +296,30 @@ def test_each_stage_after_reading_says_what_it_has_done(tmp_path: Path, capsys: 
     report_stage(None, groups=1)  # not reported: nothing written, nothing raised
 
 
+def test_the_input_is_read_when_every_unit_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan's bytes are estimates for compressed and Arrow files, and `num_rows` stops reading early: by the
+    bytes alone, the lines said 100 % (and the next stage) while units were still read, or never said it."""
+
+    def first_line() -> str:
+        deadline, err = time.monotonic() + 5, ""
+        while not err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err = capsys.readouterr().err
+        return err.splitlines()[0]
+
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=2500, documents=7, tokens=70, units=1)
+    with ProgressMonitor(str(tmp_path), 2000, log_every=0.01, after_input="packing and writing") as monitor:
+        monitor.reading(2000, units=2)  # more bytes than planned, one unit of two read: not all read
+        line = first_line()
+    assert re.fullmatch(r"\[easydata\]  99\.9% of input read: 7 documents read, 70 tokens tokenized, \d+s", line), line
+    ProgressSink(str(tmp_path), interval=0).add(input_bytes=10, documents=1, units=1)
+    with ProgressMonitor(str(tmp_path), 9000, log_every=0.01, after_input="packing and writing") as monitor:
+        monitor.reading(9000, units=2)  # fewer bytes than planned, every unit read: all of it
+        line = first_line()
+    assert re.fullmatch(r"\[easydata\] 100\.0% of input read: 8 documents read, 70 tokens tokenized; packing and"
+                        r" writing, \d+s", line), line
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pack", [True, False], ids=["packed", "sorted"])
 def test_a_run_reports_its_groups_shards_and_commit(tmp_path: Path, tokenizer_dir: Path, pack: bool) -> None:
@@ -317,6 +341,7 @@ def test_a_run_reports_its_groups_shards_and_commit(tmp_path: Path, tokenizer_di
     with beam.Pipeline(runner=runner, options=options) as pipeline:
         build_batch_pipeline(pipeline, config, plan, time.time(), progress_dir=str(progress))
     counts = read_progress(str(progress))
+    assert counts["units"] == len(plan.datasets[0].unit_ids(config.datasets[0]))  # each unit once, read through
     assert 1 < counts["groups"] <= plan.datasets[0].num_groups  # the non-empty groups, each once
     assert (counts["shards"], counts["committing"], counts["documents"]) == (3, 1, 200)
 

@@ -57,8 +57,32 @@ def test_reading_reports_the_documents_with_the_bytes_they_came_from(tmp_path):
     progress = tmp_path / "progress"
     with TestPipeline() as p:
         staging = tmp_path / "staging"
-        _ = p | ReadDocuments(dataset=dataset, units=_staged(staging, dataset, plan_splits(dataset, target_bytes=100)),
-                              batch_size=4, max_document_bytes=None, staging=str(staging), progress_dir=str(progress))
+        units = _staged(staging, dataset, plan_splits(dataset, target_bytes=100))
+        _ = p | ReadDocuments(dataset=dataset, units=units, batch_size=4, max_document_bytes=None, staging=str(staging),
+                              progress_dir=str(progress))
     counts = read_progress(str(progress))
     assert (counts["documents"], counts["tokens"]) == (30, 0)
-    assert 0 < counts["input_bytes"] <= path.stat().st_size
+    assert counts["input_bytes"] == path.stat().st_size  # a unit's last record rejected: its bytes too
+    assert counts["units"] == len(units) > 3
+
+
+def test_a_resumed_unit_reports_all_its_bytes_and_itself(tmp_path):
+    """A loaded unit's progress: its batches' bytes and those its reading counted after its last batch (in its
+    counters), and the unit, so a resumed run's progress ends at 100 %."""
+    import pyarrow as pa
+
+    from easydata.run.checkpoint import UnitCheckpoint, batch_path, write_batch
+    from easydata.run.counters import RunCounters
+    from easydata.run.progress import read_progress
+    from transforms.resume import LoadCheckpoints
+
+    path = batch_path(str(tmp_path / "staging"), "d", 0, 0)
+    rows = pa.RecordBatch.from_pydict({"input_ids": pa.array([[1, 2, 3], [4, 5]], pa.list_(pa.int32()))})
+    write_batch(path, rows, {"input_bytes": 100})
+    stats = RunCounters.of("d", documents_in=3, documents_rejected=1, input_bytes=130).to_json()
+    unit = UnitCheckpoint(dataset="d", unit=0, batch_paths=(path,), stats=stats, rejected_file=None)
+    progress = tmp_path / "progress"
+    with TestPipeline() as p:
+        _ = p | LoadCheckpoints(units=[unit], progress_dir=str(progress))
+    counts = read_progress(str(progress))
+    assert (counts["input_bytes"], counts["documents"], counts["tokens"], counts["units"]) == (130, 2, 5, 1)

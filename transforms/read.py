@@ -82,7 +82,7 @@ class _ReadSplitsFn(beam.DoFn):
             batches += 1
             yield batch
         input_bytes += sum(unbatched)  # read after the last document: rejected records, the end of a file
-        self._progress.add(input_bytes=sum(unbatched))
+        self._progress.add(input_bytes=sum(unbatched), units=1)
         return_free_memory()
         self._progress.flush()  # this unit's bytes and documents, counted now
         rel = None

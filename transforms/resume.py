@@ -39,12 +39,14 @@ class _LoadUnitFn(beam.DoFn):
 
     def process(self, unit: UnitCheckpoint) -> Iterator[Any]:
         chat_rejected = truncated = 0
+        batch_bytes = 0
         for rows, info in unit.batches():
             if rows.num_rows:
                 tokens = len(rows.column("input_ids").values) if "input_ids" in rows.schema.names else 0
                 self._progress.add(documents=rows.num_rows, tokens=tokens)
                 yield rows
             self._progress.add(input_bytes=int(info.get("input_bytes", 0)))
+            batch_bytes += int(info.get("input_bytes", 0))
             chat_rejected += int(info.get("chat_rejected", 0))
             truncated += int(info.get("truncated_tokens", 0))
             if info.get("chat_rejected_file"):
@@ -54,8 +56,12 @@ class _LoadUnitFn(beam.DoFn):
                                                                      truncated_tokens=truncated))
         if unit.rejected_file:
             yield beam.pvalue.TaggedOutput(REJECTED_TAG, unit.rejected_file)
+        stats = RunCounters.from_json(unit.stats)
+        # and the bytes its reading counted after its last batch (`read_splits(unbatched=)`)
+        unbatched = stats.counts.get(unit.dataset, {}).get("input_bytes", 0) - batch_bytes
+        self._progress.add(input_bytes=max(unbatched, 0), units=1)
         self._progress.flush()  # a resumed unit counts at once, not when the worker ends
-        yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.from_json(unit.stats))
+        yield beam.pvalue.TaggedOutput(STATS_TAG, stats)
 
     def teardown(self) -> None:
         if self._progress is not None:

@@ -37,9 +37,10 @@ _PROGRESS_DIR_NAME = re.compile(re.escape(PROGRESS_DIR_PREFIX) + r"(\d+)-[^/]+$"
 #: live run's workers rewrite their files every second: the age spares the runs of another PID namespace).
 STALE_PROGRESS_DIR_SECONDS = 3600.0
 
-#: Reading and tokenizing count `input_bytes`, `documents` and `tokens`; the stages after them count the groups
-#: they packed or sorted, the shards they wrote and whether the commit started (`report_stage`).
-_COUNTERS = ("input_bytes", "documents", "tokens", "groups", "shards", "committing")
+#: Reading and tokenizing count `input_bytes`, `documents`, `tokens` and the work `units` read to their end; the
+#: stages after them count the groups they packed or sorted, the shards they wrote and whether the commit started
+#: (`report_stage`).
+_COUNTERS = ("input_bytes", "documents", "tokens", "units", "groups", "shards", "committing")
 
 
 @contextlib.contextmanager
@@ -213,6 +214,7 @@ class ProgressMonitor:
         self._after_input, self._group_stage = after_input, group_stage
         self._dir = progress_dir
         self._total: Optional[int] = None if total_bytes is None else max(total_bytes, 1)
+        self._units: Optional[int] = None
         self._log_every = log_every
         self._enabled = enabled
         self._stop = threading.Event()
@@ -223,9 +225,13 @@ class ProgressMonitor:
             self._thread.start()
         return self
 
-    def reading(self, total_bytes: int) -> None:
-        """Planning is done: the job reads `total_bytes` of input from now on."""
+    def reading(self, total_bytes: int, units: Optional[int] = None) -> None:
+        """Planning is done: the job reads `total_bytes` of input from now on, in `units` work units (None: not
+        counted). The bytes of a compressed file or an Arrow file are estimated at planning, and a dataset's
+        `num_rows` stops its reading early: with the units known, the input is read when every unit is, so the
+        progress says 100 % then, and not before."""
         self._total = max(total_bytes, 1)
+        self._units = units
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -282,8 +288,12 @@ class ProgressMonitor:
         while True:
             stopping = self._stop.wait(0.5)
             counts = read_progress(self._dir)
-            done = min(counts["input_bytes"], self._total)
-            read_all = done >= self._total
+            if self._units is None:
+                done = min(counts["input_bytes"], self._total)
+                read_all = done >= self._total
+            else:
+                read_all = counts["units"] >= self._units
+                done = self._total if read_all else min(counts["input_bytes"], self._total * 999 // 1000)
             if bar is not None:
                 if read_all and bar.desc != self._stage(counts):
                     bar.set_description(self._stage(counts), refresh=False)
