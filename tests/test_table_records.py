@@ -61,6 +61,25 @@ def test_a_tables_records_are_its_json_lines_records(tmp_path: Path, records, su
         assert all(conversation for _, conversation, _ in documents)
 
 
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_binary_content_column_is_read_as_utf8_text(tmp_path: Path, suffix):
+    """Parquet written without the UTF-8 annotation (older Hive and Impala writers) holds text in a BINARY
+    column, which Arrow reads as bytes: every record was a dead letter ("is a bytes, not a string")."""
+    texts = [f"document {i} üñï" for i in range(30)]
+    as_text = _read(_write(tmp_path / f"text{suffix}", [{"text": t, "id": i} for i, t in enumerate(texts)]))
+    table = pa.table({"text": pa.array([t.encode() for t in texts] + [b"\xff\xfe not text"], pa.binary()),
+                      "id": list(range(31))})
+    path = tmp_path / f"binary{suffix}"
+    if suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.ipc.new_file(str(path), table.schema) as writer:
+            writer.write_table(table)
+    documents, rejected = _read(path)
+    assert documents == as_text[0] and len(documents) == 30
+    assert rejected == ["content field 'text' holds bytes that are not UTF-8 text (invalid start byte at byte 0)"]
+
+
 def test_a_chat_parquet_dataset_runs_with_the_default_content_field(tmp_path: Path, chat_tokenizer_dir):
     """Planning's content-field check passed it, and the run renders its conversations: the same rows as its
     JSON lines' (keys differ, so compared as sorted rows)."""

@@ -213,6 +213,12 @@ class DocumentCollector:
             if problem:
                 return self.reject(position, problem, record)
         text = record.get(self.ds.content_field, record.get(self.messages_field))
+        if isinstance(text, bytes) and self.ds.content_field in record:  # a table's BINARY column of text (Parquet
+            try:  # written without its UTF-8 annotation, as older Hive and Impala writers do)
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return self.reject(position, f"content field '{self.ds.content_field}' holds bytes that are not"
+                                   f" UTF-8 text ({e.reason} at byte {e.start})", record)
         is_pair = text is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str)
         if isinstance(text, list) or is_pair:
             try:
