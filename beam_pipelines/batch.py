@@ -349,9 +349,7 @@ def _run_batch_once(config: PipelineConfig, beam_args: Optional[list[str]], *, s
                 pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, started=started,
                                                progress_dir=progress_dir,
                                                announce_resume=show_progress, lock_id=lock.run_id)
-                datasets = {ds.name: ds for ds in config.datasets}
-                monitor.reading(plan.total_input_bytes,
-                                units=sum(len(d.unit_ids(datasets[d.name])) for d in plan.datasets))
+                monitor.reading(plan.total_input_bytes, units=plan.unit_count)
                 try:
                     _run(pipeline).wait_until_finish()
                 except Exception as e:  # a user error in a step: its own class and message, not Beam's wrapping

@@ -50,7 +50,8 @@ class DatasetPlan:
     splits: list[InputSplit]
     tokenizer: TokenizerConfig
     tokenizer_info: TokenizerInfo
-    input_bytes: int  # the bytes its readers will consume (`easydata.io.sources.text_bytes`: compressed files decompressed)
+    input_bytes: int  # the bytes its readers will consume (`easydata.io.sources.text_bytes`: compressed files
+    # decompressed, a table's columns read uncompressed)
     num_groups: int
     pad_id: int
     chat_template: Optional[str] = None
