@@ -233,6 +233,7 @@ def ensure_corpus(workdir: Path, size_mb: float) -> tuple[Path, dict[str, Any]]:
         meta = json.loads(meta_path.read_text())
         if {k: meta.get(k) for k in wanted} == wanted and meta.get("file_bytes") == path.stat().st_size:
             return path, {**meta, "reused": True}
+    workdir.mkdir(parents=True, exist_ok=True)
     meta = {**wanted, **write_corpus(path, int(size_mb * 10**6)), "file_bytes": path.stat().st_size}
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return path, {**meta, "reused": False}
