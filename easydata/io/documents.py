@@ -133,6 +133,8 @@ class DocumentBatch:
         the batch's checkpoint (`easydata.run.checkpoint`); -1 when not read by `ReadDocuments`.
       chat_rejected, chat_rejected_file: records of this batch the chat stage rejected, and the
         dead-letter file it wrote them to (kept in the checkpoint, so a resumed run counts them).
+      field_types: the Arrow type of each additional field whose every value in the batch came from a table
+        column of that type (`easydata.io.field_values`); the other fields' types are inferred.
     """
 
     dataset: str
@@ -146,6 +148,7 @@ class DocumentBatch:
     index: int = -1
     chat_rejected: int = 0
     chat_rejected_file: Optional[str] = None
+    field_types: Optional[dict[str, Any]] = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -166,6 +169,9 @@ class DocumentCollector:
         #: The fields every record being read has, where its records hold only those read (a table's columns):
         #: named by its dead letters. Set by a table's reader, cleared for each split.
         self.source_fields: tuple[str, ...] = ()
+        #: The Arrow types of the additional fields of the table being read (`field_values.table_types`); its
+        #: values are exact (`field_values.exact_values`) and need no check. Set and cleared as `source_fields`.
+        self.source_types: dict[str, Any] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -174,6 +180,8 @@ class DocumentCollector:
         self.text_chars = 0
         self.conversations: Optional[list[Any]] = None
         self.fields: dict[str, list[Any]] = {f: [] for f in self.ds.additional_fields}
+        self.field_types: dict[str, Any] = {}  # the types every value of the batch so far has
+        self._types_of: Optional[dict[str, Any]] = None  # the `source_types` they are taken from
 
     @property
     def full(self) -> bool:
@@ -209,7 +217,8 @@ class DocumentCollector:
             except FormatError as e:
                 return self.reject(position, str(e), record)
         for name in (self.ds.content_field, self.messages_field, "prompt", "completion", *self.ds.additional_fields):
-            problem = unusable_value(record[name], f"field '{name}'") if name in record else None
+            problem = unusable_value(record[name], f"field '{name}'") \
+                if name in record and name not in self.source_types else None
             if problem:
                 return self.reject(position, problem, record)
         text = record.get(self.ds.content_field, record.get(self.messages_field))
@@ -236,6 +245,8 @@ class DocumentCollector:
     def _accept_conversation(self, position: int, conversation: Any, record: dict[str, Any]) -> None:
         if self.conversations is None:
             self.conversations = [None] * len(self.texts)
+        if self.fields and self._types_of is not self.source_types:
+            self._take_types()
         self.count += 1
         self.keys.append(f"{self.key_name}@{position}")
         self.texts.append("")  # rendered by the chat stage
@@ -282,7 +293,7 @@ class DocumentCollector:
             if field.name == self.ds.content_field:
                 if not (types.is_string(field.type) or types.is_large_string(field.type)):
                     return False
-            elif not _flat_safe(field.type):
+            elif field.name not in self.source_types and not _flat_safe(field.type):
                 return False
         return True
 
@@ -302,6 +313,8 @@ class DocumentCollector:
         if self.max_bytes is not None and len(text) * 4 > self.max_bytes and \
                 len(text.encode("utf-8")) > self.max_bytes:
             return self.reject(position, f"document is larger than max_document_bytes={self.max_bytes}", text)
+        if self.fields and self._types_of is not self.source_types:
+            self._take_types()
         self.count += 1
         self.keys.append(f"{self.key_name}@{position}")
         self.texts.append(text)
@@ -311,12 +324,19 @@ class DocumentCollector:
         for f, value in zip(self.fields, values if values is not None else [None] * len(self.fields)):
             self.fields[f].append(value)
 
+    def _take_types(self) -> None:
+        """The batch's documents now come from a source typing its fields `source_types`: a field keeps its
+        type only while every document's value came from a column of that type."""
+        current = self._types_of = self.source_types
+        self.field_types = dict(current) if not self.texts else \
+            {name: t for name, t in self.field_types.items() if current.get(name) == t}
+
     def flush(self, input_bytes: int = 0) -> Optional[DocumentBatch]:
         self.pending_bytes += input_bytes
         if not self.texts:
             return None
         batch = DocumentBatch(self.ds.name, self.keys, self.texts, self.fields, self.pending_bytes,
-                              conversations=self.conversations)
+                              conversations=self.conversations, field_types=self.field_types or None)
         self.pending_bytes = 0
         self._reset()
         return batch

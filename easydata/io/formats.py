@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.errors import PROGRAMMING_ERRORS, EasyDataError, ValidationFailed
+from easydata.io.field_values import as_text, field_array, json_text, python_values
 from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
 from easydata.io.staged_columns import compact, restorer, rows_schema
 from easydata.io.token_arrays import list_column_values, ones_list_array, token_list_array  # re-exported: the formats' token columns
@@ -60,27 +61,12 @@ def shard_file_name(index: int, count: int, fmt: str, compression: str = "none")
     return f"part-{index:05d}-of-{count:05d}{suffix}"
 
 
-def _as_text(value: Any) -> Optional[str]:
-    """The text form of a field value: strings as they are, anything else as JSON."""
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
-def _field_array(values: list[Any]) -> pa.Array:
-    """Arrow array for an additional field; text (see `_as_text`) when values have mixed types."""
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array([_as_text(v) for v in values], type=pa.string())
-
-
 def common_schema(schemas: list[pa.Schema]) -> pa.Schema:
     """One schema for batches whose additional fields were typed independently.
 
     Compatible types unify as Arrow does (null takes the other type, int32 widens to int64, ...);
     a column whose types cannot unify (e.g. int64 in one batch, text in another) becomes text, with
-    `_as_text` values. Token columns come first in a fixed order, so any mix of batches converges on
+    `field_values.as_text` values. Token columns come first in a fixed order, so any mix of batches converges on
     the same schema whatever their order.
     """
     try:
@@ -126,7 +112,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             columns.append(column)
         elif pa.types.is_string(field.type) and not (pa.types.is_string(column.type) or
                                                      pa.types.is_null(column.type)):
-            columns.append(pa.array([_as_text(v) for v in column.to_pylist()], type=pa.string()))
+            columns.append(pa.array([as_text(v) for v in python_values(column)], type=pa.string()))
         else:
             columns.append(column.cast(field.type))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
@@ -134,9 +120,10 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 def documents_to_batch(flat: np.ndarray, offsets: np.ndarray, fields: dict[str, list[Any]],
                        extra: Optional[dict[str, pa.Array]] = None,
-                       loss_mask: Optional[np.ndarray] = None) -> pa.RecordBatch:
-    """Unpacked rows: `input_ids`, `attention_mask`, [`loss_mask`,] the additional fields, then
-    `extra` columns."""
+                       loss_mask: Optional[np.ndarray] = None,
+                       field_types: Optional[dict[str, pa.DataType]] = None) -> pa.RecordBatch:
+    """Unpacked rows: `input_ids`, `attention_mask`, [`loss_mask`,] the additional fields (of `field_types`
+    where given: `easydata.io.field_values`), then `extra` columns."""
     columns: dict[str, pa.Array] = {
         "input_ids": token_list_array(flat, offsets),
         "attention_mask": ones_list_array(offsets),
@@ -144,7 +131,7 @@ def documents_to_batch(flat: np.ndarray, offsets: np.ndarray, fields: dict[str, 
     if loss_mask is not None:
         columns["loss_mask"] = token_list_array(loss_mask, offsets)
     for name, values in fields.items():
-        columns[name] = _field_array(values)
+        columns[name] = field_array(values, (field_types or {}).get(name))
     columns.update(extra or {})
     return pa.RecordBatch.from_pydict(columns)
 
@@ -233,7 +220,8 @@ class _JsonlEncoder:
             self._file = open_file(path, "wb", compression=codec)
 
     def emit(self, table: pa.Table) -> None:
-        lines = [json.dumps(row, ensure_ascii=False) for row in table.to_pylist()]
+        columns = [python_values(c) for c in table.columns]
+        lines = [json_text(dict(zip(table.column_names, row))) for row in zip(*columns)]
         self._file.write(("\n".join(lines) + "\n").encode("utf-8"))
 
     def close(self) -> None:

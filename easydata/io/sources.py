@@ -200,7 +200,7 @@ def read_splits(splits: Sequence[InputSplit], dataset: DatasetConfig, *, batch_s
     try:
         for split in splits:
             collector.source, collector.key_name = split.path, split.key_name or split.path  # its documents' keys
-            collector.source_fields = ()
+            collector.source_fields, collector.source_types = (), {}
             yield from _read_one(split, collector)
             # changed since planning (before or while it was read): what was read matches neither version. One
             # look, after: a look before too was a third request per file on an object store (with the open's),

@@ -15,6 +15,8 @@ from typing import Any, Iterable, Optional
 import numpy as np
 import pyarrow as pa
 
+from easydata.io.field_values import json_text, python_values
+
 __all__ = ["encode_examples", "decode_examples", "varints", "read_varints", "record_types", "TYPES_FEATURE"]
 
 
@@ -23,6 +25,11 @@ def _arrow_type(name: str, default: pa.DataType) -> pa.DataType:
     simple = {"int8": pa.int8(), "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "uint8": pa.uint8(),
               "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(), "bool": pa.bool_()}
     return simple.get(name, default)
+
+
+def _item_type(kind: str) -> str:
+    """The item type a list's schema string names (`list<item: int32>` -> `int32`)."""
+    return kind.split(": ", 1)[-1].rstrip(">")
 
 
 def varints(values: np.ndarray) -> bytes:
@@ -94,8 +101,8 @@ def _column_features(column: pa.Array) -> list[Optional[bytes]]:
     t = column.type
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         if not pa.types.is_integer(t.value_type):  # e.g. packed rows' sources: a BytesList of the items' text
-            return [_bytes_feature([("" if x is None else str(x)).encode("utf-8") for x in v]) if v is not None
-                    else None for v in column.to_pylist()]
+            return [_bytes_feature([("" if x is None else _text(x)).encode("utf-8") for x in v]) if v is not None
+                    else None for v in python_values(column)]
         offsets = column.offsets.to_numpy().astype(np.int64)
         offsets = offsets - offsets[0]
         encoded, ends = _varints_with_ends(column.flatten().to_numpy(zero_copy_only=False))
@@ -108,8 +115,13 @@ def _column_features(column: pa.Array) -> list[Optional[bytes]]:
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         return [_length_delimited(3, _length_delimited(1, _varint(int(v) & 0xFFFFFFFFFFFFFFFF)))
                 if v is not None else None for v in column.to_pylist()]
-    return [_bytes_feature([(v if isinstance(v, bytes) else str(v).encode("utf-8"))]) if v is not None else None
-            for v in column.to_pylist()]
+    return [_bytes_feature([(v if isinstance(v, bytes) else _text(v).encode("utf-8"))]) if v is not None else None
+            for v in python_values(column)]
+
+
+def _text(value: Any) -> str:
+    """A value of a BytesList feature: text as it is, a struct, map or list as JSON, anything else as `str`."""
+    return json_text(value) if isinstance(value, (dict, list, tuple)) else str(value)
 
 
 #: A feature of a file's first Example only: the Arrow type of every column (JSON), so the file reads back
@@ -199,7 +211,10 @@ def decode_examples(records: Iterable[bytes], columns: Optional[list[str]] = Non
     for name in names:
         values = [row.get(name) for row in parsed]
         kind = (schema or {}).get(name, "list<item: int32>")
-        if kind.startswith(("list<item: string", "large_list<item: string")):
+        texts = name in (schema or {}) and kind.startswith(("list<", "large_list<")) and \
+            any(v is not None and not isinstance(v, np.ndarray) for v in values)
+        if kind.startswith(("list<item: string", "large_list<item: string")) or texts:
+            # a list of text, or of values written as their text (timestamps, structs, maps): every item
             arrays[name] = pa.array([[x.decode("utf-8") for x in v] if v is not None else None for v in values],
                                     type=pa.list_(pa.string()))
         elif all(v is None for v in values) and kind == "string":
@@ -210,11 +225,15 @@ def decode_examples(records: Iterable[bytes], columns: Optional[list[str]] = Non
                 flat = np.concatenate([v for v in values if v is not None]) if any(v is not None for v in values) \
                     else np.zeros(0, np.int64)
                 offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-                value_type = pa.int64() if "int64" in kind else pa.int32()
-                arrays[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat.astype(value_type.to_pandas_dtype())))
+                value_type = _arrow_type(_item_type(kind), pa.int32())
+                flat = flat.astype(np.int64)  # a varint holds a uint64 as the int64 of its bits
+                items = flat.view(np.uint64) if value_type == pa.uint64() else flat.astype(value_type.to_pandas_dtype())
+                arrays[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(items, type=value_type))
             else:
-                arrays[name] = pa.array([int(v[0]) if v is not None and len(v) else None for v in values],
-                                        type=pa.int64()).cast(_arrow_type(kind, pa.int64()))
+                value_type = _arrow_type(kind, pa.int64())
+                bits = 0xFFFFFFFFFFFFFFFF if value_type == pa.uint64() else -1
+                arrays[name] = pa.array([int(v[0]) & bits if v is not None and len(v) else None for v in values],
+                                        type=pa.int64() if bits == -1 else pa.uint64()).cast(value_type)
         else:
             arrays[name] = pa.array([v[0].decode("utf-8") if v else None for v in values], type=pa.string())
     return pa.RecordBatch.from_pydict(arrays)

@@ -136,5 +136,5 @@ def rows_from_encoded(batch: DocumentBatch, encoded: EncodedDocuments, tokenizer
         HASH_COLUMN: pa.array(row_hashes(seed, batch.dataset, keys), type=pa.uint64()),
         **extra,
     }
-    record_batch = documents_to_batch(ids, offsets, fields, hidden, loss_mask=mask)
+    record_batch = documents_to_batch(ids, offsets, fields, hidden, loss_mask=mask, field_types=batch.field_types)
     return record_batch, TokenizedStats(documents=len(batch), tokens=int(offsets[-1]), truncated_tokens=truncated)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from easydata.io.field_values import python_values
 from easydata.io.formats import iter_shard_batches
 from easydata.run.manifest import member_path, read_manifest
 
@@ -95,7 +96,8 @@ def inspect_output(output_dir: str, num_rows: int = 3) -> str:
             continue
         shown = 0
         for batch in iter_shard_batches(member_path(output_dir, output.shards[0].path, "shard path"), manifest.format):
-            for row in batch.slice(0, num_rows - shown).to_pylist():
+            rows = batch.slice(0, num_rows - shown)
+            for row in (dict(zip(rows.schema.names, values)) for values in zip(*map(python_values, rows.columns))):
                 extras = {k: v for k, v in row.items() if k not in ("input_ids", "attention_mask", "loss_mask",
                                                                      "segment_ids", "positions")}
                 header = f"  row {shown}: {len(row['input_ids'])} tokens"

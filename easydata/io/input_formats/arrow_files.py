@@ -13,7 +13,7 @@ from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.filesystems import decompressed_size, file_facts
 from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
-from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, reject_block
+from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, read_from, reject_block
 
 __all__ = ["read_arrow", "record_batch_ranges", "batch_rows", "read_size"]
 
@@ -133,7 +133,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             except pa.ArrowInvalid as e:
                 raise InputError(f"'{split.path}' is not an Arrow IPC file or stream: {e}") from None
             # A stream has no index of its batches: a corrupt one ends the reading (see `read_split`).
-            out.source_fields = tuple(sorted(stream.schema.names))
+            read_from(out, stream.schema, dataset)
             row = 0
             for batch in stream:
                 batch = _checked_arrow_batch(batch, dataset, out.messages_field)
@@ -142,7 +142,7 @@ def read_arrow(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 if out.done:
                     return
             return
-        out.source_fields = tuple(sorted(reader.schema.names))
+        read_from(out, reader.schema, dataset)
         for i in indices:
             batch, rows = None, None
             try:

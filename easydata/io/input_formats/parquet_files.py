@@ -10,7 +10,7 @@ from typing import Any, Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.documents import DocumentCollector, InputSplit, raise_unless_corrupt
-from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, reject_block
+from easydata.io.input_formats.tables import columns_needed, emit_bounded, open_table_file, read_from, reject_block
 
 __all__ = ["read_parquet", "row_group_ranges", "read_size", "columns_bytes"]
 
@@ -109,7 +109,7 @@ def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollect
         groups = range(split.start, end)
         row = sum(meta.row_group(g).num_rows for g in range(split.start))
         columns = columns_needed(dataset, pf.schema_arrow.names, out.messages_field)
-        out.source_fields = tuple(sorted(pf.schema_arrow.names))
+        read_from(out, pf.schema_arrow, dataset)
         sizes = columns_bytes(pf, columns, groups)
         for g in groups:
             group_start, group_end = row, row + meta.row_group(g).num_rows

@@ -7,10 +7,12 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
+from easydata.io.field_values import exact_values, table_types
 from easydata.io.record_format import RecordFormatter
 from easydata.io.filesystems import compression_of, open_arrow_file, open_file
 
-__all__ = ["open_table_file", "columns_needed", "emit_table_batch", "emit_bounded", "reject_block", "bounded_slices"]
+__all__ = ["open_table_file", "columns_needed", "read_from", "emit_table_batch", "emit_bounded", "reject_block",
+           "bounded_slices"]
 
 
 def open_table_file(path: str):
@@ -31,6 +33,17 @@ def columns_needed(dataset: DatasetConfig, available: list[str], messages_field:
         wanted = formatter.source_columns(wanted)
     present = set(available)
     return [c for c in dict.fromkeys(wanted) if c in present]
+
+def read_from(out: DocumentCollector, schema: Any, dataset: DatasetConfig) -> None:
+    """Tells the collector it reads a table of `schema`: the fields its dead letters name, and the types of the
+    additional fields it holds, which their output columns keep (`field_values.table_types`; none when a
+    `format_callback` makes the records, whose values are then the callback's)."""
+    out.source_fields = tuple(sorted(schema.names))
+    if out.formatter is not None and out.formatter.needs_all_columns:
+        out.source_types = {}
+    else:
+        out.source_types = table_types(schema, dataset.additional_fields, _source_columns(out, dataset.additional_fields))
+
 
 #: Bytes of a table slice (`bounded_slices`): an eighth of a batch's bound, so a batch closes at most this much
 #: (plus one row) past `MAX_BATCH_CHARS`.
@@ -79,7 +92,8 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
 
     A plain-text table (a string content column, flat columns beside it) goes in column-wise
     (`DocumentCollector.add_text_rows`: no dict per row); any other row by row as a record."""
-    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    typed = set(_source_columns(out, list(out.source_types)))
+    columns = {name: (exact_values if name in typed else _pylist)(batch.column(name)) for name in batch.schema.names}
     names = list(columns)
     positions = first_row if isinstance(first_row, list) else range(first_row, first_row + batch.num_rows)
     if out.takes_text_rows(batch.schema):
@@ -89,6 +103,15 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
         out.add_record(position, {n: columns[n][i] for n in names})
         if out.done:
             return
+
+
+def _pylist(column: Any) -> list[Any]:
+    return column.to_pylist()
+
+
+def _source_columns(out: DocumentCollector, fields: list[str]) -> list[str]:
+    """The columns `fields` are read from (their `format_fields` renames' sources)."""
+    return fields if out.formatter is None else out.formatter.source_columns(fields)
 
 
 def reject_block(out: DocumentCollector, block: str, row: int, rows: int, error: Exception) -> int:
