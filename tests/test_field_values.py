@@ -4,7 +4,8 @@
 Before, a table's values went through Python and the type was inferred again: a `uint64` hash of 2**63 or more
 made its record a dead letter ("an integer outside the int64 range"), a `timestamp[ns]` column made its whole
 file unreadable in a local job (pyarrow gives nanoseconds only through pandas) or lost its nanoseconds, a map
-became JSON text, an `int8` an `int64`; and a JSON lines output crashed with a traceback on a date, a decimal
+became JSON text (now the list of key/value structs it is stored as: `datasets` loads no map), an `int8` an
+`int64`; and a JSON lines output crashed with a traceback on a date, a decimal
 or bytes, and wrote `NaN`, which is not JSON.
 """
 
@@ -14,6 +15,7 @@ import datetime
 import decimal
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,6 +68,19 @@ def _same(a: pa.Array, b: pa.Array) -> bool:
     return a.equals(b)
 
 
+def _plain(column: Any) -> pa.Array:
+    """`column` as an output holds it, built without `field_values`: a dictionary decoded, a map as its list of
+    key/value structs."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(column.type):
+        return column.dictionary_decode()
+    if pa.types.is_map(column.type):
+        entries = pa.StructArray.from_arrays([column.keys, column.items], fields=[
+            pa.field("key", column.type.key_type, nullable=False), pa.field("value", column.type.item_type)])
+        return pa.ListArray.from_arrays(column.offsets, entries)
+    return column
+
+
 def _read(ds: DatasetConfig, target_bytes: int = 1 << 20, batch_size: int = 1000):
     rejects: list = []
     batches = list(read_splits(plan_input(ds, target_bytes=target_bytes).splits, ds, batch_size=batch_size,
@@ -92,7 +107,7 @@ def test_python_values_give_nested_values_their_text():
     nested = pa.array([[{"at": ns, "took": 1500, "tags": [(1, ns)]}]], pa.list_(pa.struct([
         ("at", pa.timestamp("ns")), ("took", pa.duration("ms")), ("tags", pa.map_(pa.int64(), pa.duration("ns")))])))
     assert python_values(nested) == [[{"at": "2020-09-13 12:26:40.123456789", "took": "1.5s",
-                                       "tags": {"1": "1600000000.123456789s"}}]]
+                                       "tags": [(1, "1600000000.123456789s")]}]]
     assert exact_values(nested) == [[{"at": ns, "took": datetime.timedelta(seconds=1.5), "tags": [(1, ns)]}]]
     assert field_array(exact_values(nested), nested.type).equals(nested)
     assert [duration_text(n, 1000) for n in (0, 1500, -1, 2000)] == ["0s", "1.5s", "-0.001s", "2s"]
@@ -110,7 +125,7 @@ def test_a_tfrecord_shard_gives_back_unsigned_and_narrow_integers():
     back = decode_examples(records, schema=record_types(records[0]))
     for name in ("input_ids", "hash", "one", "small"):
         assert back.column(name).equals(table.column(name).combine_chunks()), name
-    assert back.column("tags").to_pylist() == ['{"k": 1}', "{}"]
+    assert back.column("tags").to_pylist() == ['[["k", 1]]', "[]"]  # a map column (a list of pairs) as JSON
     assert back.column("seen").to_pylist() == [["2020-09-13 12:26:40.123456789"], []]
 
 
@@ -118,10 +133,11 @@ def test_field_array_builds_the_column_of_its_type_exactly():
     table = _typed_table()
     types = table_types(table.schema, _FIELDS)
     assert types["lang"] == pa.string() and types["small"] == pa.int8()  # a dictionary is an encoding, not a type
+    assert types["tags"] == pa.list_(pa.struct([pa.field("key", pa.string(), nullable=False),
+                                                ("value", pa.int32())]))  # `datasets` loads no map
     for name in _FIELDS:
         column = table.column(name).combine_chunks()
-        rebuilt = field_array(exact_values(column), types[name])
-        assert _same(rebuilt, column.cast(types[name]) if name == "lang" else column), name
+        assert _same(field_array(exact_values(column), types[name]), _plain(column)), name
     assert table_types(table.schema, ["small", "absent"], ["hash", "absent"]) == {"small": pa.uint64()}  # renamed
     assert field_array(["x", "y"], pa.int64()).type == pa.string()  # values not of the type: inferred
     assert field_array([1, 2]).type == pa.int64()
@@ -141,9 +157,9 @@ def test_a_tables_additional_fields_keep_their_type_and_values(tmp_path: Path, s
         for batch in batches:
             types.add(batch.field_types[name])
             values.extend(batch.fields[name])
-        assert types == {pa.string() if name == "lang" else table.schema.field(name).type}
-        assert _same(field_array(values, types.pop()), table.column(name).combine_chunks().cast(
-            pa.string() if name == "lang" else table.schema.field(name).type)), name
+        want = _plain(table.column(name))
+        assert types == {want.type}
+        assert _same(field_array(values, types.pop()), want), name
 
 
 def test_a_batch_keeps_a_fields_type_only_where_all_its_sources_agree(tmp_path: Path):
@@ -187,11 +203,16 @@ def _run(tmp_path: Path, tokenizer_dir: Path, fmt: str) -> Path:
 
 
 def test_a_parquet_output_holds_the_inputs_fields_as_they_were(tmp_path: Path, tokenizer_dir: Path):
-    got = read_shard_table(str(_run(tmp_path, tokenizer_dir, "parquet")), "parquet").sort_by("small")
+    shard = _run(tmp_path, tokenizer_dir, "parquet")
+    got = read_shard_table(str(shard), "parquet").sort_by("small")
     table = pq.read_table(tmp_path / "typed.parquet")
     for name in _FIELDS:
-        want = table.column(name).cast(pa.string()) if name == "lang" else table.column(name)
-        assert _same(got.column(name).combine_chunks(), want.combine_chunks()), name
+        want = _plain(table.column(name))
+        assert _same(got.column(name).combine_chunks().cast(want.type), want), name
+    import datasets  # SPEC §7: the files load in `datasets` (it has no map type: a map is written as key/value lists)
+
+    loaded = datasets.load_dataset("parquet", data_files=str(shard), split="train", cache_dir=str(tmp_path / "hf"))
+    assert sorted(row["hash"] for row in loaded) == sorted(table.column("hash").to_pylist())
 
 
 @pytest.mark.slow
@@ -203,4 +224,4 @@ def test_a_json_lines_output_writes_every_field_as_json(tmp_path: Path, tokenize
     assert [row["hash"] for row in rows] == table.column("hash").to_pylist()  # beyond int64: JSON's integers hold it
     assert rows[1]["seen"] == "2020-09-13 14:26:40.123456790+0200" and rows[1]["took"] == "0.000000001s"
     assert rows[1]["price"] == "1.25" and rows[0]["score"] is None and rows[1]["score"] == 0.5
-    assert rows[1]["tags"] == {"k": 1} and rows[1]["lang"] == "en"  # a map is an object
+    assert rows[1]["tags"] == [{"key": "k", "value": 1}] and rows[1]["lang"] == "en"

@@ -1,8 +1,8 @@
 """Additional fields' values (`additional_fields`): their Arrow types from table inputs, and their text.
 
 A Parquet or Arrow input's additional fields reach the output with the type their column has (`table_types`):
-an `int8` stays `int8`, a `uint64` hash keeps its full range, a `timestamp[ns]` its nanoseconds, a `map` stays
-a map. Values travel between reading and tokenizing as Python values (a document batch is a list of rows), so
+an `int8` stays `int8`, a `uint64` hash keeps its full range, a `timestamp[ns]` its nanoseconds (`plain_type`
+says what changes: encodings, and maps, which the `datasets` library cannot load, as key/value lists). Values travel between reading and tokenizing as Python values (a document batch is a list of rows), so
 the type is carried beside them and the column is built again with it (`field_array`); a value Python cannot
 hold exactly (a nanosecond timestamp, time or duration) travels as its integer count of nanoseconds
 (`exact_values`). Without a type (JSON lines, CSV, a `format_callback`'s records, or a batch whose documents
@@ -10,8 +10,8 @@ came from files that type the field differently) the type is inferred from the v
 
 Where an output holds a field as text (JSON lines, a TFRecord feature of bytes, a column whose types could
 not be unified), `python_values` and `json_text` give every value a text form: JSON's own values as they are,
-dates, times and decimals as their text, durations as their seconds (`"1.5s"`), maps as objects, bytes as
-base64, and a float that JSON cannot hold (NaN, infinity) as null.
+dates, times and decimals as their text, durations as their seconds (`"1.5s"`), bytes as base64, and a float
+that JSON cannot hold (NaN, infinity) as null.
 """
 
 from __future__ import annotations
@@ -29,16 +29,21 @@ __all__ = ["table_types", "plain_type", "exact_values", "field_array", "python_v
 
 
 def plain_type(arrow_type: pa.DataType) -> pa.DataType:
-    """The type a field's values are written with: a dictionary-encoded column as its values' type, and
-    Arrow's view types (`string_view`, `binary_view`) as `string` and `binary`, which every reader knows
-    (encodings of a column, not types of its values)."""
-    if pa.types.is_dictionary(arrow_type):
-        return plain_type(arrow_type.value_type)
-    if getattr(pa.types, "is_string_view", _never)(arrow_type):  # pyarrow >= 16
+    """The type a field's values are written with (also inside lists and structs): a dictionary-encoded column
+    as its values' type, Arrow's view types (`string_view`, `binary_view`) as `string` and `binary` (encodings of
+    a column, not types of its values), and a map as the list of `key`/`value` structs it is stored as (the
+    `datasets` library, which the output must load in, has no map type)."""
+    t = arrow_type
+    if pa.types.is_dictionary(t):
+        return plain_type(t.value_type)
+    if getattr(pa.types, "is_string_view", _never)(t):  # pyarrow >= 16
         return pa.string()
-    if getattr(pa.types, "is_binary_view", _never)(arrow_type):
+    if getattr(pa.types, "is_binary_view", _never)(t):
         return pa.binary()
-    return arrow_type
+    if pa.types.is_map(t):
+        return pa.list_(pa.struct([pa.field("key", plain_type(t.key_type), nullable=False),
+                                   pa.field("value", plain_type(t.item_type))]))
+    return _children_replaced(t, plain_type)
 
 
 def _never(arrow_type: pa.DataType) -> bool:
@@ -59,25 +64,32 @@ def _nanosecond_temporal(arrow_type: pa.DataType) -> bool:
             and arrow_type.unit == "ns")
 
 
-def _leaves_replaced(arrow_type: pa.DataType, leaf: Any) -> pa.DataType:
-    """`arrow_type` with each leaf type `t` (through lists, structs and maps) replaced by `leaf(t)`; the type
-    itself where no leaf changes."""
+def _children_replaced(arrow_type: pa.DataType, child: Any) -> pa.DataType:
+    """A list, map or struct type with each type it holds replaced by `child(type)`; any type itself where
+    nothing changes."""
     t = arrow_type
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        value = _leaves_replaced(t.value_type, leaf)
+        value = child(t.value_type)
         if value == t.value_type:
             return t
         field = t.value_field.with_type(value)
         return pa.large_list(field) if pa.types.is_large_list(t) else \
             pa.list_(field, t.list_size) if pa.types.is_fixed_size_list(t) else pa.list_(field)
     if pa.types.is_map(t):
-        key, item = _leaves_replaced(t.key_type, leaf), _leaves_replaced(t.item_type, leaf)
+        key, item = child(t.key_type), child(t.item_type)
         return t if (key, item) == (t.key_type, t.item_type) else pa.map_(key, item)
     if pa.types.is_struct(t):
         fields = [t.field(i) for i in range(t.num_fields)]
-        replaced = [f.with_type(_leaves_replaced(f.type, leaf)) for f in fields]
+        replaced = [f.with_type(child(f.type)) for f in fields]
         return t if replaced == fields else pa.struct(replaced)
-    return leaf(t)
+    return t
+
+
+def _leaves_replaced(arrow_type: pa.DataType, leaf: Any) -> pa.DataType:
+    """`arrow_type` with each leaf type `t` (through lists, structs and maps) replaced by `leaf(t)`."""
+    if arrow_type.num_fields == 0:
+        return leaf(arrow_type)
+    return _children_replaced(arrow_type, lambda t: _leaves_replaced(t, leaf))
 
 
 def exact_values(column: Any) -> list[Any]:
@@ -106,8 +118,7 @@ def field_array(values: list[Any], arrow_type: Optional[pa.DataType] = None) -> 
 def python_values(column: Any) -> list[Any]:
     """An output column's values as Python values for a text format: `to_pylist`, except that a timestamp, date
     or time (also inside a list, struct or map) gives Arrow's text of it (exact to its unit: a Python `datetime`
-    holds microseconds), a duration its seconds (`duration_text`) and a map a dict (a JSON object; keys that are
-    not text as their JSON)."""
+    holds microseconds) and a duration its seconds (`duration_text`)."""
     def leaf(t: pa.DataType) -> pa.DataType:
         if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t):
             return pa.string()
@@ -115,8 +126,8 @@ def python_values(column: Any) -> list[Any]:
 
     text_type = _leaves_replaced(column.type, leaf)
     values = (column if text_type == column.type else column.cast(text_type)).to_pylist()
-    if _has(column.type, lambda t: pa.types.is_duration(t) or pa.types.is_map(t)):
-        values = [_json_ready(v, column.type) for v in values]
+    if _has(column.type, pa.types.is_duration):
+        values = [_durations_as_text(v, column.type) for v in values]
     return values
 
 
@@ -127,21 +138,20 @@ def _has(arrow_type: pa.DataType, test: Any) -> bool:
     return any(_has(arrow_type.field(i).type, test) for i in range(arrow_type.num_fields))
 
 
-def _json_ready(value: Any, arrow_type: pa.DataType) -> Any:
-    """`value` (of `arrow_type`, its durations cast to integers) with each duration as `duration_text` and each
-    map as a dict."""
+def _durations_as_text(value: Any, arrow_type: pa.DataType) -> Any:
+    """`value` (of `arrow_type`, its durations cast to integers) with each duration as `duration_text`."""
     t = arrow_type
     if value is None:
         return None
     if pa.types.is_duration(t):
         return duration_text(value, _PER_SECOND[t.unit])
     if pa.types.is_map(t):
-        return {k if isinstance(k, str) else as_text(k): _json_ready(v, t.item_type)
-                for k, v in ((_json_ready(k, t.key_type), v) for k, v in value)}
+        return [(_durations_as_text(k, t.key_type), _durations_as_text(v, t.item_type)) for k, v in value]
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [_json_ready(v, t.value_type) for v in value]
+        return [_durations_as_text(v, t.value_type) for v in value]
     if pa.types.is_struct(t):
-        return {t.field(i).name: _json_ready(value[t.field(i).name], t.field(i).type) for i in range(t.num_fields)}
+        return {t.field(i).name: _durations_as_text(value[t.field(i).name], t.field(i).type)
+                for i in range(t.num_fields)}
     return value
 
 
