@@ -225,3 +225,28 @@ def test_a_json_lines_output_writes_every_field_as_json(tmp_path: Path, tokenize
     assert rows[1]["seen"] == "2020-09-13 14:26:40.123456790+0200" and rows[1]["took"] == "0.000000001s"
     assert rows[1]["price"] == "1.25" and rows[0]["score"] is None and rows[1]["score"] == 0.5
     assert rows[1]["tags"] == [{"key": "k", "value": 1}] and rows[1]["lang"] == "en"
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_planning_warns_of_an_additional_field_no_sampled_document_has(tmp_path: Path, capsys, suffix):
+    """A misspelt field gave a column of nulls and no word of it."""
+    from easydata.config import PipelineConfig
+    from easydata.run.run_plan import check_fields
+
+    records = [{"text": f"document {i}", "url": f"https://x/{i}", "lang": None} for i in range(30)]
+    path = tmp_path / f"in{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    else:
+        pq.write_table(pa.Table.from_pylist(records), path)
+    for fields, expected in [(["url"], ""), (["url", "urll"], "additional field 'urll' holds no value"),
+                             (["lang", "urll"], "additional fields 'lang', 'urll' hold no value")]:
+        ds = DatasetConfig(name="d", data_files=str(path), additional_fields=fields)
+        config = PipelineConfig(datasets=[ds], default_tokenizer="unused")
+        check_fields(config, ds, plan_input(ds).splits)
+        err = capsys.readouterr().err
+        if not expected:
+            assert err == ""
+            continue
+        assert err == (f"easydata: warning: dataset 'd': {expected} in any of the 30 documents sampled across its input"
+                       f" (missing or null): check {'their names' if ' fields ' in expected else 'its name'}\n")

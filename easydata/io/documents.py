@@ -96,7 +96,7 @@ class Reject:
     unread_bytes: Optional[int] = None
     #: The record's field names, when it was an object; a table's columns, of which its record holds those read
     #: (not written to the dead letter: planning names them when a dataset's content field is wrong,
-    #: `easydata.run.run_plan.check_content_field`).
+    #: `easydata.run.run_plan.check_fields`).
     fields: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property

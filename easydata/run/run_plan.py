@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from typing import Any, Callable, Optional
 
 from easydata.run.staged_units import write_units
@@ -175,16 +176,19 @@ def check_reachable_by_workers(config: PipelineConfig, runner: str) -> None:
                            " store they reach (gs://, s3://, hf://)" for p in problems])
 
 
-#: Records read from a dataset's first split at planning to check its content field (`check_content_field`).
-CONTENT_FIELD_SAMPLE = 50
+#: Records read from a dataset's input at planning to check its fields (`check_fields`).
+FIELDS_SAMPLE = 50
 
 
-def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[Any]) -> None:
-    """A dataset none of whose records sampled across its input (up to `CONTENT_FIELD_SAMPLE`, from places
-    spread over its splits, `easydata.io.sampling.spread`) has its content field is refused at planning, naming the fields
+def check_fields(config: PipelineConfig, ds: DatasetConfig, splits: list[Any]) -> None:
+    """A dataset none of whose records sampled across its input (up to `FIELDS_SAMPLE`, from places spread over
+    its splits, `easydata.io.sampling.spread`) has its content field is refused at planning, naming the fields
     its records have (a wrong `content_field` was found only after reading every input, and the run then
     failed for a dataset that wrote nothing). A sample with any usable record, or only other problems,
     passes: the run judges those per record. Skipped with `allow_empty_datasets`.
+
+    An additional field that no sampled document has a value for is warned about (a misspelt name gave a
+    column of nulls and no word of it).
 
     Raises:
       ConfigError: one line naming the dataset, the field and the fields found.
@@ -195,11 +199,18 @@ def check_content_field(config: PipelineConfig, ds: DatasetConfig, splits: list[
     if config.allow_empty_datasets or not splits or ds.type == "txt" or RecordFormatter.for_dataset(ds) is not None:
         return
     places = [p for split in splits[::max(1, len(splits) // 4)][:4] for p in spread(split, 4)]
-    per_place = max(1, CONTENT_FIELD_SAMPLE // max(1, len(places)))
+    per_place = max(1, FIELDS_SAMPLE // max(1, len(places)))
     rejects: list[Any] = []
-    documents = sum(len(batch) for place in places
-                    for batch in read_split(place, ds, batch_size=per_place, limit=per_place, rejects=rejects,
-                                            messages_field=config.chat.messages_field))
+    batches = [batch for place in places for batch in read_split(place, ds, batch_size=per_place, limit=per_place,
+                                                                 rejects=rejects,
+                                                                 messages_field=config.chat.messages_field)]
+    documents = sum(map(len, batches))
+    empty = [f for f in ds.additional_fields if all(v is None for batch in batches for v in batch.fields[f])]
+    if documents and empty:
+        which = f"field {empty[0]!r} holds" if len(empty) == 1 else f"fields {', '.join(map(repr, empty))} hold"
+        print(f"easydata: warning: dataset '{ds.name}': additional {which} no value in any of the {documents}"
+              f" documents sampled across its input (missing or null): check {'its' if len(empty) == 1 else 'their'}"
+              " name" + "s" * (len(empty) > 1), file=sys.stderr)
     missing = [r for r in rejects if r.reason == f"missing content field '{ds.content_field}'"]
     if documents or not missing or len(missing) != len(rejects):
         return
@@ -272,7 +283,7 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     """The run's checks and each dataset's part of the plan, shared by the run and `--dry-run`: the config
     (`check_batch_job`), each tokenizer loaded once and checked (`check_tokenizer`), the input files listed
     and split (`easydata.io.sources.plan_input`), the dataset's template and padding (`dataset_settings`),
-    its content field (`check_content_field`) and, for a mix, one vocabulary (`check_shared_vocabulary`).
+    its content and additional fields (`check_fields`) and, for a mix, one vocabulary (`check_shared_vocabulary`).
     Reads, never writes. Engines are not chosen yet (`plan_run` does); with `prefetch_engines`, a fast
     engine the config asks for starts loading while the inputs are planned.
 
@@ -304,7 +315,7 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
         input_bytes = text_bytes(splits, ds, config.chat.messages_field)
         info = handles[tok].info
         template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
-        check_content_field(config, ds, splits)
+        check_fields(config, ds, splits)
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes, pad_id=pad_id, chat_template=template,
                                     split_bytes=planned_split_bytes, readers=readers,
