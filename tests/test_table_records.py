@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from easydata.config import DatasetConfig, PipelineConfig
-from easydata.io.sources import plan_input, read_splits
+from easydata.io.sources import plan_input, read_splits, text_bytes
 from easydata.run.run_plan import prepare_run
 
 CHATML = Path(__file__).parent / "chat_templates" / "chatml.jinja"
@@ -98,3 +98,33 @@ def test_a_chat_parquet_dataset_runs_with_the_default_content_field(tmp_path: Pa
         table = pa.concat_tables(pq.read_table(p) for p in sorted((tmp_path / f"out{suffix}").rglob("part-*.parquet")))
         rows[suffix] = sorted(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist()))
     assert rows[".parquet"] == rows[".jsonl"] and len(rows[".jsonl"]) == 34
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+@pytest.mark.parametrize("twice", ["id", "text"])
+def test_a_column_the_dataset_reads_named_twice_is_a_dead_letter(tmp_path: Path, suffix, twice):
+    """Arrow allows two columns of one name; reading one by that name raised a KeyError, a traceback at planning.
+    A column read by name must have one; a column not read may share its name."""
+    n = 12
+    columns = {"text": pa.array([f"document {i}" for i in range(n)]), "id": pa.array(range(n)), "x": pa.array([0] * n)}
+    names = ["text", "id", twice, "x", "x"]
+    path = _write_table(pa.Table.from_arrays([columns[c] for c in names], names=names), tmp_path / f"twice{suffix}")
+    ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["id"])
+    assert text_bytes(plan_input(ds).splits, ds) > 0  # planning counts the file at its size
+    documents, rejected = _read(path)
+    assert documents == [] and len(rejected) == 1
+    assert rejected[0].endswith(f"InputError: the table has 2 columns named '{twice}', a column the dataset reads:"
+                                " give them distinct names")
+    unread = _write_table(pa.Table.from_arrays([columns[c] for c in ["text", "id", "x", "x"]],
+                                               names=["text", "id", "x", "x"]), tmp_path / f"unread-twice{suffix}")
+    documents, rejected = _read(unread)
+    assert len(documents) == n and rejected == []
+
+
+def _write_table(table: pa.Table, path: Path) -> Path:
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.ipc.new_file(str(path), table.schema) as writer:
+            writer.write_table(table)
+    return path

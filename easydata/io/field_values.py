@@ -17,6 +17,7 @@ that JSON cannot hold (NaN, infinity) as null.
 from __future__ import annotations
 
 import base64
+import collections
 import datetime
 import json
 import math
@@ -54,9 +55,9 @@ def table_types(schema: pa.Schema, fields: list[str], columns: Optional[list[str
                 ) -> dict[str, pa.DataType]:
     """The types of the additional `fields` a table of `schema` holds, by field name; `columns` are the columns
     they are read from when not their names (a dataset's `format_fields` renames)."""
-    names = set(schema.names)
+    counts = collections.Counter(schema.names)  # a name given twice types nothing (the reader refuses it)
     return {field: plain_type(schema.field(column).type) for field, column in zip(fields, columns or fields)
-            if column in names}
+            if counts[column] == 1}
 
 
 def _nanosecond_temporal(arrow_type: pa.DataType) -> bool:

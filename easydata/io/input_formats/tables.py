@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
+from easydata.errors import InputError
 from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
 from easydata.io.field_values import exact_values, table_types
 from easydata.io.record_format import RecordFormatter
@@ -24,15 +25,22 @@ def columns_needed(dataset: DatasetConfig, available: list[str], messages_field:
     """The columns of `available` a record is judged on (`DocumentCollector.add_record`), in this order: the
     content field, the chat fields (`messages_field`, `prompt`, `completion`) and the additional fields. A
     table's records are so what the same records are as JSON lines: a `messages` column makes chat records when
-    the content field is absent, as a `messages` key does (a table's chat records were read without it)."""
+    the content field is absent, as a `messages` key does (a table's chat records were read without it).
+
+    Raises:
+      InputError: a column it needs is named more than once (the file is then a dead letter with this reason)."""
     wanted = [dataset.content_field, messages_field, "prompt", "completion", *dataset.additional_fields]
     formatter = RecordFormatter.for_dataset(dataset)
     if formatter is not None:
-        if formatter.needs_all_columns:
-            return list(available)
-        wanted = formatter.source_columns(wanted)
+        wanted = list(available) if formatter.needs_all_columns else formatter.source_columns(wanted)
     present = set(available)
-    return [c for c in dict.fromkeys(wanted) if c in present]
+    needed = [c for c in dict.fromkeys(wanted) if c in present]
+    if len(present) < len(available):
+        twice = [c for c in needed if available.count(c) > 1]
+        if twice:  # Arrow allows it; which of them would a record hold?
+            raise InputError(f"the table has {available.count(twice[0])} columns named '{twice[0]}', a column the"
+                             " dataset reads: give them distinct names")
+    return needed
 
 def read_from(out: DocumentCollector, schema: Any, dataset: DatasetConfig) -> None:
     """Tells the collector it reads a table of `schema`: the fields its dead letters name, and the types of the
