@@ -97,7 +97,8 @@ def test_json_text_writes_what_json_has_no_value_for():
                                 "l": [1.5, None, {"m": None}], "s": "ü", "dt": "1.5s"}
     assert "NaN" not in text and "Infinity" not in text and "ü" in text
     assert value["n"] != value["n"] and value["l"][1] == float("inf")  # the value itself is left as it was
-    assert as_text(None) is None and as_text("a") == "a" and as_text(b"\x00") == '"AA=="' and as_text(3) == "3"
+    assert as_text(None) is None and as_text("a") == "a" and as_text(3) == "3" and as_text([1, "a"]) == '[1, "a"]'
+    assert as_text(b"\x00") == "AA==" and as_text(decimal.Decimal("1.50")) == "1.50"  # text, not a JSON string
 
 
 def test_python_values_give_nested_values_their_text():
@@ -127,6 +128,21 @@ def test_a_tfrecord_shard_gives_back_unsigned_and_narrow_integers():
         assert back.column(name).equals(table.column(name).combine_chunks()), name
     assert back.column("tags").to_pylist() == ['[["k", 1]]', "[]"]  # a map column (a list of pairs) as JSON
     assert back.column("seen").to_pylist() == [["2020-09-13 12:26:40.123456789"], []]
+
+
+def test_a_field_of_a_type_datasets_cannot_load_is_written_as_text(tmp_path: Path):
+    """pyarrow infers `uuid.UUID` values as the `arrow.uuid` extension type, which `datasets` cannot load
+    (nor an interval, a union or a list view): such a field is typed from its values' text."""
+    import uuid
+
+    table = pa.table({"text": ["a b", "c d"], "u": pa.array([uuid.UUID(int=i).bytes for i in range(2)], pa.uuid()),
+                      "n": pa.array([1, 2], pa.int16())})
+    assert table_types(table.schema, ["u", "n"]) == {"n": pa.int16()}
+    assert field_array([uuid.UUID(int=1), None]).to_pylist() == ["00000000-0000-0000-0000-000000000001", None]
+    path = _write(table, tmp_path / "uuid.parquet")
+    (batch,), rejects = _read(DatasetConfig(name="d", data_files=str(path), additional_fields=["u", "n"]))
+    assert rejects == [] and batch.field_types == {"n": pa.int16()}
+    assert field_array(batch.fields["u"]).type == pa.string()
 
 
 def test_field_array_builds_the_column_of_its_type_exactly():

@@ -56,8 +56,25 @@ def table_types(schema: pa.Schema, fields: list[str], columns: Optional[list[str
     """The types of the additional `fields` a table of `schema` holds, by field name; `columns` are the columns
     they are read from when not their names (a dataset's `format_fields` renames)."""
     counts = collections.Counter(schema.names)  # a name given twice types nothing (the reader refuses it)
-    return {field: plain_type(schema.field(column).type) for field, column in zip(fields, columns or fields)
-            if counts[column] == 1}
+    types = {field: plain_type(schema.field(column).type) for field, column in zip(fields, columns or fields)
+             if counts[column] == 1}
+    return {field: t for field, t in types.items() if _loadable(t)}
+
+
+def _loadable(arrow_type: pa.DataType) -> bool:
+    """Whether every type in `arrow_type` is one every output and the `datasets` library take: not an extension
+    type (a UUID, JSON), an interval, a union, a list view or a run-end encoding, whose fields are typed from
+    their Python values instead (a UUID as its text, as before)."""
+    t = arrow_type
+    plain = (pa.types.is_null(t) or pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t)
+             or pa.types.is_decimal(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+             or pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+             or pa.types.is_temporal(t) and not pa.types.is_interval(t))
+    nested = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) \
+        or pa.types.is_struct(t)
+    if isinstance(t, pa.BaseExtensionType) or not (plain or nested):
+        return False
+    return all(_loadable(t.field(i).type) for i in range(t.num_fields))
 
 
 def _nanosecond_temporal(arrow_type: pa.DataType) -> bool:
@@ -104,16 +121,20 @@ def exact_values(column: Any) -> list[Any]:
 
 def field_array(values: list[Any], arrow_type: Optional[pa.DataType] = None) -> pa.Array:
     """The Arrow column of an additional field: of `arrow_type` when given (its input column's), else of the
-    type Arrow infers from the values; text (`as_text`) when the values have no common type."""
+    type Arrow infers from the values; text (`as_text`) when the values have no common type or it is not
+    `_loadable` (a UUID)."""
     if arrow_type is not None:
         try:
             return pa.array(values, type=arrow_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError):
             pass  # values that are not the column's (an extension type's objects): inferred, as any field's
     try:
-        return pa.array(values)
+        inferred = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array([as_text(v) for v in values], type=pa.string())
+        inferred = None
+    if inferred is not None and _loadable(inferred.type):
+        return inferred
+    return pa.array([as_text(v) for v in values], type=pa.string())  # (pyarrow infers a `uuid.UUID` as arrow.uuid)
 
 
 def python_values(column: Any) -> list[Any]:
@@ -208,7 +229,10 @@ def json_text(value: Any) -> str:
 
 
 def as_text(value: Any) -> Optional[str]:
-    """The text form of a field value in a text column: strings as they are, anything else as `json_text`."""
+    """The text form of a field value in a text column: strings as they are, a value JSON has no form for (a date,
+    a decimal, bytes, a UUID) as its text without JSON's quotes, anything else as `json_text`."""
     if value is None or isinstance(value, str):
         return value
-    return json_text(value)
+    if isinstance(value, (dict, list, tuple, int, float, bool)):
+        return json_text(value)
+    return _json_default(value)
