@@ -111,6 +111,9 @@ def test_a_column_the_dataset_reads_named_twice_is_a_dead_letter(tmp_path: Path,
     path = _write_table(pa.Table.from_arrays([columns[c] for c in names], names=names), tmp_path / f"twice{suffix}")
     ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["id"])
     assert text_bytes(plan_input(ds).splits, ds) > 0  # planning counts the file at its size
+    rejects: list = []
+    assert list(read_splits(plan_input(ds).splits, ds, rejects=rejects)) == []
+    assert sum(r.records for r in rejects) == n  # each row a dead letter, as a corrupt row group's are
     documents, rejected = _read(path)
     assert documents == [] and len(rejected) == 1
     assert rejected[0].endswith(f"InputError: the table has 2 columns named '{twice}', a column the dataset reads:"

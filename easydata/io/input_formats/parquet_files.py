@@ -108,7 +108,14 @@ def read_parquet(split: InputSplit, dataset: DatasetConfig, out: DocumentCollect
         end = meta.num_row_groups if split.end is None else split.end
         groups = range(split.start, end)
         row = sum(meta.row_group(g).num_rows for g in range(split.start))
-        columns = columns_needed(dataset, pf.schema_arrow.names, out.messages_field)
+        try:
+            columns = columns_needed(dataset, pf.schema_arrow.names, out.messages_field)
+        except InputError as e:  # its rows are known: each is a dead letter, as a corrupt row group's are
+            rows = sum(meta.row_group(g).num_rows for g in groups)
+            if rows:
+                reject_block(out, f"Parquet row groups {split.start}..{end - 1}", row, rows, e)
+            yield split.size  # what planning counted it at (its columns could not be sized either)
+            return
         read_from(out, pf.schema_arrow, dataset)
         sizes = columns_bytes(pf, columns, groups)
         for g in groups:
