@@ -6,7 +6,7 @@ import csv
 import io
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from easydata.config import DatasetConfig
@@ -60,7 +60,10 @@ def test_numeric_columns_keep_their_inferred_type_across_chunks(tmp_path: Path):
                           st.booleans()), min_size=1, max_size=25))
 def test_well_formed_records_all_survive_among_broken_ones(rows):
     """Property: rows written by Python's csv module (any text, quotes, newlines) come back exactly;
-    a broken line (an unbalanced quote) inserted before any of them costs only itself."""
+    a broken line (an unbalanced quote) inserted before any of them costs only itself. Except where CSV itself
+    cannot tell: before a row whose text starts with the delimiter (`",...`), the broken line's open quote is
+    closed by that row's first quote and the two make one well-formed record (found by hypothesis: `",\n"`)."""
+    assume(not any(insert_broken and text.startswith(",") for text, insert_broken in rows))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
     writer.writerow(["text", "id"])
