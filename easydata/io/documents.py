@@ -282,7 +282,8 @@ class DocumentCollector:
     def takes_text_rows(self, schema: Any) -> bool:
         """Whether `add_text_rows` judges a table of this Arrow schema as `add_record` would: no record
         formatter, a string content column, and no other column that could hold what `unusable_value`
-        refuses (an unsigned 64-bit integer, a nested value) or make a row a prompt/completion pair."""
+        refuses (an unsigned 64-bit integer, a nested value; a typed field's column, `source_types`, holds only
+        what its output column holds) or make a row a prompt/completion pair."""
         import pyarrow.types as types
 
         if self.formatter is not None or self.ds.content_field not in schema.names:

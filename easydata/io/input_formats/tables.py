@@ -101,7 +101,8 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
     A plain-text table (a string content column, flat columns beside it) goes in column-wise
     (`DocumentCollector.add_text_rows`: no dict per row); any other row by row as a record."""
     typed = set(_source_columns(out, list(out.source_types)))
-    columns = {name: (exact_values if name in typed else _pylist)(batch.column(name)) for name in batch.schema.names}
+    columns = {name: exact_values(column) if name in typed else column.to_pylist()
+               for name, column in zip(batch.schema.names, batch.columns)}
     names = list(columns)
     positions = first_row if isinstance(first_row, list) else range(first_row, first_row + batch.num_rows)
     if out.takes_text_rows(batch.schema):
@@ -111,10 +112,6 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
         out.add_record(position, {n: columns[n][i] for n in names})
         if out.done:
             return
-
-
-def _pylist(column: Any) -> list[Any]:
-    return column.to_pylist()
 
 
 def _source_columns(out: DocumentCollector, fields: list[str]) -> list[str]:
