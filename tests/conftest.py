@@ -100,6 +100,17 @@ def qwen3_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # ---- synthetic outputs (for validate / inspect tests) ---------------------------------------------
 
+# The start of a `python -c` script that runs as where pandas is not installed (it is not a dependency, and
+# pyarrow gives some values only through it): importing pandas fails, as it would there.
+WITHOUT_PANDAS = """
+import json, sys
+class NoPandas:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("No module named 'pandas'")
+sys.meta_path.insert(0, NoPandas())
+"""
+
 SYNTHETIC_TOKENIZER = {"name_or_path": "synthetic-tokenizer", "content_hash": "sha256:00", "vocab_size": 512,
                        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
 

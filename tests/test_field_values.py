@@ -28,7 +28,7 @@ from easydata.io.field_values import as_text, duration_text, exact_values, field
     table_types
 from easydata.io.tf_example import decode_examples, encode_examples, record_types
 from easydata.io.sources import plan_input, read_splits
-from tests.conftest import read_shard_table
+from tests.conftest import WITHOUT_PANDAS, read_shard_table
 
 N = 40
 _NS = 1_600_000_000_123_456_789
@@ -201,6 +201,33 @@ def test_a_format_callbacks_records_are_typed_by_their_values(tmp_path: Path):
     batches, rejects = _read(ds)
     assert rejects == [] and all(b.field_types is None for b in batches)
     assert field_array([v for b in batches for v in b.fields["small"]]).type == pa.int64()
+
+
+_CALLBACK_WITHOUT_PANDAS = WITHOUT_PANDAS + """
+import numpy as np
+from easydata.config import DatasetConfig
+from easydata.io.sources import plan_input, read_splits
+ds = DatasetConfig(name="d", data_files=sys.argv[1], additional_fields=["seen_ns"],
+                   format_callback=lambda r: {"text": r["text"], "seen_ns": int(r["seen"].astype(np.int64))})
+rejects = []
+batches = list(read_splits(plan_input(ds, target_bytes=1 << 20).splits, ds, batch_size=1000, rejects=rejects))
+print(json.dumps({"rejects": [str(r) for r in rejects], "seen": [v for b in batches for v in b.fields["seen_ns"]],
+                  "pandas": "pandas" in sys.modules}))
+"""
+
+
+def test_a_format_callback_gets_nanoseconds_without_pandas(tmp_path: Path):
+    """A callback's record holds every column: one of nanosecond timestamps made each row a dead letter where
+    pandas is not installed (pyarrow gives nanoseconds only through it); now it holds numpy's exact value."""
+    import subprocess
+    import sys
+
+    path = _write(_typed_table(), tmp_path / "typed.parquet")
+    done = subprocess.run([sys.executable, "-c", _CALLBACK_WITHOUT_PANDAS, str(path)], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout)
+    assert got == {"rejects": [], "seen": [_NS + i for i in range(N)], "pandas": False}
 
 
 def _run(tmp_path: Path, tokenizer_dir: Path, fmt: str) -> Path:

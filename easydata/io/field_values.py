@@ -1,12 +1,15 @@
 """Additional fields' values (`additional_fields`): their Arrow types from table inputs, and their text.
 
-A Parquet or Arrow input's additional fields reach the output with the type their column has (`table_types`):
-an `int8` stays `int8`, a `uint64` hash keeps its full range, a `timestamp[ns]` its nanoseconds (`plain_type`
-says what changes: encodings, and maps, which the `datasets` library cannot load, as key/value lists). Values travel between reading and tokenizing as Python values (a document batch is a list of rows), so
-the type is carried beside them and the column is built again with it (`field_array`); a value Python cannot
-hold exactly (a nanosecond timestamp, time or duration) travels as its integer count of nanoseconds
-(`exact_values`). Without a type (JSON lines, CSV, a `format_callback`'s records, or a batch whose documents
-came from files that type the field differently) the type is inferred from the values, as before.
+A Parquet or Arrow input's additional fields reach the output with the type their column has (`table_types`): an
+`int8` stays `int8`, a `uint64` hash keeps its full range, a `timestamp[ns]` its nanoseconds (`plain_type` says
+what changes: encodings, and maps, which the `datasets` library cannot load, as key/value lists). Values travel
+between reading and tokenizing as Python values (a document batch is a list of rows), so the type is carried beside
+them and the column is built again with it (`field_array`); a value Python cannot hold exactly (a nanosecond
+timestamp, time or duration) travels as its integer count of nanoseconds (`exact_values`). Any other column's
+values, and the readers' rows, are pyarrow's Python values, with numpy's for the nanoseconds pyarrow gives only
+through pandas (`python_column`, `python_rows`). Without a type (JSON lines, CSV, a `format_callback`'s records, or
+a batch whose documents came from files that type the field differently) the type is inferred from the values, as
+before.
 
 Where an output holds a field as text (JSON lines, a TFRecord feature of bytes, a column whose types could
 not be unified), `python_values` and `json_text` give every value a text form: JSON's own values as they are,
@@ -23,10 +26,11 @@ import json
 import math
 from typing import Any, Optional
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["table_types", "plain_type", "exact_values", "field_array", "python_values", "duration_text", "json_text",
-           "as_text"]
+__all__ = ["table_types", "plain_type", "exact_values", "field_array", "python_values", "python_column", "python_rows",
+           "duration_text", "json_text", "as_text"]
 
 
 def plain_type(arrow_type: pa.DataType) -> pa.DataType:
@@ -149,7 +153,7 @@ def python_values(column: Any) -> list[Any]:
     text_type = _leaves_replaced(column.type, leaf)
     values = (column if text_type == column.type else column.cast(text_type)).to_pylist()
     if _has(column.type, pa.types.is_duration):
-        values = [_durations_as_text(v, column.type) for v in values]
+        values = [_leaf_values_mapped(v, column.type, _duration_as_text) for v in values]
     return values
 
 
@@ -160,21 +164,54 @@ def _has(arrow_type: pa.DataType, test: Any) -> bool:
     return any(_has(arrow_type.field(i).type, test) for i in range(arrow_type.num_fields))
 
 
-def _durations_as_text(value: Any, arrow_type: pa.DataType) -> Any:
-    """`value` (of `arrow_type`, its durations cast to integers) with each duration as `duration_text`."""
+def _leaf_values_mapped(value: Any, arrow_type: pa.DataType, leaf: Any) -> Any:
+    """`value` (a Python value of `arrow_type`) with each non-null leaf value `v` of type `t` (through lists,
+    structs and maps) replaced by `leaf(t, v)`."""
     t = arrow_type
     if value is None:
         return None
-    if pa.types.is_duration(t):
-        return duration_text(value, _PER_SECOND[t.unit])
     if pa.types.is_map(t):
-        return [(_durations_as_text(k, t.key_type), _durations_as_text(v, t.item_type)) for k, v in value]
+        return [(_leaf_values_mapped(k, t.key_type, leaf), _leaf_values_mapped(v, t.item_type, leaf))
+                for k, v in value]
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [_durations_as_text(v, t.value_type) for v in value]
+        return [_leaf_values_mapped(v, t.value_type, leaf) for v in value]
     if pa.types.is_struct(t):
-        return {t.field(i).name: _durations_as_text(value[t.field(i).name], t.field(i).type)
+        return {t.field(i).name: _leaf_values_mapped(value[t.field(i).name], t.field(i).type, leaf)
                 for i in range(t.num_fields)}
-    return value
+    return leaf(t, value)
+
+
+def _duration_as_text(arrow_type: pa.DataType, value: Any) -> Any:
+    """A duration leaf (cast to its integer count) as `duration_text`; any other leaf as it is."""
+    return duration_text(value, _PER_SECOND[arrow_type.unit]) if pa.types.is_duration(arrow_type) else value
+
+
+def python_column(column: Any) -> list[Any]:
+    """A column's values as `to_pylist` gives them, except a nanosecond value pyarrow refuses to give without
+    pandas (a timestamp, duration or time with nanoseconds a Python `datetime` cannot hold): numpy's
+    `datetime64[ns]` or `timedelta64[ns]` (a time: since midnight) instead of an error, exact. What the readers
+    give, and what a `format_callback` or a chat template gets, the same whether pandas is installed or not but
+    for pandas' own `Timestamp` and `Timedelta`."""
+    try:
+        return column.to_pylist()
+    except ValueError:  # "Nanosecond resolution temporal type ... Install pandas ..."
+        return [_leaf_values_mapped(v, column.type, _numpy_nanoseconds) for v in exact_values(column)]
+
+
+def python_rows(table: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
+    """`table`'s rows as `to_pylist` gives them, each value as `python_column` gives it."""
+    try:
+        return table.to_pylist()
+    except ValueError:
+        columns = [python_column(column) for column in table.columns]
+        return [dict(zip(table.column_names, values)) for values in zip(*columns)]
+
+
+def _numpy_nanoseconds(arrow_type: pa.DataType, value: Any) -> Any:
+    """A nanosecond temporal leaf (as `exact_values` gives it, an integer) as numpy's exact value."""
+    if not _nanosecond_temporal(arrow_type):
+        return value
+    return np.datetime64(value, "ns") if pa.types.is_timestamp(arrow_type) else np.timedelta64(value, "ns")
 
 
 _PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}

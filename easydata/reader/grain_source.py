@@ -10,15 +10,22 @@
 Row `i` is found through the block index (`bisect` over cumulative rows); the last block read is
 cached, so sequential and block-local access decode each block once. Arrow outputs are the better
 choice for random access (memory-mapped, no decompression).
+
+A list of numbers (the token columns, a `list<float>` additional field) is a numpy array of its column's type;
+any other value (text, a decimal, a list of strings or structs, a list holding a null) is the Python value
+pyarrow gives (`python_rows`).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Optional
 
 import numpy as np
+import pyarrow as pa
 
+from easydata.io.field_values import python_rows
 from easydata.reader.blocks import BlockIndex
 
 __all__ = ["GrainSource"]
@@ -47,8 +54,27 @@ class GrainSource:
             if self._cache[0] != block:
                 self._cache = (block, self.index.read(block, self._columns))
             table = self._cache[1]
-        row = table.slice(i - int(self._starts[block]), 1).to_pylist()[0]
-        return {k: np.asarray(v, dtype=np.int32) if isinstance(v, list) else v for k, v in row.items()}
+        row = table.slice(i - int(self._starts[block]), 1)
+        return {name: _as_array(value, row.schema.field(name).type) for name, value in python_rows(row)[0].items()}
 
     def __repr__(self) -> str:
         return f"GrainSource({self.index.output_dir!r}, name={self.index.name!r}, rows={len(self)})"
+
+
+def _as_array(value: Any, arrow_type: pa.DataType) -> Any:
+    """A list of numbers without nulls as a numpy array of its column's value type (`int32` for tokens); any
+    other value as it is."""
+    listed = pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or \
+        pa.types.is_fixed_size_list(arrow_type)
+    if not (listed and isinstance(value, list) and None not in value):
+        return value
+    t = arrow_type.value_type
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        return value
+    return np.asarray(value, dtype=_numpy_dtype(t))
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
+    """The numpy dtype of a numeric Arrow type (pyarrow's `to_pandas_dtype` imports pandas)."""
+    return pa.array([], arrow_type).to_numpy().dtype

@@ -14,6 +14,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from easydata.errors import InputError
 from easydata.core.protocols import ShardedDataSource, ShardInfo
+from easydata.io.field_values import python_rows
 from easydata.io.filesystems import expand_data_files, file_size, get_fs, join, open_file, strip_compression
 from easydata.io.formats import iter_shard_batches
 from easydata.io.sources import infer_type
@@ -111,7 +112,7 @@ class _BatchFileSource(FileShardedSource):
             if seen + batch.num_rows <= row:
                 seen += batch.num_rows
                 continue
-            yield from batch.slice(max(row - seen, 0)).to_pylist()
+            yield from python_rows(batch.slice(max(row - seen, 0)))
             seen += batch.num_rows
 
 

@@ -8,7 +8,7 @@ from typing import Any, Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
-from easydata.io.field_values import exact_values, table_types
+from easydata.io.field_values import exact_values, python_column, table_types
 from easydata.io.record_format import RecordFormatter
 from easydata.io.filesystems import compression_of, open_arrow_file, open_file
 
@@ -101,7 +101,7 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
     A plain-text table (a string content column, flat columns beside it) goes in column-wise
     (`DocumentCollector.add_text_rows`: no dict per row); any other row by row as a record."""
     typed = set(_source_columns(out, list(out.source_types)))
-    columns = {name: exact_values(column) if name in typed else column.to_pylist()
+    columns = {name: exact_values(column) if name in typed else python_column(column)
                for name, column in zip(batch.schema.names, batch.columns)}
     names = list(columns)
     positions = first_row if isinstance(first_row, list) else range(first_row, first_row + batch.num_rows)
