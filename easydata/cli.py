@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                           " NAME/validation")
     tok.add_argument("--num-shards", type=int, default=None, help="exact number of shards")
     tok.add_argument("--pack", action="store_true", help="pack documents into fixed-length rows")
-    tok.add_argument("--seq-length", type=int, default=2048, help="packed row length (with --pack)")
+    tok.add_argument("--seq-length", type=int, default=None, help="packed row length (with --pack; default: pack.seq_length's, 2048)")
     tok.add_argument("--seed", type=int, default=42)
     tok.add_argument("--overwrite", action="store_true", help="replace an existing output")
     tok.add_argument("--resume", action="store_true", help="continue an interrupted run of the same command")
@@ -153,6 +153,9 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
 
     if args.stride is not None and args.max_length is None:
         raise EasyDataError("--stride needs --max-length (the window length; the stride is the windows' overlap)")
+    if args.seq_length is not None and not args.pack:
+        raise EasyDataError("--seq-length needs --pack (it is the packed rows' length; without --pack each row is one"
+                            " document)")
     data: dict[str, Any] = {
         "seed": args.seed,
         "default_tokenizer": args.tokenizer,
@@ -161,7 +164,7 @@ def _config_for_tokenize(args: argparse.Namespace) -> Any:
         "tokenize": {"max_length": args.max_length, "stride": args.stride, "engine": args.tokenizer_engine,
                      "truncation": "none" if args.max_length is None else "window" if args.stride is not None
                      else "truncate"},
-        "pack": {"enabled": args.pack, "seq_length": args.seq_length},
+        "pack": {"enabled": args.pack, **({} if args.seq_length is None else {"seq_length": args.seq_length})},
         "save": {"output_dir": args.output, "format": args.format, "compression": args.compression,
                  "num_shards": args.num_shards, "overwrite": args.overwrite,
                  "validation_fraction": args.validation_fraction},

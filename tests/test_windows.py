@@ -150,6 +150,18 @@ def test_cli_stride_needs_max_length(tmp_path, capsys):
                                  " windows' overlap)"
 
 
+def test_cli_seq_length_needs_pack(tmp_path, capsys):
+    """`--seq-length` without `--pack` wrote unpacked rows of every document's length without a word."""
+    from easydata.cli import main
+
+    code = main(["tokenize", "--data-files", str(tmp_path / "a.jsonl"), "--tokenizer", "t", "--output",
+                 str(tmp_path / "o"), "--seq-length", "512"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == "easydata: error: --seq-length needs --pack (it is the packed rows' length; without" \
+                                 " --pack each row is one document)"
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("truncation, packed", [("window", True), ("truncate", False)])
 def test_pipeline_counts_documents_not_windows(tmp_path, tokenizer_dir, truncation, packed):
