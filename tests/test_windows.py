@@ -140,25 +140,19 @@ def test_mix_selects_a_windowed_document_whole():
     assert sorted(kept) == sorted(k for d in documents for k in (d, f"{d}#w2"))
 
 
-def test_cli_stride_needs_max_length(tmp_path, capsys):
+@pytest.mark.parametrize("flags, message", [
+    (["--stride", "8"], "--stride needs --max-length (the window length; the stride is the windows' overlap)"),
+    # `--seq-length` without `--pack` wrote unpacked rows of every document's length without a word
+    (["--seq-length", "512"], "--seq-length needs --pack (it is the packed rows' length; without --pack each row is"
+                              " one document)"),
+])
+def test_cli_flags_that_need_another(tmp_path, capsys, flags, message):
     from easydata.cli import main
 
     code = main(["tokenize", "--data-files", str(tmp_path / "a.jsonl"), "--tokenizer", "t", "--output",
-                 str(tmp_path / "o"), "--stride", "8"])
+                 str(tmp_path / "o"), *flags])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err == "easydata: error: --stride needs --max-length (the window length; the stride is the" \
-                                 " windows' overlap)"
-
-
-def test_cli_seq_length_needs_pack(tmp_path, capsys):
-    """`--seq-length` without `--pack` wrote unpacked rows of every document's length without a word."""
-    from easydata.cli import main
-
-    code = main(["tokenize", "--data-files", str(tmp_path / "a.jsonl"), "--tokenizer", "t", "--output",
-                 str(tmp_path / "o"), "--seq-length", "512"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and err == "easydata: error: --seq-length needs --pack (it is the packed rows' length; without" \
-                                 " --pack each row is one document)"
+    assert code == 2 and err == f"easydata: error: {message}"
     assert not (tmp_path / "o").exists()
 
 
