@@ -3,7 +3,7 @@
 Before, `GrainSource` made every list an `int32` array: a `list<float>` field's `[0.5, 1.5]` came back as
 `[0, 1]` and a `list<string>` field raised `ValueError`; and where pandas is not installed (it is not a
 dependency), every reader raised on a nanosecond timestamp a Python `datetime` cannot hold, a type the output
-keeps from a Parquet input since additional fields keep their types.
+keeps from a Parquet input since additional fields keep their types. A damaged shard is named by every reader.
 """
 
 from __future__ import annotations
@@ -101,3 +101,29 @@ def test_python_rows_are_to_pylists_where_pyarrow_gives_them() -> None:
     table = pa.table({"a": [1, None], "b": [["x"], []], "at": pa.array([1_000, 2_000_000], pa.timestamp("us"))})
     assert python_rows(table) == table.to_pylist()
     assert python_rows(table.to_batches()[0]) == table.to_pylist()
+
+
+def test_a_damaged_shard_is_named_by_the_reader(tmp_path: Path) -> None:
+    """A truncated shard or a corrupt page raised pyarrow's bare `ArrowInvalid` / `OSError` from `TokenReader`,
+    `GrainSource` and the sharded sources, without the file's path; now `ShardUnreadable` names it."""
+    import pytest
+
+    from easydata.io.formats import ShardUnreadable
+    from easydata.reader import TokenReader
+
+    rows = [{"input_ids": list(range(i, i + 40)), "attention_mask": [1] * 40} for i in range(64)]
+    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("attention_mask", pa.list_(pa.int32()))])
+    for damage in ("footer", "page"):
+        out = tmp_path / damage
+        manifest = write_synthetic_output(str(out), {"web": [rows]}, schema, compression="zstd", row_group_size=16)
+        shard = out / manifest["datasets"]["web"]["shards"][0]["path"]
+        data = bytearray(shard.read_bytes())
+        if damage == "footer":
+            data = data[:len(data) // 2]
+        else:  # every byte of the first row group's pages after the file's magic: zstd refuses the frames
+            data[4:200] = bytes(196)
+        shard.write_bytes(bytes(data))
+        with pytest.raises(ShardUnreadable, match=f"shard '{shard}' is unreadable"):
+            list(TokenReader(str(out), batch_size=8, seq_length=40, num_epochs=1, shuffle=False))
+        with pytest.raises(ShardUnreadable, match=f"shard '{shard}' is unreadable"):
+            [GrainSource(str(out))[i] for i in range(64)]

@@ -13,6 +13,7 @@ of tokenized documents into Arrow record batches.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
@@ -35,6 +36,7 @@ __all__ = [
     "shard_file_name",
     "ShardWriter",
     "iter_shard_batches",
+    "shard_errors",
     "ShardUnreadable",
     "token_list_array",
     "list_column_values",
@@ -409,17 +411,27 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
       ShardUnreadable: the file is empty, truncated or corrupt, or lacks a column asked for.
     """
     batches = shard_format(fmt).batches  # an unknown format is a caller's error, raised as it is
-    try:
+    with shard_errors(path):
         yield from batches(path, columns)
+
+
+@contextlib.contextmanager
+def shard_errors(path: str) -> Iterator[None]:
+    """Raises what reading the shard at `path` raises as `ShardUnreadable` (the path and pyarrow's first line),
+    except this package's own errors and programming errors."""
+    try:
+        yield
+        return
     except EasyDataError:
         raise
     except (KeyError, IndexError, NotImplementedError) as e:  # pyarrow's: a missing column, a corrupt page or type
-        raise ShardUnreadable(path, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]) from None
+        error: Exception = e
     except PROGRAMMING_ERRORS:
         raise
     except Exception as e:  # pyarrow's ArrowInvalid / OSError, EOFError
-        message = str(e).splitlines()[0] if str(e) else ""
-        raise ShardUnreadable(path, f"{type(e).__name__}: {message}"[:300]) from None
+        error = e
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    raise ShardUnreadable(path, f"{type(error).__name__}: {first_line}"[:300]) from None
 
 
 def write_piece(table: pa.Table, path: str) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.filesystems import open_arrow_file
+from easydata.io.formats import shard_errors
 from easydata.run.manifest import Manifest, member_path, read_manifest
 
 __all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS", "FORMAT_INDEXES"]
@@ -73,6 +74,8 @@ class BlockIndex:
           ValidationFailed: no manifest (an incomplete or foreign directory, or a commit that did not
             finish within `commit_wait`).
           ValueError: unknown dataset name, or an unsupported output format.
+          ShardUnreadable: a shard is missing, empty, truncated or corrupt (its path and pyarrow's first line;
+            also from `read`).
         """
         manifest = read_manifest(output_dir, wait_for_commit=commit_wait)
         name, output = manifest.output(name, output_dir)
@@ -102,26 +105,29 @@ class BlockIndex:
     def _open(self, shard: int) -> Any:
         with self._lock:
             if shard not in self._files:
-                f = open_arrow_file(self.shard_paths[shard])
-                if self.fmt == "parquet":
-                    import pyarrow.parquet as pq
+                with shard_errors(self.shard_paths[shard]):
+                    f = open_arrow_file(self.shard_paths[shard])
+                    if self.fmt == "parquet":
+                        import pyarrow.parquet as pq
 
-                    self._files[shard] = pq.ParquetFile(f)
-                else:
-                    self._files[shard] = pa.ipc.open_file(f)
+                        self._files[shard] = pq.ParquetFile(f)
+                    else:
+                        self._files[shard] = pa.ipc.open_file(f)
             return self._files[shard]
 
     def _block_rows_of(self, shard: int) -> list[int]:
         handle = self._open(shard)
-        if self.fmt == "parquet":
-            meta = handle.metadata
-            return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-        return [handle.get_batch(i).num_rows for i in range(handle.num_record_batches)]
+        with shard_errors(self.shard_paths[shard]):
+            if self.fmt == "parquet":
+                meta = handle.metadata
+                return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            return [handle.get_batch(i).num_rows for i in range(handle.num_record_batches)]
 
     def read(self, block: int, columns: list[str]) -> pa.Table:
         """One block's columns."""
-        handle = self._open(int(self.block_shard[block]))
-        local = int(self.block_local[block])
-        if self.fmt == "parquet":
-            return handle.read_row_group(local, columns=columns)
-        return pa.Table.from_batches([handle.get_batch(local).select(columns)])
+        shard = int(self.block_shard[block])
+        handle, local = self._open(shard), int(self.block_local[block])
+        with shard_errors(self.shard_paths[shard]):
+            if self.fmt == "parquet":
+                return handle.read_row_group(local, columns=columns)
+            return pa.Table.from_batches([handle.get_batch(local).select(columns)])
