@@ -113,6 +113,28 @@ def test_window_reader_layouts_and_errors(bin_output):
         reader.load_state_dict({**reader.state_dict(), "seed": 9})
 
 
+@pytest.mark.parametrize("damage", ["bin", "idx", "idx-foreign"])
+def test_a_damaged_shard_is_named(bin_output, tmp_path, damage):
+    """A truncated `.idx` raised numpy's "buffer size must be a multiple of element size", naming no file."""
+    import shutil
+
+    from easydata.io.formats import ShardUnreadable
+
+    out, manifest = bin_output
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    shard = manifest["datasets"]["data"]["shards"][0]
+    path = copy / (shard["path"] if damage == "bin" else shard["index_path"])
+    data = path.read_bytes()
+    path.write_bytes(data[::-1] if damage == "idx-foreign" else data[:len(data) // 2 + 3])
+    reason = {"bin": "do not hold", "idx": "are not whole 8-byte document offsets",
+              "idx-foreign": "document offsets do not rise from 0"}[damage]
+    for reader in (lambda: TokenReader(str(copy), batch_size=2, seq_length=L),
+                   lambda: WindowReader(str(copy), batch_size=2, seq_length=L)):
+        with pytest.raises(ShardUnreadable, match=f"shard '{copy / shard['path']}' is unreadable .*{reason}"):
+            next(iter(reader()))
+
+
 def test_window_reader_as_jax(bin_output):
     jax = pytest.importorskip("jax")
     from jax.sharding import Mesh, PartitionSpec

@@ -308,9 +308,20 @@ def open_token_file_writer(path: str, fmt: str, schema: pa.Schema, spec: Optiona
 
 
 def read_bin_index(path: str) -> np.ndarray:
-    """The `int64` document offsets of a `.bin` shard (from its `.idx`)."""
-    with open_file(companion_path(path, "index"), "rb", decompress=False) as f:
-        return np.frombuffer(f.read(), dtype="<i8").astype(np.int64)
+    """The `int64` document offsets of a `.bin` shard (from its `.idx`).
+
+    Raises:
+      ValueError: an index that is not whole 8-byte offsets rising from 0 (truncated or foreign), naming it.
+    """
+    index = companion_path(path, "index")
+    with open_file(index, "rb", decompress=False) as f:
+        data = f.read()
+    if len(data) % 8:
+        raise ValueError(f"{index}: {len(data)} bytes are not whole 8-byte document offsets (truncated?)")
+    offsets = np.frombuffer(data, dtype="<i8").astype(np.int64)
+    if len(offsets) and (offsets[0] != 0 or np.any(np.diff(offsets) < 0)):
+        raise ValueError(f"{index}: document offsets do not rise from 0 (not an easydata .bin index?)")
+    return offsets
 
 
 def read_megatron_index(path: str) -> tuple[np.dtype, np.ndarray, np.ndarray]:

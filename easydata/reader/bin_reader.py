@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.filesystems import local_path, get_fs
+from easydata.io.formats import shard_errors
 from easydata.io.token_arrays import token_list_array
 from easydata.reader.blocks import FORMAT_INDEXES, BlockIndex
 from easydata.reader.layouts import check_layout
@@ -117,7 +118,8 @@ class BinBlockIndex(BlockIndex):
     def _open(self, shard: int) -> BinShard:
         with self._lock:
             if shard not in self._files:
-                self._files[shard] = BinShard(self.shard_paths[shard])
+                with shard_errors(self.shard_paths[shard]):
+                    self._files[shard] = BinShard(self.shard_paths[shard])
             return self._files[shard]
 
     @property
