@@ -202,4 +202,10 @@ def test_the_sources_that_set_the_budget_and_the_mix_description():
     text = "\n".join(describe_mix(entry))
     assert "budget set by b (it ran out first: used once)" in text
     assert "left out: a 900 of 1,000 tokens (90%)" in text
+    # a share never rounds to 100 % (or 0 %) that it is not: 9,401 of 9,420 tokens said "(100%)"
+    few = {**entry, "sources": {**entry["sources"], "a": {**entry["sources"]["a"], "tokens": 9420, "tokens_out": 19}}}
+    assert "left out: a 9,401 of 9,420 tokens (99.8%)" in "\n".join(describe_mix(few))
+    most = {**entry, "sources": {**entry["sources"], "a": {**entry["sources"]["a"], "tokens": 100_000,
+                                                              "tokens_out": 99_999}}}
+    assert "left out: a 1 of 100,000 tokens (0.001%)" in "\n".join(describe_mix(most))
     assert "50.00% of output tokens (target 50.00%)" in text

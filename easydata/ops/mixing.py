@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.errors import EasyDataError
+from easydata.figures import percent
 from easydata.io.formats import take_rows
 from easydata.ops.sharding import HASH_COLUMN, KEY_COLUMN, row_hashes
 from easydata.ops.splits import document_keys
@@ -284,6 +285,7 @@ def describe_mix(entry: Mapping[str, object]) -> list[str]:
         lines.append(f"  budget set by {', '.join(setters)} (it {role}: used once)")
     left = [(n, s["tokens"] - s["tokens_out"], s["tokens"]) for n, s in sources.items() if s["tokens_out"] < s["tokens"]]
     if left:
-        lines.append("  left out: " + ", ".join(f"{n} {out:,} of {had:,} tokens ({100 * out / had:.0f}%)"
+        lines.append("  left out: " + ", ".join(f"{n} {out:,} of {had:,} tokens ({percent(out, had)})"
                                                 for n, out, had in left if had))
     return lines
+

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Optional
 from easydata.text.chat import template_hash
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError, RunInconsistent
+from easydata.figures import percent
 from easydata.io.filesystems import open_file
 from easydata.io.formats import TOKEN_COLUMNS
 from easydata.run.checkpoint import recorded_input_versions
@@ -293,9 +294,8 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     total_rejected = sum(d["documents_rejected"] for d in datasets.values())
     limit = config.max_rejected_fraction
     if limit is not None and total_in and total_rejected / total_in > limit:
-        raise EasyDataError(f"{total_rejected} of {total_in} documents rejected"
-                            f" ({100 * total_rejected / total_in:.2f}% > max_rejected_fraction {limit}); see"
-                            f" {Staging(plan.staging).rejected()}")
+        raise EasyDataError(f"{total_rejected:,} of {total_in:,} documents rejected ({percent(total_rejected, total_in, 2)}),"
+                            f" more than max_rejected_fraction {limit} allows; see {Staging(plan.staging).rejected()}")
     rejected_files = sorted(rejected_files)
     moves = [(s.temp_path, s.relative_path) for infos in by_dataset.values() for s in infos]
     moves += [(temp, rel) for infos in by_dataset.values() for s in infos for _, temp, rel in s.companions]
