@@ -14,6 +14,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from easydata.errors import EasyDataError, EnvironmentFailure, RunInconsistent, classify
+from easydata.figures import percent
 
 __all__ = ["main"]
 
@@ -207,7 +208,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
                   " rows (tokenize.truncation: window)")
         if "segments_per_row" in info:
             print(f"    packed: {info['rows']:,} rows of {m['schema']['seq_length']}, {info['segments_per_row']:.2f}"
-                  f" segments/row, {100 * info['padding_fraction']:.2f}% padding")
+                  f" segments/row, {percent(info['padding_fraction'], 1, 2)} padding")
         asked = config.save.num_shards
         if asked is not None and len(info["shards"]) < asked:
             print(f"    note: {len(info['shards'])} shards, not the {asked} asked for (save.num_shards): a shard holds"

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 
 from easydata.errors import EasyDataError, ValidationFailed
+from easydata.figures import percent
 from easydata.io.formats import iter_shard_batches
 from easydata.run.manifest import OutputEntry, member_path, packed_seq_length, read_manifest
 
@@ -211,7 +212,7 @@ def format_stats(stats: dict[str, Any]) -> str:
         cut = ", ".join(f"{key.replace('_', ' ')} {entry[key]:,}" for key in _CUT_KEYS if entry.get(key))
         if entry.get("trained_tokens") is not None and entry["tokens"]:
             trained = (f"trained tokens (loss_mask 1) {entry['trained_tokens']:,},"
-                       f" {100 * entry['trained_tokens'] / entry['tokens']:.1f}% of its tokens")
+                       f" {percent(entry['trained_tokens'], entry['tokens'], 1)} of its tokens")
             cut = f"{cut}; {trained}" if cut else trained
         return line + (f"\n{'':24} {cut}" if cut else "")
 
