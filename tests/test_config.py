@@ -176,7 +176,7 @@ def test_semantic_problems_are_all_reported_together() -> None:
         "datasets[2] ('mixed'): set `data_files` (or `pubsub_subscription` for streaming)",
         "datasets[2] ('mixed'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
         "datasets[3] ('bad name'): `name` 'bad name' must be letters, digits, '_', '-', '.', start with a letter or digit, and not be 'rejected', 'mixed', 'manifest.json' (it names a directory of the output: at most 100 characters)",
-        "datasets[3] ('bad name'): `num_rows` must be >= 0, got -1",
+        "datasets[3] ('bad name'): `num_rows` must be >= 1 (null: every record), got -1",
         "datasets[3] ('bad name'): `additional_fields` must not repeat `content_field` 'text'",
         "datasets[3] ('bad name'): additional field 'input_ids' collides with an output column",
         "tokenize.batch_size must be in [1, 1,000,000], got 0",
@@ -331,6 +331,7 @@ def test_apply_overrides_parses_values_as_yaml_and_creates_nested_keys() -> None
         "datasets.0.data_files=[a.jsonl, b.jsonl]",
         "mix.weights.code=0.25",
         "datasets.2={name: c}",
+        "datasets[2].num_rows=5",  # as validate() names it: "unknown key 'datasets[2]'" before
         "note=a=b",
         "empty=",
     ])
@@ -338,7 +339,7 @@ def test_apply_overrides_parses_values_as_yaml_and_creates_nested_keys() -> None
         "seed": 3,
         "save": {"overwrite": True, "max_shard_size": "1GB"},
         "tokenize": {"max_length": None},
-        "datasets": [{"name": "a", "data_files": ["a.jsonl", "b.jsonl"]}, {"name": "x"}, {"name": "c"}],
+        "datasets": [{"name": "a", "data_files": ["a.jsonl", "b.jsonl"]}, {"name": "x"}, {"name": "c", "num_rows": 5}],
         "mix": {"weights": {"code": 0.25}},
         "note": "a=b",
         "empty": None,

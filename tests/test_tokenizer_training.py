@@ -89,6 +89,8 @@ def test_cli_trains_a_tokenizer_then_a_full_run_uses_it(tmp_path, corpus, capsys
 @pytest.mark.parametrize("args, message", [
     (["--vocab-size", "100"], "at least 259"),
     (["--special-tokens", "<s>,<s>"], "special tokens must be distinct"),
+    # it said "no document to train on ... check --content-field / --type"
+    (["--num-rows", "0"], "`num_rows` must be a positive number of documents, got 0"),
 ])
 def test_cli_errors_are_one_line(tmp_path, corpus, capsys, args, message):
     code = main(["train-tokenizer", "--data-files", str(corpus / "a.jsonl"), "--vocab-size", "300",

@@ -5,6 +5,7 @@ duplicate keys refused: `load_mapping`, `parse_mapping_text`) and `key.path=valu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +138,8 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Applies `key.path=value` overrides (values parsed as YAML); list items by index: `datasets.0.name`."""
+    """Applies `key.path=value` overrides (values parsed as YAML); list items by index: `datasets.0.name`, or
+    `datasets[0].name` as `validate()`'s messages name them."""
     import copy
 
     import yaml
@@ -147,7 +149,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(f"--set expects key.path=value, got '{item}'")
         key, raw = item.split("=", 1)
-        parts = [p for p in key.strip().split(".") if p]
+        parts = [p for p in re.sub(r"\[(\d+)\]", r".\1", key.strip()).split(".") if p]
         if not parts:
             raise ConfigError(f"--set expects key.path=value, got '{item}'")
         try:

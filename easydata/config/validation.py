@@ -41,8 +41,8 @@ def problems(config: Any) -> list[str]:
         elif isinstance(spec, TokenizerConfig) and spec.max_length is not None and spec.max_length <= 0:
             problems.append(f"{where}: tokenizer max_length must be positive, got {spec.max_length}")
         problems.extend(f"{where}: {p}" for p in _dataset_source_problems(ds))
-        if ds.num_rows is not None and ds.num_rows < 0:
-            problems.append(f"{where}: `num_rows` must be >= 0, got {ds.num_rows}")
+        if ds.num_rows is not None and ds.num_rows < 1:  # 0 read nothing and failed as an input without records
+            problems.append(f"{where}: `num_rows` must be >= 1 (null: every record), got {ds.num_rows}")
         if ds.content_field in ds.additional_fields:
             problems.append(f"{where}: `additional_fields` must not repeat `content_field` '{ds.content_field}'")
         reserved = {"input_ids", "attention_mask", "loss_mask", "segment_ids", "positions"}

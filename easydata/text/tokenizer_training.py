@@ -145,10 +145,14 @@ def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str 
       The output directory and the `documents` / `rejected` counts.
 
     Raises:
+      ConfigError: a vocabulary size, model, special tokens or `num_rows` that cannot be.
       OutputError: `output_dir` already holds a tokenizer and `overwrite` is false.
       InputError: the files hold no usable document.
     """
     _check_arguments(vocab_size, model, list(special_tokens))
+    num_rows = read_options.get("num_rows")
+    if num_rows is not None and (not isinstance(num_rows, int) or num_rows < 1):
+        raise ConfigError(f"`num_rows` must be a positive number of documents, got {num_rows}")
     out = Path(output_dir)
     existing = [name for name in TRAINED_FILES if (out / name).exists()]
     if existing and not overwrite:
