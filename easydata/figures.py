@@ -1,11 +1,12 @@
 """How the figures a user reads are written: a share as a percentage that is never rounded to 0 % or 100 %
 when it is not (a run summary that says "100%" of a source was left out when 19 tokens of it were kept is a
-wrong number). This module imports nothing, so any layer may use it.
+wrong number), and a size in the unit that shows it (a 5 KB input is not "0.0 MB"). This module imports
+nothing, so any layer may use it.
 """
 
 from __future__ import annotations
 
-__all__ = ["percent"]
+__all__ = ["percent", "size"]
 
 
 def percent(part: float, whole: float, decimals: int = 0) -> str:
@@ -20,3 +21,15 @@ def percent(part: float, whole: float, decimals: int = 0) -> str:
             return f"{text}%"
     step = 10.0 ** -places
     return f"<{step:.{places}f}%" if share < 50 else f">{100 - step:.{places}f}%"
+
+
+_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")  # decimal, as the config's sizes (`max_shard_size: 500MB`)
+
+
+def size(nbytes: float) -> str:
+    """A byte count in the largest decimal unit it reaches, one decimal past bytes: "512 B", "5.2 KB",
+    "1,234.5 TB"."""
+    value, unit = float(nbytes), 0
+    while round(abs(value), 1 if unit else 0) >= 1000 and unit < len(_UNITS) - 1:  # 999,960 B is 1.0 MB
+        value, unit = value / 1000, unit + 1
+    return f"{int(nbytes):,} B" if unit == 0 else f"{value:,.1f} {_UNITS[unit]}"

@@ -15,6 +15,7 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from easydata.figures import size
 from easydata.config import DatasetConfig, PipelineConfig
 from easydata.io.filesystems import decompressed_size
 from easydata.io.input_formats.lines import MAX_COMPRESSED_PARTS, compressed_parts, compressed_ranges
@@ -270,7 +271,7 @@ def test_a_compressed_input_counts_its_text_for_groups_progress_and_the_dry_run(
     assert plans["gz"].num_groups == plans["plain"].num_groups > 2
     report = plan_report(_job(tmp_path, tokenizer_dir, packed)).datasets[0]
     assert (report.input_bytes, report.text_bytes) == (packed.stat().st_size, len(data))
-    assert f"{packed.stat().st_size / 1e6:,.1f} MB (about {len(data) / 1e6:,.1f} MB to read, uncompressed)" in \
+    assert f"{size(packed.stat().st_size)} (about {size(len(data))} to read, uncompressed)" in \
         plan_report(_job(tmp_path, tokenizer_dir, packed)).to_text()
     many = tmp_path / "many"  # more files than are looked at: the others at the ratio of those that are
     many.mkdir()

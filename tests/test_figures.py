@@ -1,10 +1,10 @@
-"""`easydata.figures.percent`: a share is never written as 0 % or 100 % when it is not."""
+"""`easydata.figures`: a share is never written as 0 % or 100 % when it is not; a size in the unit that shows it."""
 
 from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from easydata.figures import percent
+from easydata.figures import percent, size
 
 
 def test_percent_keeps_whole_numbers_where_they_are_true():
@@ -25,3 +25,9 @@ def test_a_part_is_never_written_as_none_or_all_of_the_whole(whole, data):
     assert abs(value - 100 * part / whole) <= 0.5
     if text[0] in "<>":  # a bound, and a true one
         assert (100 * part / whole < value) if text[0] == "<" else (100 * part / whole > value)
+
+
+def test_size_is_in_the_unit_that_shows_it():
+    """The dry run said "1 file(s), 0.0 MB" of a 5 KB input."""
+    assert [size(n) for n in (0, 999, 1000, 5234, 999_949, 999_960, 12_345_678, 3 * 10**18)] == \
+        ["0 B", "999 B", "1.0 KB", "5.2 KB", "999.9 KB", "1.0 MB", "12.3 MB", "3,000.0 PB"]

@@ -19,6 +19,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
+from easydata.figures import size
 from easydata.run.machine import usable_cores
 from easydata.config import PipelineConfig
 
@@ -92,9 +93,9 @@ class DryRunReport:
         for d in self.datasets:
             tok = d.tokenizer
             shown = ", ".join(d.files[:3]) + (f", ... ({len(d.files)} files)" if len(d.files) > 3 else "")
-            text = f" (about {d.text_bytes / 1e6:,.1f} MB to read, uncompressed)" \
+            text = f" (about {size(d.text_bytes)} to read, uncompressed)" \
                 if d.text_bytes is not None and d.text_bytes != d.input_bytes else ""
-            lines.append(f"dataset '{d.name}': {len(d.files)} file(s), {d.input_bytes / 1e6:,.1f} MB{text}, {d.splits}"
+            lines.append(f"dataset '{d.name}': {len(d.files)} file(s), {size(d.input_bytes)}{text}, {d.splits}"
                          f" split(s) for the workers: {shown}")
             lines.append(f"  tokenizer {tok['name_or_path']} (vocab {tok['vocab_size']:,}, bos {tok['bos_token_id']},"
                          f" eos {tok['eos_token_id']}, pad {tok['pad_token_id']})")
