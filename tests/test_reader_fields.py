@@ -127,3 +127,18 @@ def test_a_damaged_shard_is_named_by_the_reader(tmp_path: Path) -> None:
             list(TokenReader(str(out), batch_size=8, seq_length=40, num_epochs=1, shuffle=False))
         with pytest.raises(ShardUnreadable, match=f"shard '{shard}' is unreadable"):
             [GrainSource(str(out))[i] for i in range(64)]
+
+
+def test_an_output_the_reader_cannot_read_is_refused_with_what_it_reads(tmp_path: Path) -> None:
+    """The message listed "parquet, arrow" only, though the reader also reads bin, tfrecord and arrayrecord."""
+    import pytest
+
+    from easydata.reader import TokenReader
+
+    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("attention_mask", pa.list_(pa.int32()))])
+    write_synthetic_output(str(tmp_path / "out"), {"web": [[{"input_ids": [1, 2], "attention_mask": [1, 1]}]]},
+                           schema, fmt="jsonl")
+    with pytest.raises(ValueError) as info:
+        TokenReader(str(tmp_path / "out"), batch_size=1, seq_length=2)
+    assert str(info.value) == (f"the reader reads arrayrecord, arrow, bin, parquet, tfrecord outputs; '{tmp_path / 'out'}'"
+                               " is jsonl (read it line by line, or write parquet / arrow).")

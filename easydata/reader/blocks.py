@@ -84,8 +84,11 @@ class BlockIndex:
         if special is not None and cls is BlockIndex:  # e.g. token streams: documents as blocks (bin_reader)
             return special.from_output(output_dir, name, commit_wait)
         if fmt not in cls.FORMATS:
-            raise ValueError(f"the reader reads {', '.join(cls.FORMATS)} outputs; '{output_dir}' is {fmt}"
-                             + (" (np.load it, or write parquet / arrow / bin)." if fmt == "npz" else "."))
+            readable = ", ".join(sorted({*BlockIndex.FORMATS, *FORMAT_INDEXES}))
+            raise ValueError(f"the reader reads {readable} outputs; '{output_dir}' is {fmt}"
+                             + {"npz": " (np.load it, or write parquet / arrow / bin).",
+                                "megatron": " (Megatron-LM's own IndexedDataset reads it; or write bin).",
+                                "jsonl": " (read it line by line, or write parquet / arrow)."}.get(fmt, "."))
         paths = [member_path(output_dir, shard.path, "shard path") for shard in output.shards]
         index = cls(output_dir=output_dir, name=name, fmt=fmt, shard_paths=paths, block_shard=np.zeros(0, np.int64),
                     block_local=np.zeros(0, np.int64), block_rows=np.zeros(0, np.int64), manifest=manifest)
