@@ -19,6 +19,8 @@ import csv
 import dataclasses
 from typing import Iterable, Iterator, Optional
 
+from easydata.io.documents import refuse_other_encodings
+
 __all__ = ["CsvRecord", "csv_records", "MAX_RECORD_LINES"]
 
 #: Lines a quoted value may span before its opening quote is taken for a mistake.
@@ -63,9 +65,11 @@ def csv_records(lines: Iterable[bytes], delimiter: str = ",") -> tuple[Optional[
 
     Raises:
       csv.Error, UnicodeDecodeError: the header itself is not a CSV line.
+      ValueError: the file is UTF-16 or UTF-32 (`refuse_other_encodings`).
     """
     source = iter(lines)
     first = next(source, b"")
+    refuse_other_encodings(first)
     if not first.strip():
         return None, iter(())
     offset = len(first)

@@ -17,10 +17,24 @@ from easydata.io.record_format import FormatError, RecordFormatter
 from easydata.io.conversations import ChatError, conversation_from_record
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
-           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "raise_unless_corrupt"]
+           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings",
+           "raise_unless_corrupt"]
 
 EXCERPT_CHARS = 200
 BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark
+#: Byte-order marks of the encodings that are not UTF-8 (longest first: UTF-32 LE's starts with UTF-16 LE's).
+OTHER_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32", "big-endian"), (b"\xff\xfe\x00\x00", "UTF-32", "little-endian"),
+              (b"\xfe\xff", "UTF-16", "big-endian"), (b"\xff\xfe", "UTF-16", "little-endian"))
+
+
+def refuse_other_encodings(head: bytes) -> None:
+    """Raises ValueError when a text input's first bytes are another encoding's byte-order mark: a UTF-16 file
+    (what Windows tools write as "Unicode") was read as UTF-8 lines, each a dead letter for malformed JSON or
+    invalid UTF-8, without a word of why; the file is dead-lettered with this reason instead."""
+    for mark, encoding, order in OTHER_BOMS:
+        if head.startswith(mark):
+            raise ValueError(f"{encoding} text ({order} byte-order mark), not UTF-8: convert it (iconv -f {encoding}"
+                             " -t UTF-8)")
 # A batch closes at `batch_size` documents or this many characters of text, whichever comes first.
 MAX_BATCH_CHARS = 4 * 2**20
 

@@ -8,7 +8,7 @@ import json
 from typing import Iterator
 
 from easydata.config import DatasetConfig
-from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit
+from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, refuse_other_encodings
 from easydata.io.filesystems import open_file
 from easydata.io.input_formats.lines import read_lines
 
@@ -19,6 +19,7 @@ def read_json(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector)
     """`.json`: a JSON array of objects (position = index), or JSON lines."""
     with open_file(split.path) as f:
         head = f.read(64)
+    refuse_other_encodings(head)
     if not head.removeprefix(BOM).lstrip().startswith(b"["):
         yield from read_lines(dataclasses.replace(split, type="jsonl"), dataset, out)
         return

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record, \
-    raise_unless_corrupt
+    raise_unless_corrupt, refuse_other_encodings
 from easydata.io.filesystems import compression_of, decompressed_size, open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
@@ -154,8 +154,10 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             if split.end is not None and position >= split.end:
                 break
             line_pos, position = position, position + len(raw) + skipped
-            if line_pos == 0 and raw.startswith(BOM):
-                raw = raw[len(BOM):]
+            if line_pos == 0:
+                refuse_other_encodings(raw)
+                if raw.startswith(BOM):
+                    raw = raw[len(BOM):]
             if blocks:
                 pending.append((line_pos, raw, skipped))
                 pending_bytes += len(raw)
@@ -266,6 +268,7 @@ def read_text_whole(split: InputSplit, dataset: DatasetConfig, out: DocumentColl
                 return
         else:
             data = f.read()
+    refuse_other_encodings(data)
     if data.startswith(BOM):
         data = data[len(BOM):]
     try:

@@ -1,0 +1,57 @@
+"""A text input in UTF-16 or UTF-32 (what Windows tools save as "Unicode") is one dead letter saying so.
+
+Before, its lines were read as UTF-8: each a dead letter for malformed JSON, invalid UTF-8 or a broken CSV
+header, and a `txt` file's lines documents of garbled text (NUL bytes between the letters), without a word of
+the encoding.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from easydata.config import DatasetConfig
+from easydata.io.sources import plan_input, read_splits
+
+_LINES = [{"text": f"document {i} héllo"} for i in range(5)]
+
+
+def _content(kind: str) -> str:
+    if kind == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in _LINES)
+    if kind == "json":
+        return json.dumps(_LINES, ensure_ascii=False)
+    if kind == "csv":
+        return "text,id\n" + "".join(f"{r['text']},{i}\n" for i, r in enumerate(_LINES))
+    return "".join(r["text"] + "\n" for r in _LINES)
+
+
+@pytest.mark.parametrize("kind, sample_by", [("jsonl", "line"), ("json", "line"), ("csv", "line"), ("txt", "line"),
+                                             ("txt", "document")])
+@pytest.mark.parametrize("encoding, name, order", [("utf-16", "UTF-16", "little-endian"),
+                                                   ("utf-32", "UTF-32", "little-endian"),
+                                                   ("utf-16-be", "UTF-16", "big-endian")])
+def test_a_utf16_or_utf32_input_is_one_dead_letter_naming_its_encoding(tmp_path: Path, kind, sample_by, encoding,
+                                                                         name, order):
+    data = _content(kind).encode(encoding)
+    if encoding == "utf-16-be":
+        data = b"\xfe\xff" + data  # Python's -be codec writes no mark; the tools that write one put it first
+    path = tmp_path / f"data.{kind}"
+    path.write_bytes(data)
+    ds = DatasetConfig(name="d", data_files=str(path), sample_by=sample_by)
+    rejects: list = []
+    batches = list(read_splits(plan_input(ds).splits, ds, rejects=rejects))
+    assert sum(len(b) for b in batches) == 0
+    assert len(rejects) == 1 and rejects[0].reason.endswith(
+        f"ValueError: {name} text ({order} byte-order mark), not UTF-8: convert it (iconv -f {name} -t UTF-8)")
+
+
+def test_a_utf8_input_with_its_byte_order_mark_is_read_as_before(tmp_path: Path):
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + _content("jsonl").encode())
+    ds = DatasetConfig(name="d", data_files=str(path))
+    rejects: list = []
+    batches = list(read_splits(plan_input(ds).splits, ds, rejects=rejects))
+    assert rejects == [] and [t for b in batches for t in b.texts] == [r["text"] for r in _LINES]
