@@ -55,3 +55,18 @@ def test_a_utf8_input_with_its_byte_order_mark_is_read_as_before(tmp_path: Path)
     rejects: list = []
     batches = list(read_splits(plan_input(ds).splits, ds, rejects=rejects))
     assert rejects == [] and [t for b in batches for t in b.texts] == [r["text"] for r in _LINES]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "txt"])
+def test_every_split_of_a_large_utf16_file_says_so(tmp_path: Path, kind):
+    """A file cut into splits: each one's dead letter names the encoding (the first split's alone did, and a
+    text file's later splits became documents of garbled text)."""
+    path = tmp_path / f"data.{kind}"
+    path.write_bytes((_content(kind) * 400).encode("utf-16"))
+    ds = DatasetConfig(name="d", data_files=str(path))
+    splits = plan_input(ds, target_bytes=8 * 1024).splits
+    assert len(splits) > 3
+    rejects: list = []
+    batches = list(read_splits(splits, ds, rejects=rejects))
+    assert sum(len(b) for b in batches) == 0 and len(rejects) == len(splits)
+    assert all("UTF-16 text (little-endian byte-order mark), not UTF-8" in r.reason for r in rejects)

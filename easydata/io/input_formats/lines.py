@@ -16,7 +16,7 @@ from typing import Any, Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record, \
     raise_unless_corrupt, refuse_other_encodings
-from easydata.io.filesystems import compression_of, decompressed_size, open_file
+from easydata.io.filesystems import compression_of, decompressed_size, get_fs, local_path, open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
 __all__ = ["read_lines", "read_text_whole", "read_at_most", "byte_ranges", "compressed_parts", "compressed_ranges",
@@ -130,6 +130,7 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
         f = _sized_lines(opened, buffer_size)
         position = split.start
         if split.start > 0 and compression_of(split.path) is None:
+            refuse_other_encodings(_file_head(split.path))  # each split of a UTF-16 file says so, not only the first
             f.seek(split.start - 1)
             position = split.start - 1 + _skip_line(f)  # the rest of a line that belongs to the previous split
         elif split.start > 0:  # a part of a compressed file: what lies before it is decompressed and passed over
@@ -172,6 +173,17 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             if out.done:
                 return
         yield from _judge_block(pending, dataset.content_field, out)
+
+def _file_head(path: str, size: int = 4) -> bytes:
+    """The first `size` bytes of an uncompressed file, in one small read (a ranged request on an object store,
+    not a read-ahead block of megabytes)."""
+    local = local_path(path)
+    if local is not None:
+        with open(local, "rb") as f:
+            return f.read(size)
+    fs, inner = get_fs(path)
+    return fs.cat_file(inner, 0, size)
+
 
 def _judge_line(line_pos: int, raw: bytes, skipped: int, is_json: bool, out: DocumentCollector) -> None:
     """One line (`skipped`: bytes of it past the cap, not read) into a document or a dead letter."""
