@@ -126,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     tt.add_argument("--content-field", default="text", help="field holding the text (default: text)")
     tt.add_argument("--type", default=None, help="input type (default: from the file extension)")
     tt.add_argument("--num-rows", type=int, default=None, help="train on the first N documents only")
+    tt.add_argument("--quiet", action="store_true", help="no progress display")
     tt.add_argument("--overwrite", action="store_true", help="replace a tokenizer already in DIR")
     return parser
 
@@ -337,7 +338,7 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
     out, counts = train_tokenizer_from_files(
         args.data_files, args.output, vocab_size=args.vocab_size, model=args.model, special_tokens=special,
         min_frequency=args.min_frequency, overwrite=args.overwrite, content_field=args.content_field,
-        type=args.type, num_rows=args.num_rows)
+        type=args.type, num_rows=args.num_rows, progress=not args.quiet)
     info = load_tokenizer(str(out)).info
     print(f"wrote {out}: {args.model} tokenizer, vocab {info.vocab_size:,} (bos {info.bos_token_id}, eos"
           f" {info.eos_token_id}, pad {info.pad_token_id}), trained on {counts['documents']:,} documents"

@@ -104,3 +104,37 @@ def test_new_commands_have_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])
     assert exit_info.value.code == 0 and command in capsys.readouterr().out
+
+
+def test_reading_progress_covers_the_bytes_reading_counts(tmp_path, capsys):
+    """`train-tokenizer` showed nothing while it read a corpus (a 10 GB one reads for many minutes); its progress
+    is over the bytes reading counts, a compressed file's decompressed ones (its file size ended the bar early)."""
+    import gzip
+
+    from easydata.run.progress import ReadProgress
+
+    texts = make_texts(400, seed=3)
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in texts[:200]))
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in texts[200:])
+    counts: dict = {}
+    seen: list = []
+    taken = list(iter_training_texts(str(tmp_path / "*.jsonl*"), counts=counts,
+                                     on_batch=lambda nbytes, documents: seen.append((nbytes, documents))))
+    assert len(taken) == 400 and sum(d for _, d in seen) == 400
+    assert counts["input_bytes_total"] == sum(b for b, _ in seen) == \
+        (tmp_path / "a.jsonl").stat().st_size + len(gzip.decompress((tmp_path / "b.jsonl.gz").read_bytes()))
+    progress = ReadProgress(counts["input_bytes_total"], "reading", log_every=0)
+    for nbytes, documents in seen:
+        progress.update(nbytes, documents)
+    progress.stage("learning")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-2].startswith("[easydata] reading: 100.0% of input read, 400 documents, ")
+    assert lines[-1].startswith("[easydata] learning (400 documents read in ")
+    assert main(["train-tokenizer", "--data-files", str(tmp_path / "a.jsonl"), "--vocab-size", "300", "--output",
+                 str(tmp_path / "tok")]) == 0
+    assert "[easydata] learning a vocabulary of 300 from the documents read (200 documents read in" in \
+        capsys.readouterr().err
+    assert main(["train-tokenizer", "--data-files", str(tmp_path / "a.jsonl"), "--vocab-size", "300", "--output",
+                 str(tmp_path / "tok"), "--overwrite", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

@@ -23,12 +23,12 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from easydata.io.filesystems import get_fs, join
 
-__all__ = ["ProgressSink", "ProgressMonitor", "progress_directory", "remove_stale_progress_dirs", "read_progress",
-           "report_stage", "say"]
+__all__ = ["ProgressSink", "ProgressMonitor", "ReadProgress", "progress_directory", "remove_stale_progress_dirs",
+           "read_progress", "report_stage", "say"]
 
 #: A progress directory's name: this prefix, the launching process's id, a dash and `tempfile`'s random part.
 PROGRESS_DIR_PREFIX = "easydata-progress-"
@@ -174,6 +174,17 @@ def terminal_columns() -> Optional[int]:
     return columns if columns > 0 else None
 
 
+def byte_bar(total: int, desc: str) -> Any:
+    """A tqdm bar over `total` bytes on stderr (a terminal)."""
+    from tqdm import tqdm
+
+    sized = terminal_columns() is not None
+    # A terminal that reports no size (`script`, some CI and multiplexer setups: 0 columns, 0 rows) still gets a
+    # bar, at a default size; tqdm alone draws nothing there (no row to draw on).
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=sized,
+                ncols=None if sized else DEFAULT_COLUMNS, nrows=None if sized else DEFAULT_ROWS)
+
+
 def read_progress(progress_dir: str) -> dict[str, int]:
     """Sums every worker's latest counters."""
     totals = dict.fromkeys(_COUNTERS, 0)
@@ -274,16 +285,7 @@ class ProgressMonitor:
         start = time.monotonic()
         if not self._planning(start):
             return
-        bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-
-            sized = terminal_columns() is not None
-            # A terminal that reports no size (`script`, some CI and multiplexer setups: 0 columns, 0 rows)
-            # still gets a bar, at a default size; tqdm alone draws nothing there (no row to draw on).
-            bar = tqdm(total=self._total, unit="B", unit_scale=True, desc="tokenizing", file=sys.stderr,
-                       leave=False, dynamic_ncols=sized, ncols=None if sized else DEFAULT_COLUMNS,
-                       nrows=None if sized else DEFAULT_ROWS)
+        bar = byte_bar(self._total, "tokenizing") if sys.stderr.isatty() else None
         last_log = time.monotonic()
         while True:
             stopping = self._stop.wait(0.5)
@@ -314,3 +316,39 @@ class ProgressMonitor:
                 break
         if bar is not None:
             bar.close()
+
+
+class ReadProgress:
+    """Progress of work done in this process over a known number of input bytes (`easydata train-tokenizer`
+    reading its corpus): a tqdm bar on a terminal, otherwise a line on stderr every `log_every` seconds, as
+    `ProgressMonitor` draws a pipeline's. `update` is cheap to call per batch; `stage` says in one line what
+    follows the reading."""
+
+    def __init__(self, total_bytes: int, desc: str, log_every: float = 30.0):
+        self._total, self._desc, self._log_every = max(int(total_bytes), 1), desc, log_every
+        self._done = self._documents = 0
+        self._start = self._last_log = time.monotonic()
+        self._bar = byte_bar(self._total, desc) if sys.stderr.isatty() else None
+
+    def update(self, nbytes: int, documents: int) -> None:
+        """`nbytes` more bytes read, `documents` more documents taken."""
+        self._done, self._documents = min(self._done + nbytes, self._total), self._documents + documents
+        if self._bar is not None:
+            self._bar.n = self._done
+            self._bar.set_postfix(docs=self._documents, refresh=False)
+            self._bar.refresh()
+        elif time.monotonic() - self._last_log >= self._log_every:
+            self._last_log = time.monotonic()
+            print(f"[easydata] {self._desc}: {100 * self._done / self._total:5.1f}% of input read,"
+                  f" {self._documents:,} documents, {self._last_log - self._start:.0f}s", file=sys.stderr, flush=True)
+
+    def stage(self, desc: str) -> None:
+        """The reading is over; `desc` is what runs now (one line: the bar is cleared)."""
+        self.close()
+        print(f"[easydata] {desc} ({self._documents:,} documents read in {time.monotonic() - self._start:.0f}s)",
+              file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

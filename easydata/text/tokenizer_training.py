@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from easydata.errors import ConfigError, InputError, OutputError
 
@@ -100,7 +100,8 @@ def train_bpe_tokenizer(texts: Iterable[str], output_dir: str | Path, *, vocab_s
 
 def iter_training_texts(data_files: str | Sequence[str], *, content_field: str = "text", type: Optional[str] = None,
                         sample_by: str = "line", num_rows: Optional[int] = None,
-                        messages_field: str = "messages", counts: Optional[dict[str, int]] = None) -> Iterator[str]:
+                        messages_field: str = "messages", counts: Optional[dict[str, int]] = None,
+                        on_batch: Optional[Callable[[int, int], None]] = None) -> Iterator[str]:
     """Streams the documents of data files as training text, one reader batch at a time.
 
     Args:
@@ -109,37 +110,48 @@ def iter_training_texts(data_files: str | Sequence[str], *, content_field: str =
       num_rows: stop after this many documents.
       messages_field: chat records: the field holding the messages (their contents are the text).
       counts: if given, receives `documents` and `rejected` (records no text could be read from).
+      on_batch: if given, called with each batch's input bytes and the documents taken from it (for progress;
+        `counts["input_bytes_total"]`, the bytes reading will count in all, is then set before the first text).
 
     Raises:
       InputError: a glob that matches nothing or a missing file (before anything is read).
     """
     from easydata.config import DatasetConfig
-    from easydata.io.sources import plan_splits, read_split
+    from easydata.io.sources import plan_splits, read_split, text_bytes
 
     dataset = DatasetConfig(name="train-tokenizer", data_files=data_files if isinstance(data_files, str)
                             else list(data_files), type=type, content_field=content_field, sample_by=sample_by)
     counts = counts if counts is not None else {}
     counts.update(documents=0, rejected=0)
     rejects: list = []
-    for split in plan_splits(dataset):
+    splits = plan_splits(dataset)
+    if on_batch is not None:  # the bytes reading counts (a compressed file's decompressed): what it reports
+        counts["input_bytes_total"] = text_bytes(splits, dataset, messages_field)
+    for split in splits:
         for batch in read_split(split, dataset, rejects=rejects, messages_field=messages_field):
             conversations = batch.conversations or [None] * len(batch)
+            taken = 0
             for text, conversation in zip(batch.texts, conversations):
                 if num_rows is not None and counts["documents"] >= num_rows:
                     counts["rejected"] = sum(r.records for r in rejects)
                     return
                 counts["documents"] += 1
+                taken += 1
                 if conversation is not None:
                     text = "\n".join(m.get("content") or "" for m in conversation.messages)
                 yield text
+            if on_batch is not None:
+                on_batch(batch.input_bytes, taken)
     counts["rejected"] = sum(r.records for r in rejects)
 
 
 def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str | Path, *, vocab_size: int,
                                model: str = "bpe", special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
-                               min_frequency: int = 2, overwrite: bool = False,
+                               min_frequency: int = 2, overwrite: bool = False, progress: bool = False,
                                **read_options: object) -> tuple[Path, dict[str, int]]:
-    """`easydata train-tokenizer`: trains on data files, streaming them.
+    """`easydata train-tokenizer`: trains on data files, streaming them; with `progress`, the reading's progress
+    on stderr (`easydata.run.progress.ReadProgress`: the input bytes read and documents taken) and a line when
+    the reading is over and the vocabulary is learned.
 
     Returns:
       The output directory and the `documents` / `rejected` counts.
@@ -161,16 +173,38 @@ def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str 
     if out.exists() and not out.is_dir():
         raise OutputError(f"output '{out}' exists and is a file")
     counts: dict[str, int] = {}
-    texts = iter_training_texts(data_files, counts=counts, **read_options)  # type: ignore[arg-type]
-    first = next(texts, None)
-    if first is None:
-        raise InputError(f"no document to train on in {data_files!r} ({counts.get('rejected', 0)} records rejected;"
-                         " check --content-field / --type)")
-    train_tokenizer(_chain(first, texts), out, vocab_size=vocab_size, model=model, special_tokens=special_tokens,
-                    min_frequency=min_frequency)
+    shown: list[Any] = []  # the progress display, made at the first batch (the total is known by then)
+
+    def on_batch(nbytes: int, documents: int) -> None:
+        if not shown:
+            from easydata.run.progress import ReadProgress
+
+            shown.append(ReadProgress(counts["input_bytes_total"], "reading"))
+        shown[0].update(nbytes, documents)
+
+    texts = iter_training_texts(data_files, counts=counts, on_batch=on_batch if progress else None,
+                                **read_options)  # type: ignore[arg-type]
+    try:
+        first = next(texts, None)
+        if first is None:
+            raise InputError(f"no document to train on in {data_files!r} ({counts.get('rejected', 0)} records"
+                             " rejected; check --content-field / --type)")
+        train_tokenizer(_ended(_chain(first, texts), shown, vocab_size), out, vocab_size=vocab_size, model=model,
+                        special_tokens=special_tokens, min_frequency=min_frequency)
+    finally:
+        for display in shown:
+            display.close()
     return out, counts
 
 
 def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
     yield first
     yield from rest
+
+
+def _ended(texts: Iterator[str], shown: list[Any], vocab_size: int) -> Iterator[str]:
+    """`texts`, then (when progress is shown) a line that the reading is over and the merges are learned: the
+    trainer's second phase, which on a large vocabulary takes minutes of its own."""
+    yield from texts
+    for display in shown:
+        display.stage(f"learning a vocabulary of {vocab_size:,} from the documents read")
