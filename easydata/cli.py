@@ -96,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
     val = sub.add_parser("validate", help="check an output directory against its manifest")
     val.add_argument("output_dir")
+    val.add_argument("--quiet", action="store_true", help="no progress display")
 
     ins = sub.add_parser("inspect", help="print the manifest summary and decoded sample rows")
     ins.add_argument("output_dir")
@@ -106,6 +107,7 @@ def _parser() -> argparse.ArgumentParser:
                                     " (percentiles), padding ratio, unique tokens, truncated/windowed documents, per"
                                     " output, per dataset and per split.")
     st.add_argument("output_dir")
+    st.add_argument("--quiet", action="store_true", help="no progress display")
     st.add_argument("--plot", metavar="FILE.png", help="also draw the length histogram and token shares (needs"
                     " matplotlib: the `plot` extra)")
     st.add_argument("--json", action="store_true", help="print the statistics as JSON")
@@ -300,7 +302,7 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
     if args.command == "validate":
         from easydata.tools.validate import validate_output
 
-        report = validate_output(args.output_dir)
+        report = validate_output(args.output_dir, progress=not args.quiet)
         print(report.summary())
         return 0 if report.ok else 1
     if args.command == "stats":
@@ -320,7 +322,7 @@ def _stats(args: argparse.Namespace) -> int:
 
     from easydata.tools.stats import compute_stats, format_stats, plot_stats
 
-    stats = compute_stats(args.output_dir)
+    stats = compute_stats(args.output_dir, progress=not args.quiet)
     if args.plot:
         plot_stats(stats, args.plot)
     stats.pop("_histograms")
@@ -331,6 +333,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _train_tokenizer(args: argparse.Namespace) -> int:
+    from easydata.run.progress import CountProgress
     from easydata.text.tokenizer import load_tokenizer
     from easydata.text.tokenizer_training import train_tokenizer_from_files
 
@@ -338,7 +341,8 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
     out, counts = train_tokenizer_from_files(
         args.data_files, args.output, vocab_size=args.vocab_size, model=args.model, special_tokens=special,
         min_frequency=args.min_frequency, overwrite=args.overwrite, content_field=args.content_field,
-        type=args.type, num_rows=args.num_rows, progress=not args.quiet)
+        type=args.type, num_rows=args.num_rows,
+        progress=None if args.quiet else lambda total: CountProgress(total, "reading"))
     info = load_tokenizer(str(out)).info
     print(f"wrote {out}: {args.model} tokenizer, vocab {info.vocab_size:,} (bos {info.bos_token_id}, eos"
           f" {info.eos_token_id}, pad {info.pad_token_id}), trained on {counts['documents']:,} documents"

@@ -111,7 +111,8 @@ def test_reading_progress_covers_the_bytes_reading_counts(tmp_path, capsys):
     is over the bytes reading counts, a compressed file's decompressed ones (its file size ended the bar early)."""
     import gzip
 
-    from easydata.run.progress import ReadProgress
+    from easydata.figures import size
+    from easydata.run.progress import CountProgress
 
     texts = make_texts(400, seed=3)
     write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in texts[:200]))
@@ -124,12 +125,12 @@ def test_reading_progress_covers_the_bytes_reading_counts(tmp_path, capsys):
     assert len(taken) == 400 and sum(d for _, d in seen) == 400
     assert counts["input_bytes_total"] == sum(b for b, _ in seen) == \
         (tmp_path / "a.jsonl").stat().st_size + len(gzip.decompress((tmp_path / "b.jsonl.gz").read_bytes()))
-    progress = ReadProgress(counts["input_bytes_total"], "reading", log_every=0)
+    progress = CountProgress(counts["input_bytes_total"], "reading", log_every=0)
     for nbytes, documents in seen:
         progress.update(nbytes, documents)
     progress.stage("learning")
     lines = capsys.readouterr().err.splitlines()
-    assert lines[-2].startswith("[easydata] reading: 100.0% of input read, 400 documents, ")
+    assert lines[-2].startswith(f"[easydata] reading: 100.0% of {size(counts['input_bytes_total'])}, 400 documents, ")
     assert lines[-1].startswith("[easydata] learning (400 documents read in ")
     assert main(["train-tokenizer", "--data-files", str(tmp_path / "a.jsonl"), "--vocab-size", "300", "--output",
                  str(tmp_path / "tok")]) == 0

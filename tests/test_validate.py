@@ -468,3 +468,21 @@ def test_a_shard_path_outside_the_output_is_refused_by_every_consumer(tmp_path: 
         assert err.startswith("easydata: error: ") and len(err.splitlines()) == 1 and repr(forged) in err, err
     with pytest.raises(ValidationFailed, match="refusing to open it"):
         TokenReader(str(out), batch_size=1, name="web", seq_length=8)
+
+
+def test_validate_and_stats_show_the_rows_they_have_read(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Both read every shard (minutes on a large output) and showed nothing until the end; now the rows read so
+    far, as a line every `LOG_EVERY_SECONDS` where stderr is not a terminal, and nothing with `--quiet`."""
+    from easydata.cli import main
+    from easydata.run import progress
+
+    monkeypatch.setattr(progress, "LOG_EVERY_SECONDS", 0.0)
+    schema = pa.schema([("input_ids", pa.list_(pa.int32())), ("attention_mask", pa.list_(pa.int32()))])
+    shards = [[{"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1]}] * 5, [{"input_ids": [4], "attention_mask": [1]}]]
+    write_synthetic_output(str(tmp_path / "out"), {"web": shards}, schema)
+    for command, desc in (("validate", "validating"), ("stats", "reading shards")):
+        assert main([command, str(tmp_path / "out")]) == 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"[easydata] {desc}: ")]
+        assert lines and lines[-1].startswith(f"[easydata] {desc}: 100.0% of 6 rows, "), (command, lines)
+        assert main([command, str(tmp_path / "out"), "--quiet"]) == 0
+        assert capsys.readouterr().err == ""

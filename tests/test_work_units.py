@@ -99,7 +99,8 @@ def test_batches_run_across_small_files_with_the_same_documents_and_dead_letters
     texts = make_texts(40, seed=5)
     for i, text in enumerate(texts):
         (tmp_path / f"doc{i:02d}.txt").write_text(text)
-    (tmp_path / "doc10.txt").write_bytes(b"\xff\xfe not UTF-8")  # dead-lettered, saying which file
+    # dead-lettered, saying which file (not starting with FF FE: a UTF-16 byte-order mark, which says so instead)
+    (tmp_path / "doc10.txt").write_bytes(b"\xc3\x28 not UTF-8")
     (tmp_path / "doc20.txt").write_text("   \n")  # empty text
     dataset = DatasetConfig(name="d", data_files=str(tmp_path / "*.txt"), sample_by="document")
     splits = plan_splits(dataset)

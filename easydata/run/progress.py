@@ -25,11 +25,14 @@ import time
 import uuid
 from typing import Any, Iterator, Optional
 
+from easydata.figures import size
 from easydata.io.filesystems import get_fs, join
 
-__all__ = ["ProgressSink", "ProgressMonitor", "ReadProgress", "progress_directory", "remove_stale_progress_dirs",
+__all__ = ["ProgressSink", "ProgressMonitor", "CountProgress", "progress_directory", "remove_stale_progress_dirs",
            "read_progress", "report_stage", "say"]
 
+#: Seconds between progress lines on stderr when it is not a terminal (a log, CI).
+LOG_EVERY_SECONDS = 10.0
 #: A progress directory's name: this prefix, the launching process's id, a dash and `tempfile`'s random part.
 PROGRESS_DIR_PREFIX = "easydata-progress-"
 _PROGRESS_DIR_NAME = re.compile(re.escape(PROGRESS_DIR_PREFIX) + r"(\d+)-[^/]+$")
@@ -174,14 +177,14 @@ def terminal_columns() -> Optional[int]:
     return columns if columns > 0 else None
 
 
-def byte_bar(total: int, desc: str) -> Any:
-    """A tqdm bar over `total` bytes on stderr (a terminal)."""
+def count_bar(total: int, desc: str, unit: str = "B") -> Any:
+    """A tqdm bar over `total` bytes (or other `unit`s) on stderr (a terminal)."""
     from tqdm import tqdm
 
     sized = terminal_columns() is not None
     # A terminal that reports no size (`script`, some CI and multiplexer setups: 0 columns, 0 rows) still gets a
     # bar, at a default size; tqdm alone draws nothing there (no row to draw on).
-    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, file=sys.stderr, leave=False, dynamic_ncols=sized,
+    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, file=sys.stderr, leave=False, dynamic_ncols=sized,
                 ncols=None if sized else DEFAULT_COLUMNS, nrows=None if sized else DEFAULT_ROWS)
 
 
@@ -219,14 +222,14 @@ class ProgressMonitor:
       group_stage: what the steps after the shuffle do to each group (`packing` or `sorting`).
     """
 
-    def __init__(self, progress_dir: Optional[str], total_bytes: Optional[int], log_every: float = 10.0,
+    def __init__(self, progress_dir: Optional[str], total_bytes: Optional[int], log_every: Optional[float] = None,
                  enabled: bool = True,
                  after_input: str = "shuffling and writing shards", group_stage: str = "sorting"):
         self._after_input, self._group_stage = after_input, group_stage
         self._dir = progress_dir
         self._total: Optional[int] = None if total_bytes is None else max(total_bytes, 1)
         self._units: Optional[int] = None
-        self._log_every = log_every
+        self._log_every = LOG_EVERY_SECONDS if log_every is None else log_every
         self._enabled = enabled
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="easydata-progress", daemon=True)
@@ -285,7 +288,7 @@ class ProgressMonitor:
         start = time.monotonic()
         if not self._planning(start):
             return
-        bar = byte_bar(self._total, "tokenizing") if sys.stderr.isatty() else None
+        bar = count_bar(self._total, "tokenizing") if sys.stderr.isatty() else None
         last_log = time.monotonic()
         while True:
             stopping = self._stop.wait(0.5)
@@ -318,32 +321,36 @@ class ProgressMonitor:
             bar.close()
 
 
-class ReadProgress:
-    """Progress of work done in this process over a known number of input bytes (`easydata train-tokenizer`
-    reading its corpus): a tqdm bar on a terminal, otherwise a line on stderr every `log_every` seconds, as
-    `ProgressMonitor` draws a pipeline's. `update` is cheap to call per batch; `stage` says in one line what
-    follows the reading."""
+class CountProgress:
+    """Progress of work done in this process over a known count: the input bytes `easydata train-tokenizer`
+    reads (`unit="B"`), the rows `easydata validate` and `stats` check (`unit="rows"`). A tqdm bar on a
+    terminal, otherwise a line on stderr every `log_every` seconds, as `ProgressMonitor` draws a pipeline's.
+    `update` is cheap to call per batch; `stage` says in one line what follows."""
 
-    def __init__(self, total_bytes: int, desc: str, log_every: float = 30.0):
-        self._total, self._desc, self._log_every = max(int(total_bytes), 1), desc, log_every
+    def __init__(self, total: int, desc: str, unit: str = "B", log_every: Optional[float] = None):
+        self._total, self._desc, self._unit = max(int(total), 1), desc, unit
+        self._log_every = LOG_EVERY_SECONDS if log_every is None else log_every
         self._done = self._documents = 0
         self._start = self._last_log = time.monotonic()
-        self._bar = byte_bar(self._total, desc) if sys.stderr.isatty() else None
+        self._bar = count_bar(self._total, desc, unit) if sys.stderr.isatty() else None
 
-    def update(self, nbytes: int, documents: int) -> None:
-        """`nbytes` more bytes read, `documents` more documents taken."""
-        self._done, self._documents = min(self._done + nbytes, self._total), self._documents + documents
+    def update(self, done: int, documents: int = 0) -> None:
+        """`done` more of the count (bytes, rows), `documents` more documents taken."""
+        self._done, self._documents = min(self._done + done, self._total), self._documents + documents
         if self._bar is not None:
             self._bar.n = self._done
-            self._bar.set_postfix(docs=self._documents, refresh=False)
+            if self._documents:
+                self._bar.set_postfix(docs=self._documents, refresh=False)
             self._bar.refresh()
         elif time.monotonic() - self._last_log >= self._log_every:
             self._last_log = time.monotonic()
-            print(f"[easydata] {self._desc}: {100 * self._done / self._total:5.1f}% of input read,"
-                  f" {self._documents:,} documents, {self._last_log - self._start:.0f}s", file=sys.stderr, flush=True)
+            of = f"of {size(self._total)}" if self._unit == "B" else f"of {self._total:,} {self._unit}"
+            documents = f", {self._documents:,} documents" if self._documents else ""
+            print(f"[easydata] {self._desc}: {100 * self._done / self._total:5.1f}% {of}{documents},"
+                  f" {self._last_log - self._start:.0f}s", file=sys.stderr, flush=True)
 
     def stage(self, desc: str) -> None:
-        """The reading is over; `desc` is what runs now (one line: the bar is cleared)."""
+        """What was counted is done; `desc` is what runs now (one line: the bar is cleared)."""
         self.close()
         print(f"[easydata] {desc} ({self._documents:,} documents read in {time.monotonic() - self._start:.0f}s)",
               file=sys.stderr, flush=True)

@@ -147,11 +147,14 @@ def iter_training_texts(data_files: str | Sequence[str], *, content_field: str =
 
 def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str | Path, *, vocab_size: int,
                                model: str = "bpe", special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
-                               min_frequency: int = 2, overwrite: bool = False, progress: bool = False,
+                               min_frequency: int = 2, overwrite: bool = False,
+                               progress: Optional[Callable[[int], Any]] = None,
                                **read_options: object) -> tuple[Path, dict[str, int]]:
-    """`easydata train-tokenizer`: trains on data files, streaming them; with `progress`, the reading's progress
-    on stderr (`easydata.run.progress.ReadProgress`: the input bytes read and documents taken) and a line when
-    the reading is over and the vocabulary is learned.
+    """`easydata train-tokenizer`: trains on data files, streaming them.
+
+    `progress`, if given, makes the display of the reading from the bytes it will count (the CLI's: an
+    `easydata.run.progress.CountProgress`); the display gets `update(bytes, documents)` per batch, `stage(text)`
+    when the reading is over and the vocabulary is learned, and `close()`.
 
     Returns:
       The output directory and the `documents` / `rejected` counts.
@@ -176,13 +179,11 @@ def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str 
     shown: list[Any] = []  # the progress display, made at the first batch (the total is known by then)
 
     def on_batch(nbytes: int, documents: int) -> None:
-        if not shown:
-            from easydata.run.progress import ReadProgress
-
-            shown.append(ReadProgress(counts["input_bytes_total"], "reading"))
+        if not shown and progress is not None:
+            shown.append(progress(counts["input_bytes_total"]))
         shown[0].update(nbytes, documents)
 
-    texts = iter_training_texts(data_files, counts=counts, on_batch=on_batch if progress else None,
+    texts = iter_training_texts(data_files, counts=counts, on_batch=on_batch if progress is not None else None,
                                 **read_options)  # type: ignore[arg-type]
     try:
         first = next(texts, None)

@@ -27,6 +27,7 @@ from easydata.errors import EasyDataError, ValidationFailed
 from easydata.figures import percent
 from easydata.io.formats import iter_shard_batches
 from easydata.run.manifest import OutputEntry, member_path, packed_seq_length, read_manifest
+from easydata.run.progress import CountProgress
 
 __all__ = ["compute_stats", "format_stats", "plot_stats", "length_bins", "PERCENTILES"]
 
@@ -99,12 +100,15 @@ def _length_summary(histogram: np.ndarray, unit: str) -> dict[str, Any]:
             "min": int(nonzero[0]), "max": int(nonzero[-1]), **percentiles}
 
 
-def _measure_output(output_dir: str, fmt: str, output: OutputEntry, seq_length: Optional[int]) -> _Accumulator:
+def _measure_output(output_dir: str, fmt: str, output: OutputEntry, seq_length: Optional[int],
+                    progress: Optional[CountProgress] = None) -> _Accumulator:
     """One output's counts, read from its shards (`seq_length`: packed rows' length, None: unpacked)."""
     packed = seq_length is not None
     acc = _Accumulator()
     for shard in output.shards:
         for batch in iter_shard_batches(member_path(output_dir, shard.path, "shard path"), fmt, _columns(packed)):
+            if progress is not None:
+                progress.update(batch.num_rows)
             ids = batch.column("input_ids")
             values = ids.flatten().to_numpy(zero_copy_only=False)
             acc.counts["rows"] += batch.num_rows
@@ -147,8 +151,9 @@ def _split_name(output: str) -> tuple[str, Optional[str]]:
     return dataset, (split or None)
 
 
-def compute_stats(output_dir: str) -> dict[str, Any]:
-    """Statistics of an output directory (see the module docstring), as plain JSON-compatible data.
+def compute_stats(output_dir: str, progress: bool = False) -> dict[str, Any]:
+    """Statistics of an output directory (see the module docstring), as plain JSON-compatible data; with
+    `progress`, the rows read so far on stderr (`easydata.run.progress.CountProgress`).
 
     Raises:
       ValidationFailed: no readable manifest.
@@ -157,8 +162,12 @@ def compute_stats(output_dir: str) -> dict[str, Any]:
     fmt, packed = manifest.format, manifest.packed
     unit = "segment" if packed else "document"
     seq_length = packed_seq_length(output_dir, manifest["schema"]) if packed else None
-    outputs = {name: _measure_output(output_dir, fmt, output, seq_length)
+    shown = CountProgress(sum(s.rows for o in manifest.outputs.values() for s in o.shards), "reading shards",
+                          unit="rows") if progress else None
+    outputs = {name: _measure_output(output_dir, fmt, output, seq_length, shown)
                for name, output in sorted(manifest.outputs.items())}
+    if shown is not None:
+        shown.close()
     total = _Accumulator()
     datasets: dict[str, _Accumulator] = {}
     splits: dict[str, _Accumulator] = {}

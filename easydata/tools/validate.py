@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from easydata.errors import EasyDataError, ValidationFailed
 from easydata.io.filesystems import get_fs, join
 from easydata.io.formats import TOKEN_COLUMNS, ShardUnreadable, iter_shard_batches
+from easydata.run.progress import CountProgress
 from easydata.run.manifest import MANIFEST_NAME, PARTIAL_INPUTS, member_path, read_manifest
 from easydata.ops.mixing import MIXED_NAME
 
@@ -144,8 +145,8 @@ def _real_tokens(batch: pa.RecordBatch) -> tuple[int, int]:
     return total, 0
 
 
-def _check_shard(path: str, fmt: str, columns: list[str], vocab: int | None, schema: dict[str, Any]
-                 ) -> tuple[Optional[tuple[int, int, int]], list[str]]:
+def _check_shard(path: str, fmt: str, columns: list[str], vocab: int | None, schema: dict[str, Any],
+                 progress: Optional[CountProgress] = None) -> tuple[Optional[tuple[int, int, int]], list[str]]:
     """Reads a shard to the end: `((rows, tokens, padding), problems)`, or `(None, problems)` when its
     structure is wrong (then counts would only repeat that problem)."""
     rows = tokens = padding = bad_ids = 0
@@ -155,6 +156,8 @@ def _check_shard(path: str, fmt: str, columns: list[str], vocab: int | None, sch
         if structure:
             return None, structure
         rows += batch.num_rows
+        if progress is not None:
+            progress.update(batch.num_rows)
         real, pad = _real_tokens(batch)
         tokens, padding = tokens + real, padding + pad
         bad_ids += _out_of_vocab(batch, vocab)
@@ -170,6 +173,14 @@ def _check_shard(path: str, fmt: str, columns: list[str], vocab: int | None, sch
 _COUNTS = ("rows", "tokens", "padding_tokens")
 
 
+def _listed_rows(datasets: dict[str, Any]) -> int:
+    """The rows the manifest lists in every shard (what the progress counts to; a wrong count is a problem the
+    check reports, so anything unusable counts as 0 here)."""
+    rows = [shard.get("rows") for info in datasets.values() if isinstance(info, dict)
+            for shard in info.get("shards", []) if isinstance(shard, dict)]
+    return sum(r for r in rows if isinstance(r, int) and not isinstance(r, bool) and r > 0)
+
+
 def _check_sums(where: str, entry: dict[str, Any], parts: list[dict[str, Any]], of: str) -> list[str]:
     """An entry's counts must equal the sums of its parts' (each level against the one below it, so a
     wrong number is reported once, where it is wrong)."""
@@ -182,11 +193,12 @@ def _check_sums(where: str, entry: dict[str, Any], parts: list[dict[str, Any]], 
     return problems
 
 
-def validate_output(output_dir: str) -> ValidationReport:
+def validate_output(output_dir: str, progress: bool = False) -> ValidationReport:
     """Validates an output directory (see module docstring); never raises for a bad output.
 
     Every shard file is checked against its manifest entry, every dataset entry against the sum of
-    its shard entries, and the totals against the sum of the dataset entries.
+    its shard entries, and the totals against the sum of the dataset entries. With `progress`, the rows
+    read so far are shown on stderr (`easydata.run.progress.CountProgress`: a large output reads for minutes).
 
     Raises:
       ValidationFailed: only when there is no manifest at all (a manifest that is there but unreadable,
@@ -207,6 +219,7 @@ def validate_output(output_dir: str) -> ValidationReport:
     columns = list((schema.get("columns") or {"input_ids": None}).keys())
     fs, root = get_fs(output_dir)
     datasets = manifest.get("datasets") or {}
+    shown = CountProgress(_listed_rows(datasets), "validating", unit="rows") if progress else None
     for name, info in sorted(datasets.items()):
         ds_rows = ds_tokens = 0
         listed = set()
@@ -218,7 +231,7 @@ def validate_output(output_dir: str) -> ValidationReport:
                 continue
             listed.update(posixpath.basename(shard[key]) for key in shard if key == "path" or key.endswith("_path"))
             try:
-                counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema)
+                counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema, shown)
             except ShardUnreadable as e:
                 problems.append(f"{shard['path']}: unreadable ({e.detail})")
                 continue
@@ -251,6 +264,8 @@ def validate_output(output_dir: str) -> ValidationReport:
         report.shards += len(info.get("shards", []))
         report.rows += ds_rows
         report.tokens += ds_tokens
+    if shown is not None:
+        shown.close()
     problems.extend(_check_sums("totals", manifest.get("totals") or {}, list(datasets.values()), "datasets"))
     for name, entries in sorted((manifest.get(PARTIAL_INPUTS) or {}).items()):
         for entry in entries:
