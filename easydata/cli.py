@@ -33,6 +33,17 @@ def _version() -> str:
         return "unknown"
 
 
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="easydata", description="Tokenize, pack and shard text and chat data for JAX training, on Apache Beam.")
@@ -100,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
 
     ins = sub.add_parser("inspect", help="print the manifest summary and decoded sample rows")
     ins.add_argument("output_dir")
-    ins.add_argument("-n", "--num-rows", type=int, default=3, help="rows to show per dataset (default 3)")
+    ins.add_argument("-n", "--num-rows", type=_count, default=3, help="rows to show per dataset (default 3)")
 
     st = sub.add_parser("stats", help="documents, tokens, length percentiles, padding, per dataset and split",
                         description="Measure an output from its files: documents, rows, tokens, length distribution"

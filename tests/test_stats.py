@@ -131,6 +131,21 @@ def test_plot_without_matplotlib_is_one_clear_error(packed_output, tmp_path, mon
         plot_stats(compute_stats(str(packed_output)), str(tmp_path / "y.png"))
 
 
+def test_a_plot_path_that_cannot_be_written_is_one_clear_error(packed_output, tmp_path, capsys):
+    """A folder that does not exist ended in matplotlib's FileNotFoundError traceback."""
+    target = tmp_path / "no" / "such" / "x.png"
+    assert main(["stats", str(packed_output), "--plot", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"easydata: error: cannot write the plot to '{target}': No such file or directory"
+
+
+def test_inspect_refuses_a_negative_row_count(packed_output, capsys):
+    """`inspect -n -1` showed no rows without a word."""
+    with pytest.raises(SystemExit) as info:
+        main(["inspect", str(packed_output), "-n", "-1"])
+    assert info.value.code == 2 and "argument -n/--num-rows: must be >= 0, got -1" in capsys.readouterr().err
+
+
 def test_a_long_tailed_length_distribution_is_plotted_on_log_axes(tmp_path) -> None:
     """Before: a linear axis made a long-tailed histogram one bar at 0 and an empty plot."""
     from easydata.tools.stats import length_bins

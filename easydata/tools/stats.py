@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from easydata.errors import EasyDataError, ValidationFailed
+from easydata.errors import EasyDataError, OutputError, ValidationFailed
 from easydata.figures import percent
 from easydata.io.formats import iter_shard_batches
 from easydata.run.manifest import OutputEntry, member_path, packed_seq_length, read_manifest
@@ -265,6 +265,7 @@ def plot_stats(stats: dict[str, Any], path: str) -> str:
 
     Raises:
       EasyDataError: matplotlib is not installed (`pip install "easydata-beam[plot]"`).
+      OutputError: the file cannot be written there.
     """
     try:
         import matplotlib
@@ -300,6 +301,10 @@ def plot_stats(stats: dict[str, Any], path: str) -> str:
     right.set_title("tokens per output")
     right.invert_yaxis()
     figure.tight_layout()
-    figure.savefig(path, format="png", dpi=100)
-    plt.close(figure)
+    try:
+        figure.savefig(path, format="png", dpi=100)
+    except OSError as e:  # a folder that does not exist, no permission: the user's path, one line
+        raise OutputError(f"cannot write the plot to '{path}': {e.strerror or e}") from None
+    finally:
+        plt.close(figure)
     return path
