@@ -99,6 +99,21 @@ def test_cli_errors_are_one_line(tmp_path, corpus, capsys, args, message):
     assert code == 2 and err.startswith("easydata: error: ") and len(err.splitlines()) == 1 and message in err
 
 
+def test_an_output_that_cannot_be_made_is_one_line_before_training(tmp_path, corpus, capsys):
+    """A file in the output's path ended in a `NotADirectoryError` traceback, and only after the training (hours
+    on a large corpus); a training that fails leaves no empty output folder behind."""
+    (tmp_path / "file").write_text("x")
+    code = main(["train-tokenizer", "--data-files", str(corpus / "a.jsonl"), "--vocab-size", "300",
+                 "--output", str(tmp_path / "file" / "tok")])
+    assert code == 2 and capsys.readouterr().err.strip() == \
+        f"easydata: error: cannot write the tokenizer to '{tmp_path / 'file' / 'tok'}': Not a directory"
+    (tmp_path / "empty.jsonl").write_text("")
+    code = main(["train-tokenizer", "--data-files", str(tmp_path / "empty.jsonl"), "--vocab-size", "300",
+                 "--output", str(tmp_path / "new" / "tok")])
+    assert code == 2 and "no document to train on" in capsys.readouterr().err
+    assert not (tmp_path / "new" / "tok").exists()
+
+
 @pytest.mark.parametrize("command", ["train-tokenizer", "stats"])
 def test_new_commands_have_help(command, capsys):
     with pytest.raises(SystemExit) as exit_info:

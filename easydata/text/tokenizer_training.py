@@ -61,14 +61,32 @@ def train_tokenizer(texts: Iterable[str], output_dir: str | Path, *, vocab_size:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(out / "tokenizer.json"))
+    out = _output_directory(output_dir)
     names = ("bos_token", "eos_token", "pad_token")
     config = {name: token for name, token in zip(names, special_tokens)}
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
     config["model_max_length"] = 1_000_000
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    try:
+        tokenizer.save(str(out / "tokenizer.json"))
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    except Exception as e:  # the disk, permissions: `tokenizers` raises its own exception type for its file
+        raise OutputError(f"cannot write the tokenizer to '{out}': {getattr(e, 'strerror', None) or e}") from None
+    return out
+
+
+def _output_directory(output_dir: str | Path) -> Path:
+    """`output_dir`, created if needed.
+
+    Raises:
+      OutputError: it cannot be (a file in its path, no permission), in one line.
+    """
+    out = Path(output_dir)
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"output '{out}' exists and is a file")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot write the tokenizer to '{out}': {e.strerror or e}") from None
     return out
 
 
@@ -173,8 +191,8 @@ def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str 
     if existing and not overwrite:
         raise OutputError(f"'{out}' already holds a tokenizer's files ({', '.join(existing)}); pass --overwrite to"
                           " replace them, or choose another --output")
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"output '{out}' exists and is a file")
+    created = not out.exists()
+    _output_directory(out)  # before reading and training, which may take hours
     counts: dict[str, int] = {}
     shown: list[Any] = []  # the progress display, made at the first batch (the total is known by then)
 
@@ -192,6 +210,10 @@ def train_tokenizer_from_files(data_files: str | Sequence[str], output_dir: str 
                              " rejected; check --content-field / --type)")
         train_tokenizer(_ended(_chain(first, texts), shown, vocab_size), out, vocab_size=vocab_size, model=model,
                         special_tokens=special_tokens, min_frequency=min_frequency)
+    except BaseException:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # made for this training, which wrote nothing into it
+        raise
     finally:
         for display in shown:
             display.close()
