@@ -80,6 +80,28 @@ def test_the_heartbeat_renews_the_lease(output_url: str) -> None:
         assert read_lock(output_url)["heartbeat_at"] > first
 
 
+@pytest.mark.parametrize("kind", ["file", "fifo"])
+def test_an_output_path_that_is_not_a_directory_is_said_so(tmp_path: Path, tokenizer_dir: Path, capsys, kind) -> None:
+    """A file (or a FIFO, /dev/null) as the output said it was "locked by '.easydata-lock', which cannot be read
+    ... remove it and run again" (makedirs' FileExistsError taken for the lock's); the dry run said nothing."""
+    target = tmp_path / "target"
+    if kind == "file":
+        target.write_text("mine")
+    else:
+        os.mkfifo(target)
+    with pytest.raises(OutputError) as info:
+        OutputLock(str(target), "run000000001", heartbeat_seconds=0).acquire()
+    assert str(info.value) == f"output '{target}' exists and is not a directory: choose another --output"
+    write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(5)))
+    args = ["tokenize", "--data-files", str(tmp_path / "a.jsonl"), "--tokenizer", str(tokenizer_dir), "--output",
+            str(target), "--quiet", "--direct_num_workers=1"]
+    assert main([*args, "--dry-run"]) == 0
+    assert "the output path exists and is not a directory: the run would stop" in capsys.readouterr().out
+    assert main(args) == 2
+    assert capsys.readouterr().err.strip() == f"easydata: error: {info.value}"
+    assert kind == "fifo" or target.read_text() == "mine"
+
+
 @pytest.mark.slow
 def test_a_run_into_a_locked_output_fails_in_one_line(tmp_path: Path, tokenizer_dir: Path, capsys) -> None:
     write_jsonl(tmp_path / "a.jsonl", ({"text": t} for t in make_texts(20)))

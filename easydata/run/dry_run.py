@@ -68,6 +68,7 @@ class DryRunReport:
     #: `repeat_factor`, and the sources that set the budget (`budget_set_by`).
     mix_estimate: Optional[dict[str, Any]] = None
     foreign: Optional[str] = None  # a path `overwrite` would refuse to delete (`easydata.run.output.foreign_file`)
+    not_a_directory: bool = False  # the output path is a file (or a FIFO, a device): the run would stop
 
     @property
     def estimated_tokens(self) -> Optional[int]:
@@ -116,7 +117,9 @@ class DryRunReport:
         lines.append(f"output {self.output_dir}: {self.format} ({self.codec}), {layout}")
         for name, shards in self.outputs.items():
             lines.append(f"  {name}/: about {shards} shard(s)")
-        if self.output_exists:
+        if self.not_a_directory:
+            lines.append("  the output path exists and is not a directory: the run would stop")
+        elif self.output_exists:
             lines.append("  the output directory exists: " + (
                 f"the run would stop: '{self.foreign}' in it was not written by an easydata run" if self.overwrite
                 and self.foreign else "it would be replaced (overwrite)" if self.overwrite else
@@ -260,8 +263,9 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
     fs, root = get_fs(config.save.output_dir)
     try:
         exists = fs.exists(join(root, MANIFEST_NAME)) or (fs.isdir(root) and bool(fs.ls(root)))
+        not_a_directory = not exists and fs.exists(root) and not fs.isdir(root)
     except Exception:  # an unreachable URL: the run itself will say so
-        exists = False
+        exists = not_a_directory = False
     foreign = None
     if exists and config.save.overwrite:
         from easydata.run.output import foreign_file
@@ -274,7 +278,7 @@ def plan_report(config: PipelineConfig) -> DryRunReport:
                         overwrite=config.save.overwrite, format=config.save.format, codec=config.save.codec,
                         packed=packed, seq_length=config.pack.seq_length if packed else None, outputs=outputs,
                         mix=dict(mix.weights) if mix is not None else None, cores=usable_cores(), foreign=foreign,
-                        mix_estimate=mix_estimate)
+                        mix_estimate=mix_estimate, not_a_directory=not_a_directory)
 
 
 def _mix_estimate(mix: Any, reports: list[DatasetReport]) -> Optional[dict[str, Any]]:

@@ -189,6 +189,8 @@ class OutputLock:
         path = join(root, LOCK_NAME)
         self._started = time.time()
         self._created_dir = not fs.exists(root)
+        if not self._created_dir and not fs.isdir(root):  # a file, a FIFO, a device: makedirs says "exists"
+            raise OutputError(f"output '{self.output_dir}' exists and is not a directory: choose another --output")
         for _ in range(3):
             try:
                 fs.makedirs(root, exist_ok=True)
