@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
                           " NAME/validation")
     tok.add_argument("--num-shards", type=int, default=None, help="exact number of shards")
     tok.add_argument("--pack", action="store_true", help="pack documents into fixed-length rows")
-    tok.add_argument("--seq-length", type=int, default=None, help="packed row length (with --pack; default: pack.seq_length's, 2048)")
+    tok.add_argument("--seq-length", type=int, default=None,
+                     help="packed row length (with --pack; default: pack.seq_length's, 2048)")
     tok.add_argument("--seed", type=int, default=42)
     tok.add_argument("--overwrite", action="store_true", help="replace an existing output")
     tok.add_argument("--resume", action="store_true", help="continue an interrupted run of the same command")

@@ -140,5 +140,5 @@ def test_an_output_the_reader_cannot_read_is_refused_with_what_it_reads(tmp_path
                            schema, fmt="jsonl")
     with pytest.raises(ValueError) as info:
         TokenReader(str(tmp_path / "out"), batch_size=1, seq_length=2)
-    assert str(info.value) == (f"the reader reads arrayrecord, arrow, bin, parquet, tfrecord outputs; '{tmp_path / 'out'}'"
-                               " is jsonl (read it line by line, or write parquet / arrow).")
+    assert str(info.value) == ("the reader reads arrayrecord, arrow, bin, parquet, tfrecord outputs;"
+                               f" '{tmp_path / 'out'}' is jsonl (read it line by line, or write parquet / arrow).")

@@ -35,6 +35,8 @@ def refuse_other_encodings(head: bytes) -> None:
         if head.startswith(mark):
             raise ValueError(f"{encoding} text ({order} byte-order mark), not UTF-8: convert it (iconv -f {encoding}"
                              " -t UTF-8)")
+
+
 # A batch closes at `batch_size` documents or this many characters of text, whichever comes first.
 MAX_BATCH_CHARS = 4 * 2**20
 

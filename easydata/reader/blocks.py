@@ -74,8 +74,8 @@ class BlockIndex:
           ValidationFailed: no manifest (an incomplete or foreign directory, or a commit that did not
             finish within `commit_wait`).
           ValueError: unknown dataset name, or an unsupported output format.
-          ShardUnreadable: a shard is missing, empty, truncated or corrupt (its path and pyarrow's first line;
-            also from `read`).
+          ShardUnreadable: a shard is empty, truncated or corrupt (its path and pyarrow's first line; also from
+            `read`). A missing one is an `InputError` saying so.
         """
         manifest = read_manifest(output_dir, wait_for_commit=commit_wait)
         name, output = manifest.output(name, output_dir)

@@ -294,8 +294,9 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     total_rejected = sum(d["documents_rejected"] for d in datasets.values())
     limit = config.max_rejected_fraction
     if limit is not None and total_in and total_rejected / total_in > limit:
-        raise EasyDataError(f"{total_rejected:,} of {total_in:,} documents rejected ({percent(total_rejected, total_in, 2)}),"
-                            f" more than max_rejected_fraction {limit} allows; see {Staging(plan.staging).rejected()}")
+        share = percent(total_rejected, total_in, 2)
+        raise EasyDataError(f"{total_rejected:,} of {total_in:,} documents rejected ({share}), more than"
+                            f" max_rejected_fraction {limit} allows; see {Staging(plan.staging).rejected()}")
     rejected_files = sorted(rejected_files)
     moves = [(s.temp_path, s.relative_path) for infos in by_dataset.values() for s in infos]
     moves += [(temp, rel) for infos in by_dataset.values() for s in infos for _, temp, rel in s.companions]

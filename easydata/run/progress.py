@@ -184,8 +184,8 @@ def count_bar(total: int, desc: str, unit: str = "B") -> Any:
     sized = terminal_columns() is not None
     # A terminal that reports no size (`script`, some CI and multiplexer setups: 0 columns, 0 rows) still gets a
     # bar, at a default size; tqdm alone draws nothing there (no row to draw on).
-    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, file=sys.stderr, leave=False, dynamic_ncols=sized,
-                ncols=None if sized else DEFAULT_COLUMNS, nrows=None if sized else DEFAULT_ROWS)
+    return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, file=sys.stderr, leave=False,
+                dynamic_ncols=sized, ncols=None if sized else DEFAULT_COLUMNS, nrows=None if sized else DEFAULT_ROWS)
 
 
 def read_progress(progress_dir: str) -> dict[str, int]:
