@@ -549,3 +549,19 @@ def test_an_oversized_or_self_referencing_config_is_refused(tmp_path) -> None:
         load_mapping(tmp_path / "big.yaml")
     (tmp_path / "ok.yaml").write_text("a: &a [1, 2]\nb: *a\nc: *a\n")  # ordinary anchors still work
     assert load_mapping(tmp_path / "ok.yaml") == {"a": [1, 2], "b": [1, 2], "c": [1, 2]}
+
+
+@pytest.mark.parametrize("pack, warned", [
+    ({"seq_length": 4096}, "pack.seq_length"), ({"strategy": "best_fit"}, "pack.strategy"),
+    ({"seq_length": 4096, "enabled": False}, None), ({"seq_length": 4096, "enabled": True}, None), ({}, None)])
+def test_pack_settings_without_enabled_are_warned_about(capsys, pack, warned) -> None:
+    """`pack: {seq_length: 4096}` wrote one row per document without a word (`enabled` defaults to false, as in
+    EasyData); now a warning says so. An explicit `enabled`, either way, is taken as meant."""
+    config = PipelineConfig.from_dict({**_valid(), "pack": pack})
+    assert config.pack.enabled is bool(pack.get("enabled"))
+    err = capsys.readouterr().err
+    if warned is None:
+        assert err == ""
+    else:
+        assert err == (f"easydata: warning: {warned} is set but pack.enabled is not (it defaults to false): each row"
+                       " is one document; set pack.enabled: true to pack\n")

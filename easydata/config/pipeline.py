@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -25,7 +26,7 @@ from easydata.config.fingerprint import fingerprint_of
 from easydata.config.models import (REDACTED, ChatStageConfig, DatasetConfig, LoadStageConfig, MixStageConfig,
                                     PackStageConfig, RayConfig, SaveStageConfig, StreamingConfig, TokenizeStageConfig,
                                     TokenizerConfig, WeightSchedulePoint, name_datasets)
-from easydata.config.validation import problems
+from easydata.config.validation import notes, problems
 from easydata.errors import ConfigError
 
 __all__ = ["PipelineConfig"]
@@ -97,6 +98,8 @@ class PipelineConfig:
             found.extend(config.validate())
         if found:
             raise ConfigError(found)
+        for note in notes(data):
+            print(f"easydata: warning: {note}", file=sys.stderr)
         return config
 
     @classmethod

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.field_values import json_text, python_values
+from easydata.io.token_arrays import numpy_dtype
 
 __all__ = ["encode_examples", "decode_examples", "varints", "read_varints", "record_types", "TYPES_FEATURE"]
 
@@ -227,7 +228,7 @@ def decode_examples(records: Iterable[bytes], columns: Optional[list[str]] = Non
                 offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
                 value_type = _arrow_type(_item_type(kind), pa.int32())
                 flat = flat.astype(np.int64)  # a varint holds a uint64 as the int64 of its bits
-                items = flat.view(np.uint64) if value_type == pa.uint64() else flat.astype(value_type.to_pandas_dtype())
+                items = flat.view(np.uint64) if value_type == pa.uint64() else flat.astype(numpy_dtype(value_type))
                 arrays[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(items, type=value_type))
             else:
                 value_type = _arrow_type(kind, pa.int64())

@@ -7,13 +7,22 @@ a per-row Python loop. A leaf module: it imports nothing of easydata.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["token_list_array", "ones_list_array", "list_column_values", "surround", "segments_from_lengths"]
+__all__ = ["token_list_array", "ones_list_array", "list_column_values", "surround", "segments_from_lengths",
+           "numpy_dtype"]
+
+
+@functools.lru_cache(maxsize=None)
+def numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
+    """The numpy dtype of a numeric or boolean Arrow type. pyarrow's own `to_pandas_dtype` imports pandas, which
+    is not a dependency: where it is not installed, every TFRecord and ArrayRecord output was "unreadable"."""
+    return pa.array([], arrow_type).to_numpy(zero_copy_only=False).dtype
 
 
 def token_list_array(flat: np.ndarray, offsets: np.ndarray) -> pa.ListArray:

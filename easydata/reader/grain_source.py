@@ -18,7 +18,6 @@ pyarrow gives (`python_rows`).
 
 from __future__ import annotations
 
-import functools
 import threading
 from typing import Any, Optional
 
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.field_values import python_rows
+from easydata.io.token_arrays import numpy_dtype
 from easydata.reader.blocks import BlockIndex
 
 __all__ = ["GrainSource"]
@@ -71,10 +71,5 @@ def _as_array(value: Any, arrow_type: pa.DataType) -> Any:
     t = arrow_type.value_type
     if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
         return value
-    return np.asarray(value, dtype=_numpy_dtype(t))
+    return np.asarray(value, dtype=numpy_dtype(t))
 
-
-@functools.lru_cache(maxsize=None)
-def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype:
-    """The numpy dtype of a numeric Arrow type (pyarrow's `to_pandas_dtype` imports pandas)."""
-    return pa.array([], arrow_type).to_numpy().dtype
