@@ -26,7 +26,7 @@ from easydata.config.fingerprint import fingerprint_of
 from easydata.config.models import (REDACTED, ChatStageConfig, DatasetConfig, LoadStageConfig, MixStageConfig,
                                     PackStageConfig, RayConfig, SaveStageConfig, StreamingConfig, TokenizeStageConfig,
                                     TokenizerConfig, WeightSchedulePoint, name_datasets)
-from easydata.config.validation import notes, problems
+from easydata.config.validation import problems, warnings
 from easydata.errors import ConfigError
 
 __all__ = ["PipelineConfig"]
@@ -98,8 +98,8 @@ class PipelineConfig:
             found.extend(config.validate())
         if found:
             raise ConfigError(found)
-        for note in notes(data):
-            print(f"easydata: warning: {note}", file=sys.stderr)
+        for warning in warnings(data):
+            print(f"easydata: warning: {warning}", file=sys.stderr)
         return config
 
     @classmethod

@@ -10,14 +10,14 @@ from easydata.config.models import (MAX_BATCH_SIZE, MAX_NAME_LENGTH, MAX_POOL_SI
                                     MAX_SHARDS, RESERVED_NAMES, TOKEN_FILE_FORMATS, DatasetConfig,
                                     TokenizerConfig, FORMAT_COMPRESSIONS, safe_name)
 
-__all__ = ["problems", "notes"]
+__all__ = ["problems", "warnings"]
 
 #: `pack` settings that mean nothing unless `pack.enabled` is true.
 _PACK_SETTINGS = ("seq_length", "strategy", "max_segments_per_row", "pool_size", "block_size")
 
 
-def notes(data: Any) -> list[str]:
-    """What a config mapping asks for that it will not get, though it is valid (said as warnings, not refused):
+def warnings(data: Any) -> list[str]:
+    """What a config mapping asks for that it will not get, though it is valid (warned about, not refused):
     `pack` settings without `pack.enabled`, which is false unless set (as in EasyData), so a `pack: {seq_length:
     4096}` wrote one row per document without a word."""
     pack = data.get("pack") if isinstance(data, dict) else None
