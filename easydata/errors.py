@@ -58,7 +58,7 @@ _STEP_NOTE = " [while running '"
 # Environment failures a run can meet in any worker: errno -> what to tell the user.
 _ENVIRONMENT_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
                        errno.EACCES: "permission denied", errno.EROFS: "the filesystem is read-only",
-                       errno.EMFILE: "too many open files",
+                       errno.EMFILE: "the process's limit of open files is reached (ulimit -n)",
                        errno.EFBIG: "a file reached the size limit of this process (ulimit -f)"}
 
 

@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from easydata.reader import FollowReader
 from easydata.run.streaming import commit_window
@@ -107,3 +109,84 @@ def test_as_jax_and_as_pmap_shapes(tmp_path):
     pmapped = [b["input_ids"].shape for b in FollowReader(str(out), batch_size=8, poll_seconds=0.01, timeout=0.05)
                .as_pmap()]
     assert pmapped == [(len(jax.local_devices()), 8 // len(jax.local_devices()), L)] * 2
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(windows=st.lists(st.integers(1, 9), min_size=1, max_size=6), batch_size=st.sampled_from([1, 2, 3, 4, 6, 12]),
+       seed=st.integers(0, 3), data=st.data())
+def test_batches_cut_across_windows_split_over_processes_and_resume(tmp_path_factory, windows, batch_size, seed,
+                                                                     data):
+    """Global batches take rows across window boundaries in commit order, each row once; the processes'
+    local batches put together are the global batch; a resume at any step continues exactly."""
+    out = tmp_path_factory.mktemp("follow") / "out"
+    for w, rows in enumerate(windows, start=1):
+        _commit(out, w, rows)
+    read = lambda **kw: FollowReader(str(out), batch_size=batch_size, seed=seed, poll_seconds=0.01, timeout=0.0, **kw)
+    whole = [b["input_ids"] for b in read()]
+    expected = [1000 * w + r for w, rows in enumerate(windows, start=1) for r in range(rows)]
+    assert len(whole) == len(expected) // batch_size
+    got = [int(x) for b in whole for x in b[:, 0]]
+    assert len(set(got)) == len(got) and set(got) <= set(expected)
+    assert got == sorted(got, key=lambda x: x // 1000)  # windows in commit order
+    count = data.draw(st.sampled_from([c for c in (1, 2, 3) if batch_size % c == 0]))
+    parts = [[b["input_ids"] for b in read(process_index=p, process_count=count)] for p in range(count)]
+    for step, batch in enumerate(whole):
+        np.testing.assert_array_equal(np.concatenate([part[step] for part in parts]), batch)
+    at = data.draw(st.integers(0, len(whole)))
+    first = read()
+    iterator = iter(first)
+    head = [next(iterator) for _ in range(at)]
+    resumed = read()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert _firsts(head) + _firsts(resumed) == got
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(process_index=2, process_count=2), r"`process_index` must be in \[0, 2\)"),
+    (dict(process_index=-1, process_count=2), r"`process_index` must be in \[0, 2\)"),
+    (dict(process_index=0, process_count=0), r"`process_count` positive"),
+    (dict(batch_size=6, process_index=0, process_count=4), "does not divide over 4 processes"),
+    (dict(poll_seconds=-1), "must be non-negative"),
+    (dict(timeout=-0.5), "must be non-negative"),
+])
+def test_bad_processes_and_polling_are_refused(tmp_path, options, message):
+    """A process index outside the processes gave short or empty batches, and a process count of 0 a
+    ZeroDivisionError; a negative poll interval failed only when the reader first waited."""
+    out = tmp_path / "out"
+    _commit(out, 1, 12)
+    with pytest.raises(ValueError, match=message):
+        FollowReader(str(out), **{"batch_size": 4, **options})
+
+
+@pytest.mark.parametrize("state, message", [
+    (None, "state version None is not 1"),
+    ([], r"state version \[\] is not 1"),
+    ({"version": 1}, "state lacks"),
+    ("position", "state version 'position' is not 1"),
+    ({"position": -4}, "position=-4, not a non-negative integer"),
+    ({"position": 2.0}, "position=2.0, not a non-negative integer"),
+    ({"position": 6}, "position=6, not a multiple of the global batch 4"),
+])
+def test_a_state_it_cannot_continue_from_is_refused(tmp_path, state, message):
+    """`None` or a list raised AttributeError, a negative position a numpy error deep in the reading."""
+    out = tmp_path / "out"
+    _commit(out, 1, 12)
+    reader = FollowReader(str(out), batch_size=4)
+    if isinstance(state, dict) and "position" in state:
+        state = {**reader.state_dict(), **state}
+    with pytest.raises(ValueError, match=message):
+        reader.load_state_dict(state)
+    assert reader.state_dict()["position"] == 0
+
+
+def test_new_windows_are_indexed_without_reading_the_old_shards_again(tmp_path):
+    """Every poll re-read every shard's footer (a growing stream's 10,000th window cost 10,000 reads);
+    now only the new windows' shards are opened: a shard already read may even be gone."""
+    out = tmp_path / "out"
+    _commit(out, 1, 4)
+    reader = FollowReader(str(out), batch_size=4, poll_seconds=0.02, timeout=2.0)
+    iterator = iter(reader)
+    assert sorted(_firsts([next(iterator)])) == [1000, 1001, 1002, 1003]
+    (out / "live" / "w0001-p000-part-00000-of-00001.parquet").unlink()  # e.g. retention removed it
+    _commit(out, 2, 4)
+    assert sorted(_firsts([next(iterator)])) == [2000, 2001, 2002, 2003]

@@ -173,6 +173,24 @@ def test_batch_must_divide_over_processes(packed_output):
     assert "does not divide over 2 processes" in str(info.value)
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(num_epochs=-1), "`num_epochs` must be a positive integer or None"),   # read nothing, silently
+    (dict(num_epochs=0), "`num_epochs` must be a positive integer or None"),
+    (dict(num_epochs=1.5), "`num_epochs` must be a positive integer or None"),  # read two epochs
+    (dict(prefetch=-1), "`prefetch` must be a non-negative integer"),
+    (dict(batch_size=2.5), "`batch_size` must be a positive integer, got 2.5"),  # "does not divide over 1 processes"
+    (dict(batch_size=True), "`batch_size` must be a positive integer, got True"),  # read as 1
+    (dict(process_index=1.0, process_count=2), r"`process_index` must be in \[0, 2\)"),
+    (dict(seq_length=4096), "holds packed rows of 32 tokens; seq_length=4096 applies to unpacked outputs only"),
+])
+def test_settings_it_would_misread_are_refused(packed_output, options, message):
+    """Each of these was taken: a negative or fractional epoch count, a fractional or boolean batch, and a
+    packed output's `seq_length=` (the batches kept the output's own length, not the one asked for)."""
+    with pytest.raises(ValueError, match=message):
+        TokenReader(str(packed_output), **{"batch_size": 8, "process_index": 0, "process_count": 1, **options})
+    assert TokenReader(str(packed_output), batch_size=8, process_index=0, process_count=1, seq_length=L).seq_length == L
+
+
 def test_maxtext_and_hf_layouts(packed_output):
     raw = next(iter(TokenReader(str(packed_output), batch_size=8, seed=0, process_index=0, process_count=1)))
     mt = next(iter(TokenReader(str(packed_output), batch_size=8, seed=0, process_index=0, process_count=1,

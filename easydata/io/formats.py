@@ -21,7 +21,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple, Optional, 
 import numpy as np
 import pyarrow as pa
 
-from easydata.errors import PROGRAMMING_ERRORS, EasyDataError, ValidationFailed
+from easydata.errors import PROGRAMMING_ERRORS, EasyDataError, EnvironmentFailure, ValidationFailed
 from easydata.io.field_values import as_text, field_array, json_text, python_values
 from easydata.io.filesystems import get_fs, open_arrow_file, staging_ipc_options, open_file, temp_name
 from easydata.io.staged_columns import compact, restorer, rows_schema
@@ -418,7 +418,8 @@ def iter_shard_batches(path: str, fmt: str, columns: Optional[list[str]] = None)
 @contextlib.contextmanager
 def shard_errors(path: str) -> Iterator[None]:
     """Raises what reading the shard at `path` raises as `ShardUnreadable` (the path and pyarrow's first line),
-    except this package's own errors and programming errors."""
+    or as `EnvironmentFailure` where the machine refused (`errno`: too many open files, permissions); this
+    package's own errors and programming errors pass as they are."""
     try:
         yield
         return
@@ -430,6 +431,9 @@ def shard_errors(path: str) -> Iterator[None]:
         raise
     except Exception as e:  # pyarrow's ArrowInvalid / OSError, EOFError
         error = e
+    failure = EnvironmentFailure.of(error)
+    if failure is not None:  # the machine refused (too many open files, permissions): not the shard's fault
+        raise (failure if " at '" in failure.message else EnvironmentFailure(f"{failure.message} at '{path}'")) from None
     first_line = str(error).splitlines()[0] if str(error) else ""
     raise ShardUnreadable(path, f"{type(error).__name__}: {first_line}"[:300]) from None
 

@@ -62,12 +62,15 @@ class RowSpec:
           seq_length: row length for unpacked outputs (packed ones use their own).
 
         Raises:
-          ValueError: an unpacked output without a positive `seq_length`.
+          ValueError: an unpacked output without a positive `seq_length`, or a packed one with another.
         """
         manifest = index.manifest
         schema = manifest.get("schema") or {}
         packed = bool(schema.get("packed"))
         length = packed_seq_length(index.output_dir, schema) if packed else seq_length
+        if packed and seq_length is not None and seq_length != length:
+            raise ValueError(f"'{index.output_dir}' holds packed rows of {length} tokens; seq_length={seq_length} applies"
+                             " to unpacked outputs only (pass none, or write the output with that pack.seq_length).")
         if length is None or length <= 0:
             raise ValueError(f"'{index.output_dir}' holds unpacked rows of varying length: pass seq_length= to pad or"
                              " cut them to one length (or write the output with pack.enabled).")

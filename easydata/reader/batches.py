@@ -8,25 +8,74 @@ imported on call only.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["JaxBatches", "resolve_processes"]
+__all__ = ["JaxBatches", "check_state", "is_count", "resolve_processes"]
 
 
-def resolve_processes(process_index: Optional[int], process_count: Optional[int]) -> tuple[int, int]:
-    """`(process_index, process_count)`, each defaulting to JAX's when JAX is installed, else 0 / 1."""
-    if process_index is not None and process_count is not None:
-        return process_index, process_count
-    try:
-        import jax
-    except ImportError:
-        default_index, default_count = 0, 1
-    else:
-        default_index, default_count = jax.process_index(), jax.process_count()
-    return (default_index if process_index is None else process_index,
-            default_count if process_count is None else process_count)
+def resolve_processes(process_index: Optional[int], process_count: Optional[int],
+                      batch_size: Optional[int] = None) -> tuple[int, int]:
+    """`(process_index, process_count)`, each defaulting to JAX's when JAX is installed, else 0 / 1.
+
+    Raises:
+      ValueError: `process_count` not positive, `process_index` outside `[0, process_count)`, or (with
+        `batch_size`, the GLOBAL batch) a batch size that is not positive or does not divide over the
+        processes. Every reader checks here, so none yields empty or short batches for a wrong index.
+    """
+    if process_index is None or process_count is None:
+        try:
+            import jax
+        except ImportError:
+            default_index, default_count = 0, 1
+        else:
+            default_index, default_count = jax.process_index(), jax.process_count()
+        process_index = default_index if process_index is None else process_index
+        process_count = default_count if process_count is None else process_count
+    if batch_size is not None and not is_count(batch_size, least=1):
+        raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
+    if not (is_count(process_count, least=1) and is_count(process_index) and process_index < process_count):
+        raise ValueError(f"`process_index` must be in [0, {process_count}) and `process_count` positive, got"
+                         f" {process_index} of {process_count}.")
+    if batch_size is not None and batch_size % process_count:
+        raise ValueError(f"`batch_size` {batch_size} does not divide over {process_count} processes; use a"
+                         f" multiple of {process_count}.")
+    return process_index, process_count
+
+
+def is_count(value: Any, least: int = 0) -> bool:
+    """An integer (numpy's too; not a bool) of at least `least`."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= least
+
+
+def check_state(state: Any, expected: dict[str, Any], same: Sequence[str], what: str,
+                counters: Sequence[str] = ()) -> None:
+    """Refuses a `state_dict()` this reader cannot continue from, naming why, before anything changes.
+
+    Args:
+      state: what `load_state_dict` was given.
+      expected: this reader's own `state_dict()` (its `version` is the one accepted).
+      same: keys whose values must equal this reader's (the dataset, batch size, seed, ...).
+      what: the reader's name in messages ("reader", "mixed reader", ...).
+      counters: keys that must hold non-negative integers (positions: epoch, step, rows).
+
+    Raises:
+      ValueError: not a dict of this version, a missing key, a differing value, or a bad counter.
+    """
+    if not isinstance(state, dict) or state.get("version") != expected["version"]:
+        version = state.get("version") if isinstance(state, dict) else state
+        raise ValueError(f"{what} state version {version!r} is not {expected['version']}.")
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        raise ValueError(f"{what} state lacks {missing}.")
+    for key in same:
+        if state[key] != expected[key]:
+            raise ValueError(f"{what} state is for {key}={state[key]!r}, this reader has {expected[key]!r}.")
+    for key in counters:
+        value = state[key]
+        if not is_count(value):
+            raise ValueError(f"{what} state has {key}={value!r}, not a non-negative integer.")
 
 
 class JaxBatches:

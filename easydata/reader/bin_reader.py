@@ -26,11 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from easydata.io.filesystems import local_path, get_fs
-from easydata.io.formats import shard_errors
 from easydata.io.token_arrays import token_list_array
 from easydata.reader.blocks import FORMAT_INDEXES, BlockIndex
 from easydata.reader.layouts import check_layout
-from easydata.reader.batches import JaxBatches, resolve_processes
+from easydata.reader.batches import JaxBatches, check_state, resolve_processes
 from easydata.io.token_files import bin_token_dtype, companion_path, read_bin_index
 
 __all__ = ["BinShard", "BinBlockIndex", "WindowReader", "WINDOW_LAYOUTS"]
@@ -112,15 +111,11 @@ class BinBlockIndex(BlockIndex):
     FORMATS: ClassVar[tuple[str, ...]] = ("bin",)
 
     def shard(self, shard: int) -> BinShard:
-        """Shard `shard` (opened once)."""
+        """Shard `shard` (open among the `MAX_OPEN_SHARDS` used last)."""
         return self._open(shard)
 
-    def _open(self, shard: int) -> BinShard:
-        with self._lock:
-            if shard not in self._files:
-                with shard_errors(self.shard_paths[shard]):
-                    self._files[shard] = BinShard(self.shard_paths[shard])
-            return self._files[shard]
+    def _open_shard(self, shard: int) -> BinShard:
+        return BinShard(self.shard_paths[shard])
 
     @property
     def _block_documents(self) -> int:
@@ -163,12 +158,9 @@ class WindowReader(JaxBatches):
     def __init__(self, path: str, batch_size: int, seq_length: int, *, seed: int = 0, name: Optional[str] = None,
                  num_steps: Optional[int] = None, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", dtype: str = "int32"):
-        process_index, process_count = resolve_processes(process_index, process_count)
-        if batch_size <= 0 or seq_length <= 0:
-            raise ValueError(f"`batch_size` and `seq_length` must be positive, got {batch_size} and {seq_length}.")
-        if process_count <= 0 or not 0 <= process_index < process_count or batch_size % process_count:
-            raise ValueError(f"`batch_size` {batch_size} must divide over `process_count` {process_count}, and"
-                             f" `process_index` be in [0, {process_count}); got {process_index}.")
+        process_index, process_count = resolve_processes(process_index, process_count, batch_size)
+        if seq_length <= 0:
+            raise ValueError(f"`seq_length` must be positive, got {seq_length}.")
         check_layout(layout, dtype)
         self.dtype = str(dtype)
         index = BinBlockIndex.from_output(path, name)
@@ -196,14 +188,8 @@ class WindowReader(JaxBatches):
         Raises:
           ValueError: naming what differs from this reader.
         """
-        expected = self.state_dict()
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            version = state.get("version") if isinstance(state, dict) else state
-            raise ValueError(f"window reader state version {version!r} is not {STATE_VERSION}.")
-        for key in ("dataset", "global_batch_size", "seed", "seq_length"):
-            if state.get(key) != expected[key]:
-                raise ValueError(f"window reader state is for {key}={state.get(key)!r}, this reader has"
-                                 f" {expected[key]!r}.")
+        check_state(state, self.state_dict(), ("dataset", "global_batch_size", "seed", "seq_length"), "window reader",
+                    counters=("step",))
         self._step = int(state["step"])
 
     def starts(self, step: int) -> tuple[np.ndarray, np.ndarray]:

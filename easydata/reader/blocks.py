@@ -3,14 +3,14 @@
 A block is the unit the reader loads: one Parquet row group or one Arrow record batch of one shard.
 `BlockIndex.from_output` lists them from each shard's footer (no data is read), and `BlockIndex.read`
 loads one block's columns as an Arrow table: local files are memory-mapped, remote ones (`gs://`,
-`s3://`, any fsspec URL) are read through fsspec; files stay open for the reader's life.
+`s3://`, any fsspec URL) are read through fsspec; the `MAX_OPEN_SHARDS` shards used last stay open.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -19,9 +19,11 @@ from easydata.io.filesystems import open_arrow_file
 from easydata.io.formats import shard_errors
 from easydata.run.manifest import Manifest, member_path, read_manifest
 
-__all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS", "FORMAT_INDEXES"]
+__all__ = ["BlockIndex", "COMMIT_WAIT_SECONDS", "FORMAT_INDEXES", "MAX_OPEN_SHARDS"]
 
 COMMIT_WAIT_SECONDS = 300.0  # a reader starting while a run replaces the output waits this long for it
+#: Shards a reader keeps open at once (each holds a file descriptor; a mix of readers holds one set each).
+MAX_OPEN_SHARDS = 64
 #: Output formats whose blocks are not row groups or record batches -> their index class, registered by
 #: the module that reads them (`bin`: `easydata.reader.bin_reader.BinBlockIndex`, imported with the package).
 FORMAT_INDEXES: dict[str, type] = {}
@@ -89,34 +91,67 @@ class BlockIndex:
                              + {"npz": " (np.load it, or write parquet / arrow / bin).",
                                 "megatron": " (Megatron-LM's own IndexedDataset reads it; or write bin).",
                                 "jsonl": " (read it line by line, or write parquet / arrow)."}.get(fmt, "."))
-        paths = [member_path(output_dir, shard.path, "shard path") for shard in output.shards]
-        index = cls(output_dir=output_dir, name=name, fmt=fmt, shard_paths=paths, block_shard=np.zeros(0, np.int64),
+        index = cls(output_dir=output_dir, name=name, fmt=fmt, shard_paths=[], block_shard=np.zeros(0, np.int64),
                     block_local=np.zeros(0, np.int64), block_rows=np.zeros(0, np.int64), manifest=manifest)
-        shard_of, local, rows = [], [], []
-        for s, expected in enumerate(shard.rows for shard in output.shards):
-            counts = index._block_rows_of(s)
-            if sum(counts) != expected:
-                raise ValueError(f"shard {paths[s]} holds {sum(counts)} rows, the manifest says {expected}.")
-            shard_of.extend([s] * len(counts))
-            local.extend(range(len(counts)))
-            rows.extend(counts)
-        index.block_shard = np.asarray(shard_of, dtype=np.int64)
-        index.block_local = np.asarray(local, dtype=np.int64)
-        index.block_rows = np.asarray(rows, dtype=np.int64)
+        index.add_shards(output.shards)
         return index
 
-    def _open(self, shard: int) -> Any:
-        with self._lock:
-            if shard not in self._files:
-                with shard_errors(self.shard_paths[shard]):
-                    f = open_arrow_file(self.shard_paths[shard])
-                    if self.fmt == "parquet":
-                        import pyarrow.parquet as pq
+    def add_shards(self, shards: Sequence[Any]) -> None:
+        """Indexes `shards` (the manifest's entries: `path`, `rows`) after those already indexed: a growing
+        streaming output's new windows are read from their footers alone, not every shard again.
 
-                        self._files[shard] = pq.ParquetFile(f)
-                    else:
-                        self._files[shard] = pa.ipc.open_file(f)
-            return self._files[shard]
+        Raises:
+          ValueError: a shard's blocks do not hold the rows its entry says (nothing is added then).
+        """
+        first = len(self.shard_paths)
+        self.shard_paths.extend(member_path(self.output_dir, shard.path, "shard path") for shard in shards)
+        shard_of, local, rows = [], [], []
+        try:
+            for s, shard in enumerate(shards, start=first):
+                counts = self._block_rows_of(s)
+                if sum(counts) != shard.rows:
+                    raise ValueError(f"shard {self.shard_paths[s]} holds {sum(counts)} rows, the manifest says"
+                                     f" {shard.rows}.")
+                shard_of.extend([s] * len(counts))
+                local.extend(range(len(counts)))
+                rows.extend(counts)
+        except BaseException:
+            del self.shard_paths[first:]
+            for s in range(first, first + len(shards)):
+                self._files.pop(s, None)
+            raise
+        self.block_shard = np.concatenate([self.block_shard, np.asarray(shard_of, dtype=np.int64)])
+        self.block_local = np.concatenate([self.block_local, np.asarray(local, dtype=np.int64)])
+        self.block_rows = np.concatenate([self.block_rows, np.asarray(rows, dtype=np.int64)])
+
+    def shard_rows(self) -> np.ndarray:
+        """Rows of every shard (int64, in manifest order)."""
+        return np.bincount(self.block_shard, weights=self.block_rows, minlength=len(self.shard_paths)).astype(np.int64)
+
+    def _open(self, shard: int) -> Any:
+        """Shard `shard`'s open handle (`_open_shard`'s), kept among the `MAX_OPEN_SHARDS` used last.
+
+        An output may hold more shards than a process may open files (1,024 by default on Linux): the
+        handle used longest ago is dropped, and its file closes once no read in flight holds it (local
+        Arrow blocks already read keep their mapped pages). A dropped shard is opened again when needed.
+        """
+        with self._lock:
+            handle = self._files.pop(shard, None)
+            if handle is None:
+                with shard_errors(self.shard_paths[shard]):
+                    handle = self._open_shard(shard)
+            self._files[shard] = handle  # dicts keep insertion order: the last is the one used last
+            while len(self._files) > MAX_OPEN_SHARDS:
+                del self._files[next(iter(self._files))]
+            return handle
+
+    def _open_shard(self, shard: int) -> Any:
+        f = open_arrow_file(self.shard_paths[shard])
+        if self.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return pq.ParquetFile(f)
+        return pa.ipc.open_file(f)
 
     def _block_rows_of(self, shard: int) -> list[int]:
         handle = self._open(shard)

@@ -13,6 +13,7 @@ the output grew. Layouts are `TokenReader`'s. Importing this module imports neit
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Any, Iterator, Optional
 
@@ -23,7 +24,7 @@ from easydata.reader._window import RowSpec, Window
 from easydata.reader.blocks import BlockIndex
 from easydata.reader.layouts import apply_layout, check_layout
 from easydata.reader.permutation import derive_key, permute
-from easydata.reader.batches import JaxBatches, resolve_processes
+from easydata.reader.batches import JaxBatches, check_state, resolve_processes
 
 __all__ = ["FollowReader"]
 
@@ -52,9 +53,9 @@ class FollowReader(JaxBatches):
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
                  seq_length: Optional[int] = None, poll_seconds: float = 5.0, timeout: Optional[float] = None,
                  dtype: str = "int32"):
-        process_index, process_count = resolve_processes(process_index, process_count)
-        if batch_size <= 0 or batch_size % process_count:
-            raise ValueError(f"`batch_size` {batch_size} must be a positive multiple of the {process_count} processes.")
+        process_index, process_count = resolve_processes(process_index, process_count, batch_size)
+        if not poll_seconds >= 0 or (timeout is not None and not timeout >= 0):
+            raise ValueError(f"`poll_seconds` and `timeout` must be non-negative, got {poll_seconds} and {timeout}.")
         check_layout(layout, dtype)
         self.path, self.batch_size, self.seed, self.layout, self.dtype = path, batch_size, seed, layout, str(dtype)
         self.process_index, self.process_count = process_index, process_count
@@ -73,19 +74,28 @@ class FollowReader(JaxBatches):
                 "global_batch_size": self.batch_size, "dataset": f"{self.path}/{self.name}"}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = self.state_dict()
-        for key in ("version", "seed", "global_batch_size", "dataset"):
-            if state.get(key) != expected[key]:
-                raise ValueError(f"follow-reader state is for {key}={state.get(key)!r}, this reader has"
-                                 f" {expected[key]!r}.")
-        self._position = int(state["position"])
+        """Continues from `state`; refuses a state of another output, seed or batch size.
+
+        Raises:
+          ValueError: naming what differs, or a position that is not a whole number of global batches.
+        """
+        check_state(state, self.state_dict(), ("seed", "global_batch_size", "dataset"), "follow-reader",
+                    counters=("position",))
+        if state["position"] % self.batch_size:
+            raise ValueError(f"follow-reader state has position={state['position']}, not a multiple of the global"
+                             f" batch {self.batch_size}.")
+        self._position = state["position"]
 
     # ---- reading -------------------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        _, output = read_manifest(self.path).output(self.name, self.path)
-        if len(output.shards) != len(self.index.shard_paths):
-            self.index = BlockIndex.from_output(self.path, self.name)
+        """Indexes the shards committed since the last look (their footers only)."""
+        manifest = read_manifest(self.path)
+        _, output = manifest.output(self.name, self.path)
+        known = len(self.index.shard_paths)
+        if len(output.shards) > known:
+            self.index.add_shards(output.shards[known:])
+            self.index.manifest = manifest
 
     def _shard_rows(self, shard: int) -> dict[str, np.ndarray]:
         """All rows of a shard, shuffled by `(seed, shard)`, as `[rows, L]` arrays."""
@@ -94,31 +104,30 @@ class FollowReader(JaxBatches):
         return window.gather(permute(np.arange(num_rows), num_rows, derive_key(self.seed, shard, 3)))
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-        """Local batches `[batch_size // process_count, L]`, following new windows as they commit."""
-        shard_starts = lambda: np.concatenate([[0], np.cumsum([int(self.index.block_rows[
-            self.index.block_shard == s].sum()) for s in range(len(self.index.shard_paths))])])
-        pending: list[dict[str, np.ndarray]] = []
-        pending_rows, read_to = 0, None
+        """Local batches `[batch_size // process_count, L]`, following new windows as they commit.
+
+        Memory holds the shard being read and the rows of earlier shards that wait for a full global
+        batch; each batch copies only this process's rows out of them.
+        """
+        skip = self._position  # rows before the resume position: whole shards skipped unread
+        shard, buffered = 0, 0
+        chunks: collections.deque[dict[str, np.ndarray]] = collections.deque()
+        first = self.process_index * self.local_batch_size
         idle_since = time.monotonic()
         while True:
-            starts = shard_starts()
-            if read_to is None:  # skip whole shards before the resume position, then the rest of one
-                shard = int(np.searchsorted(starts, self._position, side="right") - 1)
-                read_to, skip = shard, self._position - int(starts[min(shard, len(starts) - 1)])
-            else:
-                skip = 0
-            if read_to < len(self.index.shard_paths):
-                rows = self._shard_rows(read_to)
-                pending.append({c: v[skip:] for c, v in rows.items()})
-                pending_rows += len(next(iter(rows.values()))) - skip
-                read_to += 1
+            if shard < len(self.index.shard_paths):
+                rows = int(self.index.shard_rows()[shard])
+                if skip >= rows:
+                    skip -= rows
+                else:
+                    chunks.append({c: v[skip:] for c, v in self._shard_rows(shard).items()})
+                    buffered += rows - skip
+                    skip = 0
+                shard += 1
                 idle_since = time.monotonic()
-                while pending_rows >= self.batch_size:
-                    merged = {c: np.concatenate([p[c] for p in pending]) for c in pending[0]}
-                    first = self.process_index * self.local_batch_size
-                    batch = {c: v[first:first + self.local_batch_size] for c, v in merged.items()}
-                    rest = {c: v[self.batch_size:] for c, v in merged.items()}
-                    pending, pending_rows = [rest], pending_rows - self.batch_size
+                while buffered >= self.batch_size:
+                    batch = _take(chunks, self.batch_size, first, first + self.local_batch_size)
+                    buffered -= self.batch_size
                     self._position += self.batch_size
                     yield apply_layout(self.layout, batch, self.pad_id, self.dtype)
                 continue
@@ -126,3 +135,22 @@ class FollowReader(JaxBatches):
                 return
             time.sleep(self.poll_seconds)
             self._refresh()
+
+
+def _take(chunks: "collections.deque[dict[str, np.ndarray]]", count: int, start: int,
+          stop: int) -> dict[str, np.ndarray]:
+    """Removes the first `count` rows of `chunks` and returns a copy of rows `[start, stop)` of them."""
+    parts, at = [], 0
+    while at < count:
+        chunk = chunks[0]
+        rows = len(next(iter(chunk.values())))
+        used = min(rows, count - at)
+        lo, hi = max(start - at, 0), min(stop - at, used)
+        if lo < hi:
+            parts.append({c: v[lo:hi] for c, v in chunk.items()})
+        if used == rows:
+            chunks.popleft()
+        else:
+            chunks[0] = {c: v[used:] for c, v in chunk.items()}
+        at += used
+    return {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}

@@ -36,7 +36,7 @@ from easydata.config import WeightSchedulePoint
 from easydata.reader.layouts import apply_layout
 from easydata.reader.permutation import derive_key, permute
 from easydata.reader.schedule import WeightSchedule, allocate
-from easydata.reader.batches import JaxBatches
+from easydata.reader.batches import JaxBatches, check_state
 from easydata.reader.token_reader import EpochRows, TokenReader
 
 __all__ = ["MixedReader"]
@@ -124,12 +124,7 @@ class MixedReader(JaxBatches):
           ValueError: naming what differs.
         """
         expected = self.state_dict()
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            version = state.get("version") if isinstance(state, dict) else state
-            raise ValueError(f"mixed reader state version {version!r} is not {STATE_VERSION}.")
-        missing = sorted(set(expected) - set(state))
-        if missing:
-            raise ValueError(f"mixed reader state lacks {missing}.")
+        check_state(state, expected, (), "mixed reader", counters=("step",))
         if sorted(state["sources"]) != list(self.names):
             raise ValueError(f"mixed reader state mixes sources {sorted(state['sources'])}, this reader mixes"
                              f" {list(self.names)}.")
@@ -138,9 +133,7 @@ class MixedReader(JaxBatches):
                 if state["sources"][name].get(key) != value:
                     raise ValueError(f"mixed reader state is for source {name!r} with {key}="
                                      f"{state['sources'][name].get(key)!r}, this reader's {name!r} has {value!r}.")
-        for key in ("global_batch_size", "seed", "interpolation", "schedule"):
-            if state[key] != expected[key]:
-                raise ValueError(f"mixed reader state is for {key}={state[key]!r}, this reader has {expected[key]!r}.")
+        check_state(state, expected, ("global_batch_size", "seed", "interpolation", "schedule"), "mixed reader")
         for key in ("consumed", "expected"):
             if sorted(state[key]) != list(self.names):
                 raise ValueError(f"mixed reader state has `{key}` for {sorted(state[key])}, expected"

@@ -80,14 +80,10 @@ class RecordBlockIndex(BlockIndex):
 
     FORMATS = ("tfrecord", "arrayrecord")
 
-    def _open(self, shard: int) -> Any:
-        with self._lock:
-            if shard not in self._files:
-                kind = _TFRecordShard if self.fmt == "tfrecord" else _ArrayRecordShard
-                handle = kind(self.shard_paths[shard])
-                first = handle.read([0]) if len(handle) else []
-                self._files[shard] = (handle, (record_types(first[0]) if first else None) or {})
-            return self._files[shard]
+    def _open_shard(self, shard: int) -> Any:
+        handle = (_TFRecordShard if self.fmt == "tfrecord" else _ArrayRecordShard)(self.shard_paths[shard])
+        first = handle.read([0]) if len(handle) else []
+        return handle, (record_types(first[0]) if first else None) or {}
 
     def _block_rows_of(self, shard: int) -> list[int]:
         total = len(self._open(shard)[0])

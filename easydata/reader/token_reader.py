@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from easydata.reader._window import RowSpec, Window
-from easydata.reader.batches import JaxBatches, resolve_processes
+from easydata.reader.batches import JaxBatches, check_state, is_count, resolve_processes
 from easydata.reader.blocks import COMMIT_WAIT_SECONDS, BlockIndex
 from easydata.reader.layouts import apply_layout, check_layout
 from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
@@ -70,14 +70,11 @@ class TokenReader(JaxBatches):
                  process_count: Optional[int] = None, layout: str = "raw", *, name: Optional[str] = None,
                  seq_length: Optional[int] = None, prefetch: int = 1, window_blocks: int = 4,
                  commit_wait: float = COMMIT_WAIT_SECONDS, dtype: str = "int32", pad_id: Optional[int] = None):
-        process_index, process_count = resolve_processes(process_index, process_count)
-        if batch_size <= 0:
-            raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
-        if process_count <= 0 or not 0 <= process_index < process_count:
-            raise ValueError(f"`process_index` must be in [0, {process_count}), got {process_index}.")
-        if batch_size % process_count:
-            raise ValueError(f"`batch_size` {batch_size} does not divide over {process_count} processes; use a"
-                             f" multiple of {process_count}.")
+        process_index, process_count = resolve_processes(process_index, process_count, batch_size)
+        if num_epochs is not None and not is_count(num_epochs, least=1):
+            raise ValueError(f"`num_epochs` must be a positive integer or None (forever), got {num_epochs!r}.")
+        if not is_count(prefetch):
+            raise ValueError(f"`prefetch` must be a non-negative integer (0: no read-ahead), got {prefetch!r}.")
         check_layout(layout, dtype)
         self.dtype = str(dtype)
         self.index = BlockIndex.from_output(path, name, commit_wait)
@@ -124,16 +121,8 @@ class TokenReader(JaxBatches):
         Raises:
           ValueError: naming what differs.
         """
-        expected = self.state_dict()
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"reader state version {state.get('version') if isinstance(state, dict) else state!r}"
-                             f" is not {STATE_VERSION}.")
-        missing = sorted(set(expected) - set(state))
-        if missing:
-            raise ValueError(f"reader state lacks {missing}.")
-        for key in ("dataset", "global_batch_size", "seed", "shuffle", "window_blocks"):
-            if state[key] != expected[key]:
-                raise ValueError(f"reader state is for {key}={state[key]!r}, this reader has {expected[key]!r}.")
+        check_state(state, self.state_dict(), ("dataset", "global_batch_size", "seed", "shuffle", "window_blocks"),
+                    "reader", counters=("epoch", "step"))
         self._epoch, self._step = int(state["epoch"]), int(state["step"])
 
     # ---- reading -------------------------------------------------------------------------------
