@@ -40,6 +40,7 @@ __all__ = [
     "PROGRAMMING_ERRORS",
     "TokenizerError",
     "OutputError",
+    "OutputInUse",
     "EnvironmentFailure",
     "RunInconsistent",
     "ValidationFailed",
@@ -172,6 +173,10 @@ class TokenizerError(EasyDataError):
 
 class OutputError(EasyDataError):
     """The output location is unusable (exists without overwrite, not writable, ...)."""
+
+
+class OutputInUse(OutputError):
+    """Another run that is still alive holds the output's lock (`easydata.run.lock`); the message names it."""
 
 
 class EnvironmentFailure(EasyDataError):

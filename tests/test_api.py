@@ -145,6 +145,53 @@ def test_load_builds_batches_from_a_cache_that_follows_the_inputs(tmp_path, toke
     assert len(changed) > len(first)
 
 
+PREPARE_AND_READ = """
+import hashlib, json, sys
+from easydata import DatasetConfig, LoadStageConfig, PackStageConfig, Pipeline, PipelineConfig
+config = PipelineConfig(default_tokenizer=sys.argv[1], datasets=[DatasetConfig(name="web", data_files=sys.argv[2])],
+                        pack=PackStageConfig(enabled=True, seq_length=64), load=LoadStageConfig(batch_size=4))
+pipeline = Pipeline(config, beam_args=["--direct_num_workers=1"]).source().tokenize().pack().load()
+loader, = pipeline.get_data().values()
+digest = hashlib.sha256(b"".join(b["input_ids"].tobytes() for b in pipeline.build())).hexdigest()
+print(json.dumps({"run": loader.job.result["run"]["run_id"], "digest": digest}))
+"""
+
+
+@pytest.mark.slow
+def test_processes_building_the_same_pipeline_prepare_it_once(tmp_path, tokenizer_dir, monkeypatch):
+    """The processes of a multi-process training script each build the same pipeline: all but the first
+    failed with "output ... is in use by run ..."; now they wait for the one preparing it and read what it
+    made (here the test holds the entry while both start, so both wait; then one runs the job)."""
+    import subprocess
+    import sys
+    import time
+
+    from easydata import DatasetConfig, LoadStageConfig, PackStageConfig
+    from easydata.run.lock import OutputLock
+
+    monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))
+    data = _texts_file(tmp_path / "a.jsonl", 300)
+    config = PipelineConfig(default_tokenizer=str(tokenizer_dir), datasets=[DatasetConfig(name="web", data_files=data)],
+                            pack=PackStageConfig(enabled=True, seq_length=64), load=LoadStageConfig(batch_size=4))
+    loader, = Pipeline(config).source().tokenize().pack().load().get_data().values()  # nothing runs yet
+    entry = loader.job.output_dir
+    logs, children = [tmp_path / "child0.err", tmp_path / "child1.err"], []
+    waiting = "another process is preparing this pipeline's data (run testholder01"
+    with OutputLock(entry + ".preparing", "testholder01"):
+        for log in logs:
+            children.append(subprocess.Popen([sys.executable, "-c", PREPARE_AND_READ, str(tokenizer_dir), data],
+                                             stdout=subprocess.PIPE, stderr=open(log, "w"), text=True))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(log.exists() and waiting in log.read_text() for log in logs):
+            assert all(child.poll() is None for child in children), [log.read_text()[-2000:] for log in logs]
+            time.sleep(0.2)
+        assert all(waiting in log.read_text() for log in logs)
+    results = [json.loads(child.communicate(timeout=600)[0].strip().splitlines()[-1]) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [log.read_text()[-2000:] for log in logs]
+    assert results[0] == results[1]  # one run made the data (its run id), both read the same batches
+    assert not list((tmp_path / "cache" / "pipelines").glob("*.preparing"))  # no lock left behind
+
+
 @pytest.mark.slow
 def test_weight_schedule_mixes_at_read_time(tmp_path, tokenizer_dir, monkeypatch):
     monkeypatch.setenv("EASYDATA_CACHE", str(tmp_path / "cache"))

@@ -22,9 +22,13 @@ reads it again instead of running. `Pipeline(config).run()` runs the config as i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
+import time
+import uuid
 from typing import Any, Iterator, Optional, Sequence
 
 from easydata.compat.sources import (FilesBackedSource, HuggingFaceShardedSource, OutputShardedSource,
@@ -33,10 +37,15 @@ from easydata.compat.transforms import TokenizedShardedSource
 from easydata.config import (DatasetConfig, LoadStageConfig, MixStageConfig, PackStageConfig, PipelineConfig,
                              SaveStageConfig, TokenizeStageConfig)
 from easydata.core.protocols import BaseStage, PipelineContext, ShardedDataSource
-from easydata.errors import ConfigError
+from easydata.errors import ConfigError, OutputInUse
 from easydata.ops.mixing import MIXED_NAME
 
 __all__ = ["Pipeline", "JobOutputSource", "BatchLoader", "create_pipeline", "tokenize_and_save", "default_cache_dir"]
+
+
+_logger = logging.getLogger(__name__)
+#: How often a process waiting for another to prepare the same cached pipeline looks again.
+PREPARING_POLL_SECONDS = 2.0
 
 
 def default_cache_dir() -> str:
@@ -350,18 +359,23 @@ class _Job:
         return manifest if recorded == self._input_versions() else None
 
     def run(self) -> Any:
-        """Runs the job unless its output is already there; then the exports and the hub upload."""
+        """Runs the job unless its output is already there; then the exports and the hub upload.
+
+        A cached output is prepared by one process at a time: the processes of a multi-process training
+        script that build the same pipeline wait for the first (`_preparing`), then read what it made.
+        """
         if self.result is not None:
             return self.result
-        manifest = self._reusable() if self.reuse else None
-        if manifest is None:
-            versions = self._input_versions() if self.cached else None
-            result = _run_job(self.config, self.beam_args, self.show_progress)
-            manifest = result.manifest
-            if versions is not None:
-                os.makedirs(os.path.dirname(self._inputs_file()) or ".", exist_ok=True)
-                with open(self._inputs_file(), "w", encoding="utf-8") as f:
-                    json.dump(versions, f)
+        with self._preparing():
+            manifest = self._reusable() if self.reuse else None
+            if manifest is None:
+                versions = self._input_versions() if self.cached else None
+                result = _run_job(self.config, self.beam_args, self.show_progress)
+                manifest = result.manifest
+                if versions is not None:
+                    os.makedirs(os.path.dirname(self._inputs_file()) or ".", exist_ok=True)
+                    with open(self._inputs_file(), "w", encoding="utf-8") as f:
+                        json.dump(versions, f)
         if self.saving:
             from easydata.run.export import export_dataset
 
@@ -381,6 +395,38 @@ class _Job:
                                 token=self.base.save.hub_token)
         self.result = manifest
         return manifest
+
+    @contextlib.contextmanager
+    def _preparing(self) -> Iterator[None]:
+        """Holds the cache entry's lock (`<entry>.preparing/`, `easydata.run.lock`) while this process checks,
+        makes and records the entry, waiting while another live process holds it (its output is then reused);
+        a lock whose holder died is taken over. Nothing for a pipeline that saves to its own output."""
+        if not self.cached:
+            yield
+            return
+        from easydata.run.lock import OutputLock, read_lock
+
+        lock = OutputLock(self.output_dir.rstrip("/") + ".preparing", uuid.uuid4().hex[:12])
+        unreadable, said = 0, False
+        while True:
+            try:
+                lock.acquire()
+                break
+            except OutputInUse:
+                holder = read_lock(lock.output_dir)
+                unreadable = 0 if holder else unreadable + 1
+                if unreadable > 3:  # a lock that cannot be read never expires: say so (its message says what to do)
+                    raise
+                if unreadable == 0 and not said:
+                    _logger.warning("another process is preparing this pipeline's data (run %s, host %s, pid %s);"
+                                    " waiting for it to use what it makes", holder.get("run_id"), holder.get("host"),
+                                    holder.get("pid"))
+                    said = True
+                time.sleep(PREPARING_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            lock.release()
 
     def location(self, name: str) -> tuple[str, Optional[str]]:
         """Where output `name` can be read: `(directory, name within it)`. With `save.splits` a dataset's

@@ -37,7 +37,7 @@ import time
 import uuid
 from typing import Any, Optional
 
-from easydata.errors import InputError, OutputError
+from easydata.errors import InputError, OutputError, OutputInUse
 from easydata.io.filesystems import get_fs, join, open_regular
 
 __all__ = ["LOCK_NAME", "LEASE_SECONDS", "HEARTBEAT_SECONDS", "DETACHED_LEASE_SECONDS", "OutputLock", "read_lock",
@@ -183,7 +183,8 @@ class OutputLock:
         """Takes the lock (or a stale one over).
 
         Raises:
-          OutputError: another live run holds it (one line naming it), or the output is not writable.
+          OutputInUse: another live run holds it (one line naming it).
+          OutputError: the output is not a directory or not writable.
         """
         fs, root = get_fs(self.output_dir)
         path = join(root, LOCK_NAME)
@@ -206,20 +207,20 @@ class OutputLock:
                     break  # ours already (acquired twice in one process)
                 reason = stale_reason(holder) if holder else None
                 if reason is None:
-                    raise OutputError(_describe(self.output_dir, holder or {})) from None
+                    raise OutputInUse(_describe(self.output_dir, holder or {})) from None
                 if not _move_aside_if_unchanged(fs, path, raw or b""):
                     live = read_lock(self.output_dir)  # another run took it over first
-                    raise OutputError(_describe(self.output_dir, live or holder)) from None
+                    raise OutputInUse(_describe(self.output_dir, live or holder)) from None
                 self.took_over = f"run {holder.get('run_id', '?')}'s lock is stale: {reason}"
             except OutputError:
                 raise
             except OSError as e:
                 raise OutputError(f"cannot lock output '{self.output_dir}': {e.strerror or e}") from None
         else:
-            raise OutputError(_describe(self.output_dir, read_lock(self.output_dir) or {}))
+            raise OutputInUse(_describe(self.output_dir, read_lock(self.output_dir) or {}))
         holder = read_lock(self.output_dir)
         if holder is not None and holder.get("run_id") != self.run_id:  # lost in a takeover race after all
-            raise OutputError(_describe(self.output_dir, holder))
+            raise OutputInUse(_describe(self.output_dir, holder))
         if self.heartbeat_seconds > 0:
             self._thread = threading.Thread(target=self._beat, name="easydata-lock-heartbeat", daemon=True)
             self._thread.start()
