@@ -14,7 +14,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from easydata.errors import EasyDataError, EnvironmentFailure, RunInconsistent, classify
-from easydata.figures import percent
+from easydata.figures import count, percent
 
 __all__ = ["main"]
 
@@ -212,8 +212,8 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
     for name, info in m["datasets"].items():
         unused = f"; {info['documents_unused']:,} read but left out by the mix" if info.get("documents_unused") else ""
         used = info.get("documents_selected", info["documents_written"])  # a mix's: those in the output
-        print(f"  {name}: {used:,} documents ({info['documents_rejected']:,} rejected{unused}),"
-              f" {info['tokens']:,} tokens, {len(info['shards'])} shards")
+        print(f"  {name}: {count(used, 'document')} ({info['documents_rejected']:,} rejected{unused}),"
+              f" {count(info['tokens'], 'token')}, {count(len(info['shards']), 'shard')}")
         if info.get("truncated_documents"):  # tokenize.truncation: truncate
             dropped = f", {info['truncated_tokens']:,} tokens dropped" if info.get("truncated_tokens") else ""
             print(f"    truncated: {info['truncated_documents']:,} documents cut to tokenize.max_length{dropped} (their"
@@ -226,7 +226,7 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
                   f" segments/row, {percent(info['padding_fraction'], 1, 2)} padding")
         asked = config.save.num_shards
         if asked is not None and len(info["shards"]) < asked:
-            print(f"    note: {len(info['shards'])} shards, not the {asked} asked for (save.num_shards): a shard holds"
+            print(f"    note: {count(len(info['shards']), 'shard')}, not the {asked} asked for (save.num_shards): a shard holds"
                   f" at least one row and there are {info['rows']:,} rows")
     if m.get("mix"):
         from easydata.ops.mixing import describe_mix
@@ -234,7 +234,8 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         for line in describe_mix(m["mix"]):
             print(f"  {line}")
     read = m["documents_in"]
-    print(f"  total: {read:,} documents read, {totals['tokens']:,} tokens written, {totals['shards']} shards,"
+    print(f"  total: {count(read, 'document')} read, {count(totals['tokens'], 'token')} written,"
+          f" {count(totals['shards'], 'shard')},"
           f" {result.elapsed_seconds:.1f}s, {result.tokens_per_second:,.0f} tokens/s")
     shuffle = m.get("shuffle")
     if shuffle and shuffle["bytes"]:

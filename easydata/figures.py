@@ -1,12 +1,18 @@
 """How the figures a user reads are written: a share as a percentage that is never rounded to 0 % or 100 %
 when it is not (a run summary that says "100%" of a source was left out when 19 tokens of it were kept is a
-wrong number), and a size in the unit that shows it (a 5 KB input is not "0.0 MB"). This module imports
+wrong number), a size in the unit that shows it (a 5 KB input is not "0.0 MB"), and a count with its noun
+in the singular for one ("1 shard"). This module imports
 nothing, so any layer may use it.
 """
 
 from __future__ import annotations
 
-__all__ = ["percent", "size"]
+__all__ = ["count", "percent", "size"]
+
+
+def count(number: int, noun: str) -> str:
+    """`number` with thousands separators and `noun` in the singular for one ("1 shard", "2,048 rows")."""
+    return f"{number:,} {noun}" if number == 1 else f"{number:,} {noun}s"
 
 
 def percent(part: float, whole: float, decimals: int = 0) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from easydata.figures import percent, size
+from easydata.figures import count, percent, size
 
 
 def test_percent_keeps_whole_numbers_where_they_are_true():
@@ -31,3 +31,8 @@ def test_size_is_in_the_unit_that_shows_it():
     """The dry run said "1 file(s), 0.0 MB" of a 5 KB input."""
     assert [size(n) for n in (0, 999, 1000, 5234, 999_949, 999_960, 12_345_678, 3 * 10**18)] == \
         ["0 B", "999 B", "1.0 KB", "5.2 KB", "999.9 KB", "1.0 MB", "12.3 MB", "3,000.0 PB"]
+
+
+def test_count_is_singular_for_one():
+    """Summaries said "1 shards", "1 rows" and "1 documents read" (`easydata run`, `validate`, `inspect`, progress)."""
+    assert [count(n, "shard") for n in (0, 1, 2, 1_000_000)] == ["0 shards", "1 shard", "2 shards", "1,000,000 shards"]

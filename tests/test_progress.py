@@ -120,7 +120,7 @@ def test_monitor_caps_at_100_percent(tmp_path: Path, capsys: pytest.CaptureFixtu
         while not err and time.monotonic() < deadline:
             time.sleep(0.05)
             err = capsys.readouterr().err
-    assert err.startswith("[easydata] 100.0% of input read: 1 documents read, 1 tokens tokenized; shuffling and writing"
+    assert err.startswith("[easydata] 100.0% of input read: 1 document read, 1 token tokenized; shuffling and writing"
                           " shards, ")
 
 

@@ -85,7 +85,7 @@ def test_good_unpacked_output_validates(tmp_path: Path, fmt: str, compression: s
     assert report.datasets == {"code": {"shards": 1, "rows": 1, "tokens": 3},
                                "web": {"shards": 2, "rows": 5, "tokens": 15}}
     assert report.summary() == (f"OK: {out}: 3 shards, 6 rows, 18 tokens\n"
-                                "  code: 1 shards, 1 rows, 3 tokens\n"
+                                "  code: 1 shard, 1 row, 3 tokens\n"
                                 "  web: 2 shards, 5 rows, 15 tokens")
 
 

@@ -25,7 +25,7 @@ import time
 import uuid
 from typing import Any, Iterator, Optional
 
-from easydata.figures import size
+from easydata.figures import count, size
 from easydata.io.filesystems import get_fs, join
 
 __all__ = ["ProgressSink", "ProgressMonitor", "CountProgress", "progress_directory", "remove_stale_progress_dirs",
@@ -312,8 +312,8 @@ class ProgressMonitor:
                 last_log = time.monotonic()
                 elapsed = last_log - start
                 stage = f"; {self._stage(counts)}" if read_all else ""
-                print(f"[easydata] {100 * done / self._total:5.1f}% of input read: {counts['documents']:,}"
-                      f" documents read, {counts['tokens']:,} tokens tokenized{stage}, {elapsed:.0f}s",
+                print(f"[easydata] {100 * done / self._total:5.1f}% of input read: {count(counts['documents'], 'document')}"
+                      f" read, {count(counts['tokens'], 'token')} tokenized{stage}, {elapsed:.0f}s",
                       file=sys.stderr, flush=True)
             if stopping:
                 break

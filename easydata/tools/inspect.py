@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from easydata.figures import count
 from easydata.io.field_values import python_values
 from easydata.io.formats import iter_shard_batches
 from easydata.run.manifest import member_path, read_manifest
@@ -76,8 +77,8 @@ def inspect_output(output_dir: str, num_rows: int = 3) -> str:
         f"  eos {tok.get('eos_token_id')}  pad {tok.get('pad_token_id')}",
         f"schema:     {', '.join(schema.get('columns', {}))}  packed={schema.get('packed')}"
         f"  seq_length={schema.get('seq_length')}",
-        f"totals:     {totals.get('rows', 0):,} rows, {totals.get('tokens', 0):,} tokens,"
-        f" {totals.get('shards', 0)} shards; documents in {manifest.get('documents_in', 0):,},"
+        f"totals:     {count(totals.get('rows', 0), 'row')}, {count(totals.get('tokens', 0), 'token')},"
+        f" {count(totals.get('shards', 0), 'shard')}; documents in {manifest.get('documents_in', 0):,},"
         f" written {manifest.get('documents_written', 0):,}, rejected {manifest.get('documents_rejected', 0):,}",
     ]
     mix = manifest.get("mix")
@@ -91,7 +92,8 @@ def inspect_output(output_dir: str, num_rows: int = 3) -> str:
                          f" {info.get('documents_selected', 0):,} of {info.get('documents_mixed', 0):,} documents used")
     tokenizer = _decoder(manifest) if num_rows > 0 else None
     for name, output in sorted(manifest.outputs.items()):
-        lines.append(f"\n[{name}] {len(output.shards)} shards, {output.rows:,} rows, {output.tokens:,} tokens")
+        lines.append(f"\n[{name}] {count(len(output.shards), 'shard')}, {count(output.rows, 'row')},"
+                     f" {count(output.tokens, 'token')}")
         if not output.shards or num_rows <= 0:
             continue
         shown = 0

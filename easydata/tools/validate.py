@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from easydata.errors import EasyDataError, ValidationFailed
+from easydata.figures import count
 from easydata.io.filesystems import get_fs, join
 from easydata.io.formats import TOKEN_COLUMNS, ShardUnreadable, iter_shard_batches
 from easydata.run.progress import CountProgress
@@ -52,10 +53,11 @@ class ValidationReport:
         return not self.problems
 
     def summary(self) -> str:
-        lines = [f"{'OK' if self.ok else 'FAILED'}: {self.output_dir}: {self.shards} shards, {self.rows:,} rows,"
-                 f" {self.tokens:,} tokens"]
+        lines = [f"{'OK' if self.ok else 'FAILED'}: {self.output_dir}: {count(self.shards, 'shard')},"
+                 f" {count(self.rows, 'row')}, {count(self.tokens, 'token')}"]
         for name, info in sorted(self.datasets.items()):
-            lines.append(f"  {name}: {info['shards']} shards, {info['rows']:,} rows, {info['tokens']:,} tokens")
+            lines.append(f"  {name}: {count(info['shards'], 'shard')}, {count(info['rows'], 'row')},"
+                         f" {count(info['tokens'], 'token')}")
         lines.extend(f"  warning: {w}" for w in self.warnings)
         lines.extend(f"  problem: {p}" for p in self.problems)
         return "\n".join(lines)
