@@ -48,6 +48,35 @@ def test_a_utf16_or_utf32_input_is_one_dead_letter_naming_its_encoding(tmp_path:
         f"ValueError: {name} text ({order} byte-order mark), not UTF-8: convert it (iconv -f {name} -t UTF-8)")
 
 
+@pytest.mark.parametrize("kind, sample_by", [("jsonl", "line"), ("json", "line"), ("csv", "line"), ("txt", "line"),
+                                             ("txt", "document")])
+@pytest.mark.parametrize("codec, name, order", [("utf-16-le", "UTF-16", "little-endian"),
+                                                ("utf-16-be", "UTF-16", "big-endian"),
+                                                ("utf-32-le", "UTF-32", "little-endian"),
+                                                ("utf-32-be", "UTF-32", "big-endian")])
+def test_a_utf16_or_utf32_input_without_a_byte_order_mark_is_named_too(tmp_path: Path, kind, sample_by, codec, name,
+                                                                       order):
+    """Without a mark (Python's `-le`/`-be` codecs, many exporters) each line was a dead letter for malformed
+    JSON, or a `txt` document of letters and NULs; the NULs beside the first ASCII character say the encoding."""
+    path = tmp_path / f"data.{kind}"
+    path.write_bytes(_content(kind).encode(codec))
+    ds = DatasetConfig(name="d", data_files=str(path), sample_by=sample_by)
+    rejects: list = []
+    batches = list(read_splits(plan_input(ds).splits, ds, rejects=rejects))
+    assert sum(len(b) for b in batches) == 0
+    assert len(rejects) == 1 and rejects[0].reason.endswith(
+        f"ValueError: {name} text ({order}, no byte-order mark), not UTF-8: convert it"
+        f" (iconv -f {codec.replace('-le', 'LE').replace('-be', 'BE').upper()} -t UTF-8)")
+
+
+@pytest.mark.parametrize("head", [b"\x00\x00\x00\x00\x00\x00", b"\xc3\xa9\x00\x00 text", b'{"a": 1}\n'])
+def test_nul_patterns_of_no_other_encoding_are_not_refused(head):
+    """All-zero bytes, a UTF-8 letter before NULs and plain JSON are not taken for UTF-16 or UTF-32."""
+    from easydata.io.documents import refuse_other_encodings
+
+    refuse_other_encodings(head)
+
+
 def test_a_utf8_input_with_its_byte_order_mark_is_read_as_before(tmp_path: Path):
     path = tmp_path / "data.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + _content("jsonl").encode())
@@ -58,15 +87,17 @@ def test_a_utf8_input_with_its_byte_order_mark_is_read_as_before(tmp_path: Path)
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "txt"])
-def test_every_split_of_a_large_utf16_file_says_so(tmp_path: Path, kind):
+@pytest.mark.parametrize("codec, said", [("utf-16", "UTF-16 text (little-endian byte-order mark), not UTF-8"),
+                                         ("utf-16-le", "UTF-16 text (little-endian, no byte-order mark), not UTF-8")])
+def test_every_split_of_a_large_utf16_file_says_so(tmp_path: Path, kind, codec, said):
     """A file cut into splits: each one's dead letter names the encoding (the first split's alone did, and a
     text file's later splits became documents of garbled text)."""
     path = tmp_path / f"data.{kind}"
-    path.write_bytes((_content(kind) * 400).encode("utf-16"))
+    path.write_bytes((_content(kind) * 400).encode(codec))
     ds = DatasetConfig(name="d", data_files=str(path))
     splits = plan_input(ds, target_bytes=8 * 1024).splits
     assert len(splits) > 3
     rejects: list = []
     batches = list(read_splits(splits, ds, rejects=rejects))
     assert sum(len(b) for b in batches) == 0 and len(rejects) == len(splits)
-    assert all("UTF-16 text (little-endian byte-order mark), not UTF-8" in r.reason for r in rejects)
+    assert all(said in r.reason for r in rejects)

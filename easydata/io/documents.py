@@ -27,14 +27,28 @@ OTHER_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32", "big-endian"), (b"\xff\xfe\x00\x00
               (b"\xfe\xff", "UTF-16", "big-endian"), (b"\xff\xfe", "UTF-16", "little-endian"))
 
 
+#: Where the NUL bytes of a text that starts with an ASCII character fall in its first four bytes, in the
+#: encodings that are not UTF-8 (RFC 4627 section 3; Python's `json.detect_encoding`): 0 a NUL, 1 not.
+_NUL_PATTERNS = (((0, 0, 0, 1), "UTF-32", "big-endian", "UTF-32BE"), ((1, 0, 0, 0), "UTF-32", "little-endian", "UTF-32LE"),
+                 ((0, 1, 0, 1), "UTF-16", "big-endian", "UTF-16BE"), ((1, 0, 1, 0), "UTF-16", "little-endian", "UTF-16LE"))
+
+
 def refuse_other_encodings(head: bytes) -> None:
-    """Raises ValueError when a text input's first bytes are another encoding's byte-order mark: a UTF-16 file
-    (what Windows tools write as "Unicode") was read as UTF-8 lines, each a dead letter for malformed JSON or
-    invalid UTF-8, without a word of why; the file is dead-lettered with this reason instead."""
+    """Raises ValueError when a text input's first bytes are another encoding's: its byte-order mark, or
+    without one the NUL bytes that UTF-16 and UTF-32 put beside an ASCII character (a JSON text starts with
+    one; UTF-8 text holds no NUL). A UTF-16 file (what Windows tools write as "Unicode") was read as UTF-8
+    lines, each a dead letter for malformed JSON or invalid UTF-8, or a document of letters and NULs, without
+    a word of why; the file is dead-lettered with this reason instead."""
     for mark, encoding, order in OTHER_BOMS:
         if head.startswith(mark):
             raise ValueError(f"{encoding} text ({order} byte-order mark), not UTF-8: convert it (iconv -f {encoding}"
                              " -t UTF-8)")
+    if len(head) >= 4:
+        pattern = tuple(int(b != 0) for b in head[:4])
+        for nuls, encoding, order, name in _NUL_PATTERNS:
+            if pattern == nuls and all(b < 0x80 for b in head[:4]):
+                raise ValueError(f"{encoding} text ({order}, no byte-order mark), not UTF-8: convert it (iconv -f"
+                                 f" {name} -t UTF-8)")
 
 
 # A batch closes at `batch_size` documents or this many characters of text, whichever comes first.
