@@ -131,8 +131,13 @@ def write_synthetic_output(output_dir: str, datasets: dict[str, list[list[dict[s
         entries, padding = [], 0
         for index, rows in enumerate(shards):
             rel = f"{name}/{shard_file_name(index, len(shards), fmt, compression)}"
-            writer = ShardWriter(join(output_dir, rel), fmt, schema, compression=compression,
-                                 row_group_size=row_group_size)
+            if fmt == "bin":  # a token stream and its index (`easydata.io.token_files`)
+                from easydata.io.token_files import BinShardWriter
+
+                writer: Any = BinShardWriter(join(output_dir, rel), schema, "uint32")
+            else:
+                writer = ShardWriter(join(output_dir, rel), fmt, schema, compression=compression,
+                                     row_group_size=row_group_size)
             for row in rows:  # one row per write: shards end up with several row groups
                 writer.write(pa.Table.from_pylist([row], schema=schema))
             writer.close()

@@ -61,3 +61,29 @@ def test_a_limit_below_one_readers_shards_is_named_not_blamed_on_a_shard(tmp_pat
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("the process's limit of open files is reached (ulimit -n) (Too many open files)"
                                     f" at '{out}/train/part-"), result.stdout
+
+
+READ_BIN = f"""
+import resource, sys
+from easydata.reader import TokenReader
+from easydata.reader.bin_reader import WindowReader
+resource.setrlimit(resource.RLIMIT_NOFILE, ({MAX_OPEN_SHARDS + 48}, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+out = sys.argv[1]
+firsts = sorted(int(b["input_ids"][i, 0]) for b in TokenReader(out, batch_size=2, seq_length={L}, num_epochs=1)
+                for i in range(2))
+assert firsts == [100 * s for s in range({SHARDS})], firsts[:10]
+windows = WindowReader(out, batch_size=8, seq_length={L}, num_steps=40)
+for batch in windows:  # every window is a slice of one shard's stream: consecutive ids
+    assert (batch["targets"] - batch["input_ids"] == 1).all(), batch
+print("read", len(firsts), "documents and 40 batches of windows of", {SHARDS}, "shards")
+"""
+
+
+def test_bin_readers_read_more_shards_than_files_may_be_open(tmp_path):
+    """`WindowReader` held every shard's token stream mapped (a file descriptor each)."""
+    out = tmp_path / "out"
+    rows = [[{"input_ids": list(range(100 * s, 100 * s + 3 * L))}] for s in range(SHARDS)]
+    write_synthetic_output(str(out), {"train": rows}, pa.schema([("input_ids", pa.list_(pa.int32()))]), fmt="bin")
+    result = subprocess.run([sys.executable, "-c", READ_BIN, str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"read {SHARDS} documents and 40 batches of windows of {SHARDS} shards" in result.stdout

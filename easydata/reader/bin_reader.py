@@ -74,9 +74,9 @@ class BinShard:
       loss_mask: the uint8 mask stream, or None.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, offsets: Optional[np.ndarray] = None):
         self.path = path
-        self.offsets = read_bin_index(path)
+        self.offsets = read_bin_index(path) if offsets is None else offsets
         size = int(self.offsets[-1]) if len(self.offsets) else 0
         self.tokens = _array(path, bin_token_dtype(path, size), size)
         mask_path = companion_path(path, "loss_mask")
@@ -109,13 +109,18 @@ class BinBlockIndex(BlockIndex):
     `[b * R, (b + 1) * R)`, `R` = the output's `save.row_group_size` (default 1000)."""
 
     FORMATS: ClassVar[tuple[str, ...]] = ("bin",)
+    _offsets: dict[int, np.ndarray] = dataclasses.field(default_factory=dict, repr=False)
 
     def shard(self, shard: int) -> BinShard:
         """Shard `shard` (open among the `MAX_OPEN_SHARDS` used last)."""
         return self._open(shard)
 
     def _open_shard(self, shard: int) -> BinShard:
-        return BinShard(self.shard_paths[shard])
+        """The shard's streams mapped again; its document offsets read once (reopening a dropped shard costs
+        a mapping, not its whole `.idx`)."""
+        opened = BinShard(self.shard_paths[shard], self._offsets.get(shard))
+        self._offsets[shard] = opened.offsets
+        return opened
 
     @property
     def _block_documents(self) -> int:
@@ -165,12 +170,13 @@ class WindowReader(JaxBatches):
         self.dtype = str(dtype)
         index = BinBlockIndex.from_output(path, name)
         self.manifest, self.name = index.manifest, index.name
-        self.shards = [index.shard(s) for s in range(len(index.shard_paths))]
+        self.index = index  # shards are opened through it (at most `MAX_OPEN_SHARDS` at once)
         self.path, self.batch_size, self.seq_length, self.seed = path, batch_size, seq_length, seed
         self.num_steps, self.layout = num_steps, layout
         self.process_index, self.process_count = process_index, process_count
         self.local_batch_size = batch_size // process_count
-        starts = np.array([max(s.num_tokens - seq_length, 0) for s in self.shards], dtype=np.int64)
+        starts = np.array([max(index.shard(s).num_tokens - seq_length, 0) for s in range(len(index.shard_paths))],
+                          dtype=np.int64)
         self._cumulative = np.concatenate([[0], np.cumsum(starts)])
         if self._cumulative[-1] == 0:
             raise ValueError(f"'{path}' ({self.name}): no shard holds seq_length + 1 = {seq_length + 1} tokens.")
@@ -211,7 +217,7 @@ class WindowReader(JaxBatches):
         length = self.seq_length
         windows = np.empty((self.local_batch_size, length + 1), dtype=np.int32)
         for row, (s, first) in enumerate(zip(shard[mine].tolist(), start[mine].tolist())):
-            windows[row] = self.shards[s].tokens[first:first + length + 1]
+            windows[row] = self.index.shard(s).tokens[first:first + length + 1]
         inputs, targets = windows[:, :-1], windows[:, 1:]
         if self.layout == "raw":
             return {"input_ids": inputs, "targets": targets}
