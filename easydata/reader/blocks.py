@@ -56,6 +56,17 @@ class BlockIndex:
     _files: dict[int, Any] = dataclasses.field(default_factory=dict, repr=False)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its open files and lock (Grain's worker processes, `multiprocessing`): a copy
+        opens the shards it reads itself; the block listing travels, so no footer is read again."""
+        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        state["_files"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def num_rows(self) -> int:
         return int(self.block_rows.sum())

@@ -42,6 +42,17 @@ class GrainSource:
         self._cache: tuple[int, Any] = (-1, None)
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for Grain's worker processes (`worker_count > 0`) without the lock and the cached block;
+        the index travels without its open files (`BlockIndex.__getstate__`)."""
+        state = {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        state["_cache"] = (-1, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def __len__(self) -> int:
         return self.index.num_rows
 
