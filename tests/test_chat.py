@@ -204,3 +204,31 @@ def test_a_run_with_a_named_template(tmp_path, chat_tokenizer_dir) -> None:
     assert manifest["documents_written"] == 10
     assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--set", "chat.template=chatmll",
                  "--set", f"save.output_dir={tmp_path / 'out2'}"]) == 2
+
+
+def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):
+    """A record the template refuses named its file by its key name ('b.jsonl'), a record the reader refuses
+    by its path, and its excerpt was JSON where the reader's is the record's `repr`: one dead-letter file
+    listed one input two ways. Two files' records in one batch each name their own file."""
+    import json as _json
+
+    from easydata.config import DatasetConfig
+    from easydata.io.documents import record_excerpt
+    from easydata.io.sources import plan_input, read_splits
+    from easydata.text.chat_stage import render_batch
+
+    dropped = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "kept out"}]
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text(_json.dumps({"messages": CONVERSATION}) + "\n"
+                                                + _json.dumps({"messages": dropped}) + "\n"
+                                                + _json.dumps({"messages": []}) + "\n")
+    ds = DatasetConfig(name="chat", data_files=str(tmp_path / "*.jsonl"))
+    read_rejects: list = []
+    batch, = list(read_splits(plan_input(ds).splits, ds, rejects=read_rejects))
+    renderer = ChatRenderer("{% for m in messages %}{% if m.content != 'kept out' %}{{ m.content }}{% endif %}"
+                            "{% endfor %}", {}, ["</s>"])
+    _, template_rejects = render_batch(batch, renderer, assistant_only_loss=False)
+    assert [r.source for r in read_rejects] == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    assert [r.source for r in template_rejects] == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    assert [r.reason for r in template_rejects] == ["assistant message 1 does not appear in the rendered template"] * 2
+    assert template_rejects[0].excerpt == record_excerpt(dropped) and read_rejects[0].excerpt == "{'messages': []}"

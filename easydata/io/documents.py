@@ -17,7 +17,7 @@ from easydata.io.record_format import FormatError, RecordFormatter
 from easydata.io.conversations import ChatError, conversation_from_record
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
-           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings",
+           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings", "record_excerpt",
            "raise_unless_corrupt"]
 
 EXCERPT_CHARS = 200
@@ -165,6 +165,8 @@ class DocumentBatch:
         dead-letter file it wrote them to (kept in the checkpoint, so a resumed run counts them).
       field_types: the Arrow type of each additional field whose every value in the batch came from a table
         column of that type (`easydata.io.field_values`); the other fields' types are inferred.
+      sources: the file each chat record's key name stands for (`InputSplit.key_name` -> its path), so the
+        chat stage's dead letters name the file as the reader's do; None without chat records.
     """
 
     dataset: str
@@ -179,6 +181,7 @@ class DocumentBatch:
     chat_rejected: int = 0
     chat_rejected_file: Optional[str] = None
     field_types: Optional[dict[str, Any]] = None
+    sources: Optional[dict[str, str]] = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -209,6 +212,7 @@ class DocumentCollector:
         self.texts: list[str] = []
         self.text_chars = 0
         self.conversations: Optional[list[Any]] = None
+        self.sources: dict[str, str] = {}
         self.fields: dict[str, list[Any]] = {f: [] for f in self.ds.additional_fields}
         self.field_types: dict[str, Any] = {}  # the types every value of the batch so far has
         self._types_of: Optional[dict[str, Any]] = None  # the `source_types` they are taken from
@@ -228,7 +232,7 @@ class DocumentCollector:
         if self.done:
             return
         self.count += records
-        text = excerpt if isinstance(excerpt, str) else _excerpt(excerpt)
+        text = excerpt if isinstance(excerpt, str) else record_excerpt(excerpt)
         fields = self.source_fields or (tuple(sorted(map(str, excerpt))) if isinstance(excerpt, dict) else ())
         self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:EXCERPT_CHARS], records,
                                    read_bytes, unread_bytes, fields))
@@ -279,6 +283,7 @@ class DocumentCollector:
             self._take_types()
         self.count += 1
         self.keys.append(f"{self.key_name}@{position}")
+        self.sources[self.key_name] = self.source
         self.texts.append("")  # rendered by the chat stage
         self.conversations.append(conversation)
         for f in self.fields:
@@ -367,7 +372,8 @@ class DocumentCollector:
         if not self.texts:
             return None
         batch = DocumentBatch(self.ds.name, self.keys, self.texts, self.fields, self.pending_bytes,
-                              conversations=self.conversations, field_types=self.field_types or None)
+                              conversations=self.conversations, field_types=self.field_types or None,
+                              sources=self.sources or None)
         self.pending_bytes = 0
         self._reset()
         return batch
@@ -407,7 +413,7 @@ def collect_records(dataset: DatasetConfig, source: str, key_name: str,
             collector.add_record(position, record)
     return collector.flush(), list(collector.rejects)
 
-def _excerpt(value: Any) -> str:
+def record_excerpt(value: Any) -> str:
     """The start of a record for a dead letter (a deeply nested one cannot be `repr`-ed whole)."""
     try:
         return repr(value)[:EXCERPT_CHARS]

@@ -7,10 +7,10 @@ Used by the batch pipeline's `ChatTemplate` transform and the streaming pipeline
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Optional
 
 from easydata.text.chat import ChatError, ChatRenderer
+from easydata.io.documents import record_excerpt
 from easydata.io.sources import DocumentBatch, Reject
 
 __all__ = ["render_batch"]
@@ -38,9 +38,9 @@ def render_batch(batch: DocumentBatch, renderer: Optional[ChatRenderer], *,
                 raise ChatError("no chat template: set chat.template (the tokenizer has none)")
             text, trained = renderer.render(conversation)
         except ChatError as e:
-            source, _, position = batch.keys[i].rpartition("@")
-            rejects.append(Reject(batch.dataset, source, int(position), str(e),
-                                  json.dumps(conversation.messages, ensure_ascii=False)[:200]))
+            name, _, position = batch.keys[i].rpartition("@")
+            rejects.append(Reject(batch.dataset, (batch.sources or {}).get(name, name), int(position), str(e),
+                                  record_excerpt(conversation.messages)))
             continue
         keep.append(i)
         texts.append(text)
