@@ -249,6 +249,21 @@ def test_as_jax_global_arrays_on_meshes(packed_output):
         assert np.array_equal(np.asarray(arr), expected)
 
 
+@pytest.mark.parametrize("view", ["as_jax", "as_pmap"])
+def test_jax_views_refuse_a_smaller_last_batch_before_the_first(packed_output, view):
+    """`as_pmap` with `drop_remainder=False` yielded a whole epoch, then failed on its last, smaller batch with
+    numpy's "cannot reshape array of size 32 into shape (8,3,4)"."""
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, PartitionSpec
+
+    reader = TokenReader(str(packed_output), batch_size=8 * len(jax.local_devices()), process_index=0,
+                         process_count=1, num_epochs=1, drop_remainder=False)
+    batches = reader.as_jax(Mesh(np.array(jax.devices()), ("data",)), PartitionSpec("data")) if view == "as_jax" \
+        else reader.as_pmap()
+    with pytest.raises(ValueError, match=f"{view} needs drop_remainder=True"):
+        next(batches)
+
+
 @pytest.mark.slow
 def test_as_pmap_shapes_and_a_jit_training_step(packed_output):
     jax = pytest.importorskip("jax")

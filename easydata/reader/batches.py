@@ -94,14 +94,17 @@ class JaxBatches:
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         raise NotImplementedError
 
+    def _require_whole_batches(self, what: str) -> None:
+        if not self.drop_remainder:
+            raise ValueError(f"{what} needs drop_remainder=True: every global batch must have the same shape.")
+
     def as_jax(self, mesh: Any, partition_spec: Any) -> Iterator[dict[str, Any]]:
         """Global `jax.Array`s `[batch_size, L]` laid out by `NamedSharding(mesh, partition_spec)`,
         built from each process's rows with `jax.make_array_from_process_local_data`."""
         import jax
         from jax.sharding import NamedSharding
 
-        if not self.drop_remainder:
-            raise ValueError("as_jax needs drop_remainder=True: every global batch must have the same shape.")
+        self._require_whole_batches("as_jax")
         sharding = NamedSharding(mesh, partition_spec)
         shape = (self.batch_size, self.seq_length)
         for batch in self:
@@ -119,6 +122,7 @@ class JaxBatches:
         which `jax.pmap` splits over local devices along the first axis)."""
         import jax
 
+        self._require_whole_batches("as_pmap")
         devices = jax.local_devices()
         if self.local_batch_size % len(devices):
             raise ValueError(f"the per-process batch {self.local_batch_size} does not divide over"
