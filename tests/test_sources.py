@@ -31,7 +31,7 @@ from easydata.errors import InputError
 from easydata.io.filesystems import (compression_of, expand_data_files, join, list_data_files, open_arrow_file,
                                   open_file, strip_compression)
 from easydata.io.sources import InputSplit, Reject, infer_type, key_names, plan_input, plan_splits, \
-    read_split, split_size, total_input_bytes
+    read_split, read_splits, split_size, total_input_bytes
 
 from easydata.run.machine import splits_per_dataset
 from tests.conftest import check_threads, make_texts, write_jsonl
@@ -1163,3 +1163,65 @@ def test_an_object_store_file_read_by_line_is_read_in_large_pieces(tmp_path: Pat
     assert texts == [json.loads(line)["text"] for line in data.splitlines()]
     assert len(data) > 5 * LINE_BUFFER_BYTES and max(reads) == LINE_BUFFER_BYTES
     assert len(reads) <= len(data) // LINE_BUFFER_BYTES + 3
+
+
+def _dataset_directory(root: Path) -> Path:
+    """A dataset directory as people have them: data files beside a dataset card, a license, Hub metadata, a
+    git checkout's and a Hub snapshot's hidden folders."""
+    d = root / "data"
+    (d / "part").mkdir(parents=True)
+    (d / "a.jsonl").write_text("".join(json.dumps({"text": f"a {i}"}) + "\n" for i in range(3)))
+    (d / "part" / "b.jsonl.gz").write_bytes(gzip.compress(b'{"text": "b"}\n'))
+    (d / "README.md").write_text("# My dataset\n\nA card, not a document.\n")
+    (d / "LICENSE").write_text("MIT\n")
+    (d / "dataset_info.json").write_text(json.dumps({"features": {"text": "string"}}))
+    for hidden in (".git/HEAD", ".cache/huggingface/download/a.jsonl.metadata"):
+        (d / hidden).parent.mkdir(parents=True, exist_ok=True)
+        (d / hidden).write_text("ref: refs/heads/main\n")
+    return d
+
+
+def test_a_data_directory_reads_its_data_not_its_card_license_or_metadata(tmp_path, capsys):
+    """A directory as `data_files` read every file in it: its README.md became a training document, its
+    dataset_info.json dead letters, a LICENSE or a snapshot's .cache metadata ended the run ("cannot infer the
+    input type"). Now the directory's own type is read and the rest named in one warning."""
+    d = _dataset_directory(tmp_path)
+    ds = DatasetConfig(name="web", data_files=str(d))
+    splits = plan_input(ds).splits
+    assert sorted(s.path for s in splits) == [str(d / "a.jsonl"), str(d / "part" / "b.jsonl.gz")]
+    rejects: list = []
+    texts = sorted(t for b in read_splits(splits, ds, rejects=rejects) for t in b.texts)
+    assert texts == ["a 0", "a 1", "a 2", "b"] and rejects == []
+    assert ("dataset 'web': 3 file(s) in its data directory are not jsonl input (metadata or another type) and are"
+            " not read: LICENSE, README.md, dataset_info.json") in capsys.readouterr().err
+
+
+def test_with_a_type_a_directory_leaves_out_metadata_only(tmp_path):
+    d = _dataset_directory(tmp_path)
+    (d / "more.json").write_text(json.dumps({"text": "JSON lines named .json"}) + "\n")
+    ds = DatasetConfig(name="web", data_files=str(d), type="jsonl")
+    assert sorted(s.path for s in plan_input(ds).splits) == [str(d / name) for name in
+                                                              ("LICENSE", "a.jsonl", "more.json", "part/b.jsonl.gz")]
+
+
+def test_a_directory_written_by_datasets_save_to_disk_reads_its_arrow_file(tmp_path):
+    """`Dataset.save_to_disk` writes its rows beside dataset_info.json and state.json: those were read as JSON
+    records (25 dead letters for 40 rows)."""
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(40)]}).save_to_disk(str(tmp_path / "saved"))
+    ds = DatasetConfig(name="web", data_files=str(tmp_path / "saved"))
+    rejects: list = []
+    texts = [t for b in read_splits(plan_input(ds).splits, ds, rejects=rejects) for t in b.texts]
+    assert sorted(texts) == sorted(f"row {i}" for i in range(40)) and rejects == []
+
+
+def test_a_directory_of_no_input_type_says_so_and_a_glob_reads_what_it_names(tmp_path):
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "README.md").write_text("# card\n")
+    (d / "LICENSE").write_text("MIT\n")
+    with pytest.raises(InputError, match="data directory '.*docs' holds no file of a known input type; set the"
+                                         " dataset's `type`"):
+        plan_input(DatasetConfig(name="web", data_files=str(d)))
+    assert [s.path for s in plan_input(DatasetConfig(name="web", data_files=str(d / "*.md"))).splits] == \
+        [str(d / "README.md")]  # asked for by name: read

@@ -52,11 +52,13 @@ def _unstrip(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
 
 
 class ListedFiles(NamedTuple):
-    """`list_data_files`' answer: the files, and the size and `file_version` of those whose listing told
-    them (local regular files that are not links; see `list_data_files`)."""
+    """`list_data_files`' answer: the files, the size and `file_version` of those whose listing told them
+    (local regular files that are not links; see `list_data_files`), and the directory given as `data_files`
+    that each file found by listing a directory came from (`easydata.io.sources` keeps the dataset's own)."""
 
     files: list[str]
     facts: dict[str, tuple[int, str]]
+    directories: dict[str, str]
 
 
 def expand_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -> list[str]:
@@ -83,6 +85,7 @@ def list_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -
     """
     files: list[str] = []
     facts: dict[str, tuple[int, str]] = {}
+    directories: dict[str, str] = {}
     for pattern in patterns:
         if pattern.startswith("hf://"):  # offline: the cached snapshot of the Hub repo, like every HF tool
             from easydata.io.hub import offline_hf_path
@@ -109,17 +112,22 @@ def list_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -
                 raise InputError(f"cannot access '{pattern}': {e}") from None
             if not exists:
                 raise InputError(f"data file '{pattern}' does not exist")
-            if is_dir:
-                inner = sorted(p for p in fs.find(path) if not posixpath.basename(p).startswith("."))
+            if is_dir:  # hidden files and directories (.git, .cache/huggingface of a snapshot) are no inputs
+                root = path.rstrip("/")
+                inner = sorted(p for p in fs.find(path)
+                               if not any(part.startswith(".") for part in p[len(root):].split("/")))
                 if not inner:
                     raise InputError(f"data directory '{pattern}' holds no file")
-                files.extend(_unstrip(fs, pattern, m) for m in inner)
+                found = [_unstrip(fs, pattern, m) for m in inner]
+                files.extend(found)
+                directories.update(dict.fromkeys(found, pattern))
             else:
                 files.append(_unstrip(fs, pattern, path))
     seen: set[str] = set()
     files = [f for f in files if not (f in seen or seen.add(f))]
     files = _drop_unreadable_links(_drop_excluded(files, list(exclude_dirs), patterns, facts), facts)
-    return ListedFiles(files, {f: facts[f] for f in files if f in facts})
+    return ListedFiles(files, {f: facts[f] for f in files if f in facts},
+                       {f: directories[f] for f in files if f in directories})
 
 
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Iterator, NamedTuple, Optional, Sequence
+import sys
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.errors import PROGRAMMING_ERRORS, InputError
@@ -32,7 +33,7 @@ from easydata.io.filesystems import compression_of, decompressed_size, file_fact
 from easydata.io.input_formats import READERS, READ_SIZES, SPLITTERS, byte_ranges, compressed_parts, compressed_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
-           "read_splits", "infer_type", "total_input_bytes", "text_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
+           "read_splits", "infer_type", "dataset_files", "METADATA_FILES", "total_input_bytes", "text_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
            "collect_records", "parse_json_record", "check_unchanged", "check_all_unchanged", "unusable_value", "work_units", "MAX_UNIT_FILES"]
 
 
@@ -47,6 +48,42 @@ def infer_type(path: str) -> str:
         raise InputError(f"cannot infer the input type of '{path}' from its extension; set the dataset's"
                          f" `type` ({', '.join(sorted(set(_EXTENSION_TYPES.values())))})")
     return _EXTENSION_TYPES[ext]
+
+#: Files a dataset's directory holds beside its data (lower case): Hugging Face's dataset card and what
+#: `datasets`' `save_to_disk` writes beside its Arrow files.
+METADATA_FILES = frozenset({"readme.md", "dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"})
+
+
+def dataset_files(dataset: DatasetConfig, listing: Any) -> list[str]:
+    """The listed files that are the dataset's inputs. A directory given as `data_files` often holds more
+    than its data (a README.md, a LICENSE, the `dataset_info.json` and `state.json` of `save_to_disk`): of a
+    directory's files, those named in `METADATA_FILES` are left out, and without a `type` so are those of any
+    type other than the one most of the directory's bytes have (or of no known type). What is left out is
+    said in one warning. Files named by a path or a glob are all inputs, as they were asked for."""
+    found = [f for f in listing.files if f in listing.directories]
+    if not found:
+        return listing.files
+    kinds = {}
+    for f in found:
+        if posixpath.basename(strip_compression(f)).lower() not in METADATA_FILES:
+            try:
+                kinds[f] = dataset.type if dataset.type not in (None, "huggingface") else infer_type(f)
+            except InputError:
+                pass
+    by_type: dict[str, int] = {}
+    for f, kind in kinds.items():
+        by_type[kind] = by_type.get(kind, 0) + (listing.facts.get(f) or file_facts(f))[0] + 1
+    if not by_type:
+        raise InputError(f"dataset '{dataset.name}': data directory '{listing.directories[found[0]]}' holds no file"
+                         f" of a known input type; set the dataset's `type` ({', '.join(sorted(set(_EXTENSION_TYPES.values())))})")
+    wanted = max(sorted(by_type), key=by_type.__getitem__)
+    left_out = [f for f in found if kinds.get(f) != wanted]
+    if left_out:
+        shown = ", ".join(posixpath.basename(f) for f in left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+        print(f"easydata: warning: dataset '{dataset.name}': {len(left_out)} file(s) in its data directory are not"
+              f" {wanted} input (metadata or another type) and are not read: {shown}", file=sys.stderr)
+    return [f for f in listing.files if f not in listing.directories or kinds.get(f) == wanted]
+
 
 #: Splits planned per dataset unless the caller says how many (a run asks for as many as keep this
 #: machine's workers busy: `easydata.run.machine.splits_per_dataset`).
@@ -94,7 +131,8 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
 
         files, listed = resolve_hub_dataset(str(dataset.data_files), dataset.split or "train"), {}
     else:
-        files, listed = list_data_files(dataset.data_file_list, exclude_dirs)
+        listing = list_data_files(dataset.data_file_list, exclude_dirs)
+        files, listed = dataset_files(dataset, listing), listing.facts
     names = key_names(files)
     seen: dict[str, str] = {}
     for path, name in names.items():
