@@ -391,8 +391,10 @@ _signalled: Optional[int] = None
 EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 
 
-def _resume_hint(args: argparse.Namespace, argv: Sequence[str]) -> Optional[str]:
-    """Where the interrupted run's work is kept and the exact command that continues it."""
+def _resume_hint(args: argparse.Namespace, argv: Sequence[str], *, only_with_work: bool = False) -> Optional[str]:
+    """Where the interrupted run's work is kept and the exact command that continues it (`only_with_work`:
+    None unless a run left work to continue: a failure before any run began, such as a cache directory
+    that cannot be made, is fixed, not resumed)."""
     if getattr(args, "command", None) not in ("run", "tokenize"):
         return None
     import shlex
@@ -408,6 +410,8 @@ def _resume_hint(args: argparse.Namespace, argv: Sequence[str]) -> Optional[str]
             runs = unfinished_runs(output)
             if runs:
                 kept = f"; its finished work is kept in {staging_dir(output, runs[0]['run_id'])}"
+    if only_with_work and not kept:
+        return None
     return f"the run stopped{kept}\neasydata: continue with: {shlex.join(command)}"
 
 
@@ -437,7 +441,7 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
             return _inconsistent(error, args, argv)
         if isinstance(error, EnvironmentFailure):
             _stop_local_workers()
-            hint = _resume_hint(args, argv)
+            hint = _resume_hint(args, argv, only_with_work=True)
             print(f"easydata: error: {error.message}" + (f"; {hint}" if hint else ""), file=sys.stderr)
             return 2
         print(f"easydata: error: {error.message}", file=sys.stderr)

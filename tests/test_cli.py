@@ -288,3 +288,19 @@ def test_a_refused_commit_is_two_lines_with_the_resume_command(job, tmp_path, ca
     monkeypatch.undo()
     assert main(["run", str(job), "--direct_num_workers=1", "--resume"]) == 0
     assert "input units already tokenized" in capsys.readouterr().err  # the refused run's work, reused
+
+
+@pytest.mark.parametrize("cache", ["/dev/null/cache", "FILE"])
+def test_a_cache_directory_that_cannot_be_made_is_one_line(tmp_path, capsys, monkeypatch, cache):
+    """`EASYDATA_CACHE` under a file (or a file itself) ended the default job in a NotADirectoryError or
+    FileExistsError traceback; it says what to set now, and no '--resume' (no run had begun)."""
+    if cache == "FILE":
+        cache = str(tmp_path / "a-file")
+        Path(cache).write_text("not a directory")
+    monkeypatch.setenv("EASYDATA_CACHE", cache)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    reason = "Not a directory" if cache.startswith("/dev/null") else "File exists"
+    assert err == [f"easydata: error: the cache directory '{cache}' cannot be made ({reason}): set EASYDATA_CACHE to"
+                   " a directory this user can write"]

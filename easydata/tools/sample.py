@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
-from easydata.cache import cache_root
+from easydata.cache import cache_root, make_cache_dir
 from easydata.config import PipelineConfig
 
 __all__ = ["default_config", "ensure_sample", "DEFAULT_OUTPUT_DIR"]
@@ -56,8 +56,7 @@ def ensure_sample() -> Path:
     target = cache_root() / f"sample-v{_SAMPLE_VERSION}-py{sys.version_info[0]}.{sys.version_info[1]}"
     if (target / "tokenizer" / "tokenizer.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+    temp = Path(tempfile.mkdtemp(prefix=".building-", dir=make_cache_dir(target.parent)))
     try:
         root = Path(sysconfig.get_paths()["stdlib"])
         (temp / "code").mkdir()
