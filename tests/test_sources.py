@@ -689,10 +689,13 @@ def test_tabular_input_without_content_column_rejects_every_row(tmp_path: Path, 
 
 
 def test_json_array_problems(tmp_path: Path) -> None:
-    (tmp_path / "bad.json").write_text('[{"text": "a"}, ')
+    (tmp_path / "bad.json").write_text('[{"text": "a"}, ')  # cut after its first element: that one is kept
     docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "bad.json")))
-    assert docs == [] and len(rejects) == 1
-    assert rejects[0].position == 0 and rejects[0].reason.startswith("malformed JSON array:")
+    assert [t for _, t, _ in docs] == ["a"] and len(rejects) == 1
+    assert rejects[0].position == 1 and rejects[0].reason == "malformed JSON array at element 1: Expecting value"
+    (tmp_path / "bad.json").write_text('[{"text": "a"')
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "bad.json")))
+    assert docs == [] and rejects[0].position == 0 and rejects[0].reason.startswith("malformed JSON array:")
     (tmp_path / "mixed.json").write_text(json.dumps([{"text": "a"}, 5, {"text": None}]))
     docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "mixed.json")))
     assert [t for _, t, _ in docs] == ["a"]
@@ -1225,3 +1228,66 @@ def test_a_directory_of_no_input_type_says_so_and_a_glob_reads_what_it_names(tmp
         plan_input(DatasetConfig(name="web", data_files=str(d)))
     assert [s.path for s in plan_input(DatasetConfig(name="web", data_files=str(d / "*.md"))).splits] == \
         [str(d / "README.md")]  # asked for by name: read
+
+
+def test_a_malformed_json_array_element_costs_the_elements_from_it_on(tmp_path: Path) -> None:
+    """The whole array was one dead letter for one bad element (1,000 records lost for element 500); the
+    elements before it are kept now, and the dead letter gives the exact bytes read before it and those left,
+    so the manifest lists the file as read in part."""
+    records = [json.dumps({"text": f"dokument {i} ü中"}, ensure_ascii=False) for i in range(1000)]
+    records[500] = '{"text": "bad" "x"}'
+    data = ("[" + ",\n".join(records) + "]").encode()
+    (tmp_path / "a.json").write_bytes(data)
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "a.json")))
+    assert [t for _, t, _ in docs] == [f"dokument {i} ü中" for i in range(500)]
+    at = data.index(b'{"text": "bad"')
+    assert [(r.position, r.reason, r.read_bytes, r.unread_bytes) for r in rejects] == \
+        [(500, "malformed JSON array at element 500: Expecting ',' delimiter", at, len(data) - at)]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.fixed_dictionaries({"text": st.text(min_size=1, max_size=30).filter(str.strip)},
+                                              optional={"n": st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False),
+                                                        "tags": st.lists(st.text(max_size=5), max_size=3)}),
+                        max_size=12),
+       spaces=st.sampled_from(["", " ", "\n  ", "\r\n\t"]), read_bytes=st.integers(1, 64), cut=st.data())
+def test_json_arrays_read_in_small_pieces_give_json_loads_records(tmp_path, monkeypatch, records, spaces, read_bytes,
+                                                                  cut) -> None:
+    """Read a few bytes at a time (elements, strings, numbers and multi-byte characters cut anywhere), an
+    array gives `json.loads`'s records; cut short anywhere, it gives a prefix of them and one dead letter."""
+    import easydata.io.input_formats.json_array as json_array
+
+    monkeypatch.setattr(json_array, "READ_BYTES", read_bytes)
+    data = (spaces + "[" + spaces + ("," + spaces).join(json.dumps(r, ensure_ascii=False) for r in records) + spaces
+            + "]" + spaces).encode()
+    path = tmp_path / "a.json"
+    path.write_bytes(data)
+    ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["n", "tags"])
+    docs, rejects = read_all(ds)
+    assert rejects == [] and [(t, f) for _, t, f in docs] == \
+        [(r["text"], {"n": r.get("n"), "tags": r.get("tags")}) for r in json.loads(data)]
+    end = cut.draw(st.integers(data.index(b"[") + 1, len(data) - 1))
+    if data[end:].strip():  # something after the cut that matters: the array is malformed
+        path.write_bytes(data[:end])
+        docs, rejects = read_all(ds)
+        assert [t for _, t, _ in docs] == [r["text"] for r in records[:len(docs)]]
+        assert len(rejects) == 1 and rejects[0].position == len(docs) and rejects[0].reason.startswith(
+            "malformed JSON array")
+
+
+def test_a_json_array_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """`json.loads` of the whole file held it and every record at once (a 71 MB array: 394 MiB peak RSS, now 81)."""
+    import tracemalloc
+
+    path = tmp_path / "big.json"
+    with open(path, "w") as f:
+        f.write("[" + ",".join(json.dumps({"text": f"{i} " + "word " * 400}) for i in range(20_000)) + "]")
+    assert path.stat().st_size > 40e6
+    ds = DatasetConfig(name="d", data_files=str(path))
+    tracemalloc.start()
+    try:
+        count = sum(len(batch) for batch in read_splits(plan_input(ds).splits, ds))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 20_000 and peak < 20e6, peak
