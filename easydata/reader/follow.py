@@ -114,9 +114,12 @@ class FollowReader(JaxBatches):
         chunks: collections.deque[dict[str, np.ndarray]] = collections.deque()
         first = self.process_index * self.local_batch_size
         idle_since = time.monotonic()
+        rows_of = self.index.shard_rows()  # again only when new windows are indexed
         while True:
             if shard < len(self.index.shard_paths):
-                rows = int(self.index.shard_rows()[shard])
+                if shard >= len(rows_of):
+                    rows_of = self.index.shard_rows()
+                rows = int(rows_of[shard])
                 if skip >= rows:
                     skip -= rows
                 else:
