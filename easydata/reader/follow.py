@@ -99,7 +99,8 @@ class FollowReader(JaxBatches):
 
     def _shard_rows(self, shard: int) -> dict[str, np.ndarray]:
         """All rows of a shard, shuffled by `(seed, shard)`, as `[rows, L]` arrays."""
-        window = Window(self.index, np.flatnonzero(self.index.block_shard == shard), self.row_spec)
+        first, end = np.searchsorted(self.index.block_shard, [shard, shard + 1])  # a shard's blocks are consecutive
+        window = Window(self.index, np.arange(first, end), self.row_spec)
         num_rows = int(window.starts[-1])
         return window.gather(permute(np.arange(num_rows), num_rows, derive_key(self.seed, shard, 3)))
 
