@@ -348,6 +348,13 @@ def test_unknown_source_in_schedule_is_refused(outputs) -> None:
                     [point(0, python=1.0)])
 
 
+@pytest.mark.parametrize("prefetch", [-1, 1.5, True])
+def test_a_read_ahead_that_is_not_a_count_is_refused(outputs, prefetch) -> None:
+    """`prefetch=-1` was taken (as no read-ahead), as it was by `TokenReader`."""
+    with pytest.raises(ValueError, match="`prefetch` must be a non-negative integer"):
+        MixedReader({"code": reader(outputs, "code")}, [point(0, code=1.0)], prefetch=prefetch)
+
+
 # ---- layouts and JAX -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("layout", ["maxtext", "hf"])

@@ -12,7 +12,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["JaxBatches", "check_state", "is_count", "resolve_processes"]
+__all__ = ["JaxBatches", "check_prefetch", "check_state", "is_count", "resolve_processes"]
 
 
 def resolve_processes(process_index: Optional[int], process_count: Optional[int],
@@ -47,6 +47,12 @@ def resolve_processes(process_index: Optional[int], process_count: Optional[int]
 def is_count(value: Any, least: int = 0) -> bool:
     """An integer (numpy's too; not a bool) of at least `least`."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= least
+
+
+def check_prefetch(prefetch: Any) -> None:
+    """Refuses a read-ahead depth that is not a non-negative integer (every reader that reads ahead)."""
+    if not is_count(prefetch):
+        raise ValueError(f"`prefetch` must be a non-negative integer (0: no read-ahead), got {prefetch!r}.")
 
 
 def check_state(state: Any, expected: dict[str, Any], same: Sequence[str], what: str,

@@ -36,7 +36,7 @@ from easydata.config import WeightSchedulePoint
 from easydata.reader.layouts import apply_layout
 from easydata.reader.permutation import derive_key, permute
 from easydata.reader.schedule import WeightSchedule, allocate
-from easydata.reader.batches import JaxBatches, check_state
+from easydata.reader.batches import JaxBatches, check_prefetch, check_state
 from easydata.reader.token_reader import EpochRows, TokenReader
 
 __all__ = ["MixedReader"]
@@ -80,6 +80,7 @@ class MixedReader(JaxBatches):
                  seed: int = 0, prefetch: int = 1):
         if not readers:
             raise ValueError("MixedReader needs at least one source, got no readers.")
+        check_prefetch(prefetch)
         for name, reader in readers.items():
             if not isinstance(name, str) or not isinstance(reader, TokenReader):
                 raise ValueError(f"`readers` must map names (str) to TokenReaders, got {name!r}:"

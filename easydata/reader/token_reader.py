@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 
 from easydata.reader._window import RowSpec, Window
-from easydata.reader.batches import JaxBatches, check_state, is_count, resolve_processes
+from easydata.reader.batches import JaxBatches, check_prefetch, check_state, is_count, resolve_processes
 from easydata.reader.blocks import COMMIT_WAIT_SECONDS, BlockIndex
 from easydata.reader.layouts import apply_layout, check_layout
 from easydata.reader.order import EpochOrder, process_positions, steps_per_epoch
@@ -73,8 +73,7 @@ class TokenReader(JaxBatches):
         process_index, process_count = resolve_processes(process_index, process_count, batch_size)
         if num_epochs is not None and not is_count(num_epochs, least=1):
             raise ValueError(f"`num_epochs` must be a positive integer or None (forever), got {num_epochs!r}.")
-        if not is_count(prefetch):
-            raise ValueError(f"`prefetch` must be a non-negative integer (0: no read-ahead), got {prefetch!r}.")
+        check_prefetch(prefetch)
         check_layout(layout, dtype)
         self.dtype = str(dtype)
         self.index = BlockIndex.from_output(path, name, commit_wait)
