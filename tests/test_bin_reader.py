@@ -113,6 +113,19 @@ def test_window_reader_layouts_and_errors(bin_output):
         reader.load_state_dict({**reader.state_dict(), "seed": 9})
 
 
+@pytest.mark.parametrize("options, message", [
+    (dict(num_steps=-1), "`num_steps` must be a positive integer or None"),   # read nothing, silently
+    (dict(num_steps=0), "`num_steps` must be a positive integer or None"),
+    (dict(num_steps=1.5), "`num_steps` must be a positive integer or None"),  # read two steps
+    (dict(seq_length=2.5), "`seq_length` must be a positive integer, got 2.5"),  # a TypeError from numpy
+    (dict(seq_length=True), "`seq_length` must be a positive integer, got True"),  # windows of 1 token
+])
+def test_window_reader_settings_it_would_misread_are_refused(bin_output, options, message):
+    out, _ = bin_output
+    with pytest.raises(ValueError, match=message):
+        WindowReader(str(out), **{"batch_size": 2, "seq_length": L, **options})
+
+
 @pytest.mark.parametrize("damage", ["bin", "idx", "idx-foreign"])
 def test_a_damaged_shard_is_named(bin_output, tmp_path, damage):
     """A truncated `.idx` raised numpy's "buffer size must be a multiple of element size", naming no file."""

@@ -29,7 +29,7 @@ from easydata.io.filesystems import local_path, get_fs
 from easydata.io.token_arrays import token_list_array
 from easydata.reader.blocks import FORMAT_INDEXES, BlockIndex
 from easydata.reader.layouts import check_layout
-from easydata.reader.batches import JaxBatches, check_state, resolve_processes
+from easydata.reader.batches import JaxBatches, check_state, is_count, resolve_processes
 from easydata.io.token_files import bin_token_dtype, companion_path, read_bin_index
 
 __all__ = ["BinShard", "BinBlockIndex", "WindowReader", "WINDOW_LAYOUTS"]
@@ -164,8 +164,10 @@ class WindowReader(JaxBatches):
                  num_steps: Optional[int] = None, process_index: Optional[int] = None,
                  process_count: Optional[int] = None, layout: str = "raw", dtype: str = "int32"):
         process_index, process_count = resolve_processes(process_index, process_count, batch_size)
-        if seq_length <= 0:
-            raise ValueError(f"`seq_length` must be positive, got {seq_length}.")
+        if not is_count(seq_length, least=1):
+            raise ValueError(f"`seq_length` must be a positive integer, got {seq_length!r}.")
+        if num_steps is not None and not is_count(num_steps, least=1):
+            raise ValueError(f"`num_steps` must be a positive integer or None (forever), got {num_steps!r}.")
         check_layout(layout, dtype)
         self.dtype = str(dtype)
         index = BinBlockIndex.from_output(path, name)
