@@ -182,6 +182,7 @@ def test_batch_must_divide_over_processes(packed_output):
     (dict(batch_size=True), "`batch_size` must be a positive integer, got True"),  # read as 1
     (dict(process_index=1.0, process_count=2), r"`process_index` must be in \[0, 2\)"),
     (dict(seq_length=4096), "holds packed rows of 32 tokens; seq_length=4096 applies to unpacked outputs only"),
+    (dict(seq_length=2.5), "`seq_length` must be a positive integer, got 2.5"),  # unpacked rows were cut to 2
 ])
 def test_settings_it_would_misread_are_refused(packed_output, options, message):
     """Each of these was taken: a negative or fractional epoch count, a fractional or boolean batch, and a

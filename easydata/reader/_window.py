@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from easydata.ops.pack_stage import PACKED_COLUMNS
 from easydata.reader.blocks import BlockIndex
+from easydata.reader.batches import is_count
 from easydata.run.manifest import packed_seq_length
 
 __all__ = ["RowSpec", "Window", "pad_rows"]
@@ -68,6 +69,8 @@ class RowSpec:
         schema = manifest.get("schema") or {}
         packed = bool(schema.get("packed"))
         length = packed_seq_length(index.output_dir, schema) if packed else seq_length
+        if seq_length is not None and not is_count(seq_length, least=1):
+            raise ValueError(f"`seq_length` must be a positive integer, got {seq_length!r}.")
         if packed and seq_length is not None and seq_length != length:
             raise ValueError(f"'{index.output_dir}' holds packed rows of {length} tokens; seq_length={seq_length} applies"
                              " to unpacked outputs only (pass none, or write the output with that pack.seq_length).")
