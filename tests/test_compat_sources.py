@@ -59,3 +59,29 @@ def test_huggingface_sharded_source_reads_a_local_directory_as_datasets_does(tmp
         assert rows == expected and len(rows) == n
     with pytest.raises(InputError, match="has no data files for split 'validation'"):
         HuggingFaceShardedSource(str(root), split="validation").shard_names
+
+
+@pytest.mark.parametrize("row", [-1, 2.5, "1", True])
+def test_a_start_row_that_is_not_a_row_is_refused(tmp_path: Path, row) -> None:
+    """`open_shard_at_row(name, -1)` read the shard from its first row, 2.5 from row 2, without a word."""
+    import numpy as np
+
+    from easydata import JsonShardedSource
+
+    out = tmp_path / "out"
+    write_synthetic_output(str(out), {"web": [_rows(4, 0)]}, SCHEMA)
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"text": "t{i}"}}\n' for i in range(4)))
+    for source in (ParquetShardedSource(str(out)), JsonShardedSource(str(tmp_path / "a.jsonl"))):
+        name = source.shard_names[0]
+        with pytest.raises(ValueError, match="`row` must be a non-negative integer"):
+            list(source.open_shard_at_row(name, row))
+        assert len(list(source.open_shard_at_row(name, np.int64(3)))) == 1
+
+
+@pytest.mark.parametrize("batch_size", [2.5, True, 0])
+def test_a_loader_batch_that_is_not_a_count_is_refused(tmp_path: Path, batch_size) -> None:
+    """`AsyncDataLoader(source, batch_size=2.5)` gave one batch of every row."""
+    out = tmp_path / "out"
+    write_synthetic_output(str(out), {"web": [_rows(4, 0)]}, SCHEMA)
+    with pytest.raises(ValueError, match="`batch_size` must be a positive integer"):
+        AsyncDataLoader(ParquetShardedSource(str(out)), batch_size=batch_size)

@@ -12,13 +12,30 @@ Nothing here imports Apache Beam, JAX or `datasets`.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-__all__ = ["ShardInfo", "ShardedDataSource", "BaseStage", "PipelineContext", "DerivedShardedSource", "TransformedShardedSource",
+__all__ = ["ShardInfo", "ShardedDataSource", "start_row", "BaseStage", "PipelineContext", "DerivedShardedSource", "TransformedShardedSource",
            "MapTransform", "FilterTransform", "RenameFields", "SelectFields", "DropFields"]
 
 Example = dict[str, Any]
+
+
+def start_row(row: Any) -> int:
+    """`row` for `open_shard_at_row`: a non-negative integer (a negative or fractional row started the shard
+    from its first row, or a row after it, without a word).
+
+    Raises:
+      ValueError: anything else.
+    """
+    try:
+        index = operator.index(row)  # ints and numpy's integers; not floats or strings
+    except TypeError:
+        index = -1
+    if isinstance(row, bool) or index < 0:
+        raise ValueError(f"`row` must be a non-negative integer, got {row!r}.")
+    return index
 
 
 @dataclasses.dataclass
@@ -54,7 +71,7 @@ class ShardedDataSource(ABC):
         """The rows of one shard from `row` on (resume). The default skips rows one by one; file
         sources skip whole record batches instead."""
         rows = self.open_shard(shard_name)
-        for _ in range(row):
+        for _ in range(start_row(row)):
             if next(rows, None) is None:
                 break
         return rows

@@ -15,6 +15,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import numpy as np
 
+from easydata.reader.batches import is_count
+
 __all__ = ["AsyncDataLoader", "collate_rows"]
 
 
@@ -35,8 +37,8 @@ class AsyncDataLoader:
     def __init__(self, source: Iterable[dict[str, Any]], batch_size: int = 8, prefetch_enabled: bool = True,
                  prefetch_workers: int = 2, prefetch_buffer_size: int = 4, shuffle_buffer_size: Optional[int] = None,
                  seed: Optional[int] = None, drop_last: bool = False, collate_fn: Any = None, **_: Any):
-        if batch_size <= 0:
-            raise ValueError(f"`batch_size` must be positive, got {batch_size}.")
+        if not is_count(batch_size, least=1):
+            raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
         self.source, self.batch_size = source, batch_size
         self.prefetch_enabled, self.prefetch_workers = prefetch_enabled, prefetch_workers
         self.prefetch_buffer_size = max(prefetch_buffer_size, 1)

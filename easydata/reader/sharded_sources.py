@@ -13,7 +13,7 @@ import json
 from typing import Any, Iterator, Optional, Sequence
 
 from easydata.errors import InputError
-from easydata.core.protocols import ShardedDataSource, ShardInfo
+from easydata.core.protocols import ShardedDataSource, ShardInfo, start_row
 from easydata.io.field_values import python_rows
 from easydata.io.filesystems import expand_data_files, file_size, get_fs, join, open_file, strip_compression
 from easydata.io.formats import iter_shard_batches
@@ -75,7 +75,7 @@ class FileShardedSource(ShardedDataSource):
 
     def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[dict[str, Any]]:
         self._check(shard_name)
-        return self._rows_from(shard_name, row)
+        return self._rows_from(shard_name, start_row(row))
 
     def _rows_from(self, path: str, row: int) -> Iterator[dict[str, Any]]:
         rows = self._read(path)
@@ -279,7 +279,7 @@ class HFDatasetShardedSource(ShardedDataSource):
         return iter(self._part(shard_name))
 
     def open_shard_at_row(self, shard_name: str, row: int) -> Iterator[dict[str, Any]]:
-        part = self._part(shard_name)
+        part, row = self._part(shard_name), start_row(row)
         if hasattr(part, "skip"):
             return iter(part.skip(row))
         return iter(part.select(range(row, len(part))))
