@@ -185,15 +185,16 @@ class EnvironmentFailure(EasyDataError):
     kept for `--resume`. Made from the `OSError` by `EnvironmentFailure.of`."""
 
     @classmethod
-    def of(cls, error: BaseException) -> Optional["EnvironmentFailure"]:
-        """The failure `error` is (or was caused by), as `what happened (the system's words) at 'path'`;
-        None when it is no environment failure. Decided by `errno`, never by text."""
+    def of(cls, error: BaseException, path: Optional[str] = None) -> Optional["EnvironmentFailure"]:
+        """The failure `error` is (or was caused by), as `what happened (the system's words) at 'path'` (the
+        error's own file name, else `path`: pyarrow's errors name none); None when it is no environment
+        failure. Decided by `errno`, never by text."""
         for link in _chain(error):
             if isinstance(link, EnvironmentFailure):
                 return link
             if isinstance(link, OSError) and link.errno in _ENVIRONMENT_ERRNOS:
                 words = os.strerror(link.errno)  # the system's words (a library's strerror may wrap them)
-                where = f" at '{link.filename}'" if link.filename else ""
+                where = f" at '{link.filename or path}'" if link.filename or path else ""
                 return cls(f"{_ENVIRONMENT_ERRNOS[link.errno]} ({words}){where}")
         return None
 

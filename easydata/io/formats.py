@@ -431,9 +431,9 @@ def shard_errors(path: str) -> Iterator[None]:
         raise
     except Exception as e:  # pyarrow's ArrowInvalid / OSError, EOFError
         error = e
-    failure = EnvironmentFailure.of(error)
+    failure = EnvironmentFailure.of(error, path)
     if failure is not None:  # the machine refused (too many open files, permissions): not the shard's fault
-        raise (failure if " at '" in failure.message else EnvironmentFailure(f"{failure.message} at '{path}'")) from None
+        raise failure from None
     first_line = str(error).splitlines()[0] if str(error) else ""
     raise ShardUnreadable(path, f"{type(error).__name__}: {first_line}"[:300]) from None
 
