@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import posixpath
 import sys
-from typing import Any, Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.errors import PROGRAMMING_ERRORS, InputError
@@ -54,15 +54,17 @@ def infer_type(path: str) -> str:
 METADATA_FILES = frozenset({"readme.md", "dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"})
 
 
-def dataset_files(dataset: DatasetConfig, listing: Any) -> list[str]:
-    """The listed files that are the dataset's inputs. A directory given as `data_files` often holds more
+def dataset_files(dataset: DatasetConfig, files: list[str], directories: dict[str, str],
+                  facts: dict[str, tuple[int, str]]) -> list[str]:
+    """Of the listed `files`, those that are the dataset's inputs (`directories`: the directory given as
+    `data_files` each file was found in, `list_data_files`'; `facts`: each file's size and version). A directory given as `data_files` often holds more
     than its data (a README.md, a LICENSE, the `dataset_info.json` and `state.json` of `save_to_disk`): of a
     directory's files, those named in `METADATA_FILES` are left out, and without a `type` so are those of any
     type other than the one most of the directory's bytes have (or of no known type). What is left out is
     said in one warning. Files named by a path or a glob are all inputs, as they were asked for."""
-    found = [f for f in listing.files if f in listing.directories]
+    found = [f for f in files if f in directories]
     if not found:
-        return listing.files
+        return files
     kinds = {}
     for f in found:
         if posixpath.basename(strip_compression(f)).lower() not in METADATA_FILES:
@@ -72,9 +74,9 @@ def dataset_files(dataset: DatasetConfig, listing: Any) -> list[str]:
                 pass
     by_type: dict[str, int] = {}
     for f, kind in kinds.items():
-        by_type[kind] = by_type.get(kind, 0) + (listing.facts.get(f) or file_facts(f))[0] + 1
+        by_type[kind] = by_type.get(kind, 0) + facts[f][0] + 1
     if not by_type:
-        raise InputError(f"dataset '{dataset.name}': data directory '{listing.directories[found[0]]}' holds no file"
+        raise InputError(f"dataset '{dataset.name}': data directory '{directories[found[0]]}' holds no file"
                          f" of a known input type; set the dataset's `type` ({', '.join(sorted(set(_EXTENSION_TYPES.values())))})")
     wanted = max(sorted(by_type), key=by_type.__getitem__)
     left_out = [f for f in found if kinds.get(f) != wanted]
@@ -82,7 +84,7 @@ def dataset_files(dataset: DatasetConfig, listing: Any) -> list[str]:
         shown = ", ".join(posixpath.basename(f) for f in left_out[:5]) + (", ..." if len(left_out) > 5 else "")
         print(f"easydata: warning: dataset '{dataset.name}': {len(left_out)} file(s) in its data directory are not"
               f" {wanted} input (metadata or another type) and are not read: {shown}", file=sys.stderr)
-    return [f for f in listing.files if f not in listing.directories or kinds.get(f) == wanted]
+    return [f for f in files if f not in directories or kinds.get(f) == wanted]
 
 
 #: Splits planned per dataset unless the caller says how many (a run asks for as many as keep this
@@ -129,10 +131,11 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
     if dataset.type == "huggingface":  # a Hub dataset id: its split's files, from the HF cache
         from easydata.io.hub import resolve_hub_dataset
 
-        files, listed = resolve_hub_dataset(str(dataset.data_files), dataset.split or "train"), {}
+        files, listed, directories = resolve_hub_dataset(str(dataset.data_files), dataset.split or "train"), {}, {}
     else:
-        listing = list_data_files(dataset.data_file_list, exclude_dirs)
-        files, listed = dataset_files(dataset, listing), listing.facts
+        files, listed, directories = list_data_files(dataset.data_file_list, exclude_dirs)
+    facts = {path: listed.get(path) or file_facts(path) for path in files}  # one look at each file
+    files = dataset_files(dataset, files, directories, facts)
     names = key_names(files)
     seen: dict[str, str] = {}
     for path, name in names.items():
@@ -140,9 +143,8 @@ def plan_input(dataset: DatasetConfig, target_bytes: Optional[int] = None,
             raise InputError(f"dataset '{dataset.name}': '{seen[name]}' and '{path}' have the same name"
                              f" '{name}' (the same file listed twice, or one path on two filesystems)")
         seen[name] = path
-    facts = {path: listed.get(path) or file_facts(path) for path in files}
-    sizes = {path: size for path, (size, _) in facts.items()}
-    versions = {path: version for path, (_, version) in facts.items()}
+    sizes = {path: facts[path][0] for path in files}
+    versions = {path: facts[path][1] for path in files}
     dataset_bytes = sum(sizes.values())
     if target_bytes is None:
         target_bytes = split_size(dataset_bytes, splits_wanted=splits_wanted)
