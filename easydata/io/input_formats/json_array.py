@@ -42,10 +42,6 @@ class _ArrayText:
         self.eof = not data
         return bool(data) or bool(self.text)
 
-    def advance(self, end: int) -> None:
-        """Moves past `text[pos:end]`."""
-        self.pos = end
-
     @property
     def bytes_passed(self) -> int:
         """The file's bytes before `pos`: those read, less the text not parsed yet and what the decoder holds."""
@@ -58,7 +54,7 @@ class _ArrayText:
             at = self.pos
             while at < len(self.text) and self.text[at] in _WHITESPACE:
                 at += 1
-            self.advance(at)
+            self.pos = at
             if at < len(self.text):
                 return self.text[at]
             if not self.more():
@@ -78,7 +74,7 @@ class _ArrayText:
                     continue
                 raise
             if end < len(self.text) or self.eof or not self.more(want):  # a number may go on in the next bytes
-                self.advance(end)
+                self.pos = end
                 return value
             want *= 2
 
@@ -102,11 +98,11 @@ def _read_array(f: IO[bytes], out: DocumentCollector, size: Optional[int]) -> It
     text, decoder, index, yielded = _ArrayText(f), json.JSONDecoder(), 0, 0
     try:
         if text.next_char() == "\ufeff":  # a UTF-8 byte-order mark, decoded
-            text.advance(text.pos + 1)
+            text.pos += 1
         text.next_char()
-        text.advance(text.pos + 1)  # the '[' (`read_json` saw it)
+        text.pos += 1  # the '[' (`read_json` saw it)
         if text.next_char() == "]":
-            text.advance(text.pos + 1)
+            text.pos += 1
         else:
             while True:
                 text.next_char()
@@ -114,7 +110,7 @@ def _read_array(f: IO[bytes], out: DocumentCollector, size: Optional[int]) -> It
                 index += 1
                 after = text.next_char()
                 if after in (",", "]"):
-                    text.advance(text.pos + 1)
+                    text.pos += 1
                 yield text.bytes_read - yielded  # progress: the bytes read (ahead) by now
                 yielded = text.bytes_read
                 if out.done:
