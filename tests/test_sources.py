@@ -328,6 +328,25 @@ def test_globs_lists_and_directories_are_sorted_and_deduplicated(tmp_path: Path)
     assert [k for k, _, _ in docs] == ["b.jsonl@0", f"b.jsonl@{b1_offset}", "a.jsonl@0"]
 
 
+@pytest.mark.parametrize("local", [True, False])
+def test_a_name_with_glob_characters_is_read_as_written(tmp_path: Path, memory_fs: fsspec.AbstractFileSystem,
+                                                       local: bool) -> None:
+    """`data[1].jsonl` names that file (its `[1]` read as a glob matched `data1.jsonl`, or nothing:
+    "matches no file"); a directory's glob escapes the characters, as `glob.escape` does."""
+    files = {"in/data[1].jsonl": "bracket", "in/data1.jsonl": "plain", "in/what?.jsonl": "question",
+             "in/whatx.jsonl": "other", "in/v[2]/a.jsonl": "inside"}
+    base = str(tmp_path) if local else "memory://t"
+    for name, text in files.items():
+        if local:
+            write_jsonl(tmp_path / name, [{"text": text}])
+        else:
+            memory_fs.pipe(f"/t/{name}", jsonl_bytes([{"text": text}]))
+    for pattern, expected in ((f"{base}/in/data[1].jsonl", ["bracket"]), (f"{base}/in/what?.jsonl", ["question"]),
+                              (f"{base}/in/v[2]", ["inside"]), (f"{base}/in/v[[]2]/*.jsonl", ["inside"]),
+                              (f"{base}/in/data[0-9].jsonl", ["plain"])):
+        docs, _ = read_all(DatasetConfig(name="d", data_files=pattern))
+        assert [t for _, t, _ in docs] == expected, pattern
+
 @pytest.mark.parametrize("pattern, message", [
     ("missing.jsonl", "data file '{base}/missing.jsonl' does not exist"),
     ("*.parquet", "data_files pattern '{base}/*.parquet' matches no file"),

@@ -92,7 +92,7 @@ def list_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -
 
             pattern = offline_hf_path(pattern)
         fs, path = get_fs(pattern)
-        if any(ch in path for ch in "*?["):
+        if any(ch in path for ch in "*?[") and not _names_itself(fs, path):
             try:
                 found = fs.glob(path, detail=True)  # each match's type from the listing, not a look each
                 matches = sorted(p for p, info in found.items() if info.get("type") != "directory")
@@ -128,6 +128,17 @@ def list_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -
     files = _drop_unreadable_links(_drop_excluded(files, list(exclude_dirs), patterns, facts), facts)
     return ListedFiles(files, {f: facts[f] for f in files if f in facts},
                        {f: directories[f] for f in files if f in directories})
+
+
+def _names_itself(fs: fsspec.AbstractFileSystem, path: str) -> bool:
+    """Whether a path with glob characters names an existing file or directory as written (`data[v2].jsonl`,
+    `what?.txt`): that one is read, as the user typed it, and never what the glob would match instead
+    (`[v2]` is a character class: it matches `datav.jsonl`, never itself). A glob over such a name escapes
+    the characters (`data[[]v2]/*.jsonl`), as Python's `glob.escape` does."""
+    try:
+        return bool(fs.exists(path))
+    except Exception:  # a store that refuses the name as a key: it is a pattern
+        return False
 
 
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
