@@ -73,6 +73,40 @@ def test_llama3_system_prompt_and_tool_calls(tokenizer):
     assert "Answer briefly." in text and "get_weather" in text.split("<|eot_id|>")[0]  # system + tool list
 
 
+def test_qwen3_tool_calls_are_trained(qwen3_tokenizer_dir):
+    """Qwen3's template is not prefix-stable (the last turn opens with an empty `<think>` block), so turns are
+    located in the text; a tool-call turn has no content to find, and was left untrained: a model fine-tuned
+    on agent data never learned to call a tool."""
+    tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)))
+    conversation = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "tool", "content": "{\"temp_c\": 3}"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "function": {"name": "get_wind", "arguments": "{\"city\": \"Oslo\"}"}}]},
+        {"role": "tool", "content": "{\"wind\": 5}"},
+        {"role": "assistant", "content": "It is 3 °C in Oslo, wind 5 m/s."},
+    ]
+    runs, text = masked_runs(tokenizer, tokenizer.info.chat_template, conversation)
+    assert [r.strip() for r in runs] == [
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>',
+        '<tool_call>\n{"name": "get_wind", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>',
+        "It is 3 °C in Oslo, wind 5 m/s.<|im_end|>"]
+    assert text.count("<think>") == 1  # only the last turn's: the template is not prefix-stable
+
+
+def test_tool_calls_a_template_does_not_write_are_refused(tokenizer):
+    template = ("{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.role == 'assistant' %}</s>{% endif %}"
+                "{% if loop.last %} [end]{% endif %}\n{% endfor %}")
+    conversation = [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": None,
+                     "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {}}}]},
+                    {"role": "tool", "content": "1"}, {"role": "assistant", "content": "ok"}]
+    with pytest.raises(ChatError, match="assistant message 1 \\(tool calls\\) does not appear"):
+        masked_runs(tokenizer, template, conversation)
+
+
 def test_mistral_template_with_the_real_tokenizer(mistral_tokenizer_dir):
     tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(mistral_tokenizer_dir)))
     runs, text = masked_runs(tokenizer, _template("mistral_inst"), CONVERSATION)

@@ -16,7 +16,8 @@ as variables) and returns the text with the spans of assistant responses:
 * templates for which that check fails: each message's content is located in the rendered text in
   conversation order (so a user quoting the assistant cannot be mistaken for it); an assistant span
   is its content plus, when the next non-blank text is a special token (`<|im_end|>`, `</s>`,
-  `<|eot_id|>`, ...), that end-of-turn token.
+  `<|eot_id|>`, ...), that end-of-turn token; an assistant message with tool calls is found by the tail of
+  what the template writes for it as the last turn (`ChatRenderer._written_turn`).
 
 Anything that does not fit (invalid roles, no assistant turn, a template error, an assistant message
 the template does not reproduce) raises `ChatError` with a reason for the dead-letter output: there is
@@ -341,7 +342,7 @@ class ChatRenderer:
         if self._uses_generation:
             return _strip_generation_marks(text)
         spans = self._prefix_spans(text, conversation)
-        return text, spans if spans is not None else self._locate(text, conversation.messages)
+        return text, spans if spans is not None else self._locate(text, conversation)
 
     def render_text(self, conversation: Conversation, *, generation_prompt: bool = False) -> str:
         """Only the rendered text (what `transformers`' `apply_chat_template(..., tokenize=False)` gives).
@@ -392,13 +393,21 @@ class ChatRenderer:
             spans.append((start, end))
         return spans
 
-    def _locate(self, text: str, messages: Sequence[dict[str, Any]]) -> list[tuple[int, int]]:
+    def _locate(self, text: str, conversation: Conversation) -> list[tuple[int, int]]:
         """Assistant spans by finding each message's content in conversation order. Other messages move
         the search on, but a template may also move them (Mistral v0.3 writes the system message into
         the last user turn, after every assistant turn): an assistant message not found after them is
-        looked for after the previous assistant span instead."""
+        looked for after the previous assistant span instead. An assistant message with tool calls is
+        found by what the template writes for it (`_written_turn`): its content alone would leave the
+        calls untrained, and a call with no content would not be found at all."""
+        messages = conversation.messages
         spans, cursor, floor = [], 0, 0
         for index, message in enumerate(messages):
+            if message["role"] == "assistant" and message.get("tool_calls"):
+                start, end = self._written_turn(text, conversation, index, cursor)
+                spans.append((start, end))
+                cursor = floor = end
+                continue
             content = message["content"]
             if not content.strip():
                 continue  # empty or blank: nothing to find (blank text is anywhere) and nothing to train
@@ -416,6 +425,35 @@ class ChatRenderer:
                 spans.append((start, end))
                 cursor = floor = end
         return spans
+
+    def _written_turn(self, text: str, conversation: Conversation, index: int, cursor: int) -> tuple[int, int]:
+        """The span of assistant message `index` in `text`, found from what the template writes for it when it
+        is the conversation's last turn (the conversation through it, less the conversation before it with the
+        generation prompt): the longest tail of that, from a line start, found after `cursor`. A template that
+        is not prefix-stable writes the last turn differently (Qwen3 opens it with an empty `<think>` block,
+        earlier turns without), but the calls and the end of the turn the same way.
+
+        Raises:
+          ChatError: when no tail holding more than the end-of-turn token is in the text.
+        """
+        messages = conversation.messages
+        try:
+            before = self._render(messages[:index], conversation.tools, True)
+            through = self._render(messages[:index + 1], conversation.tools, False)
+        except ChatError:
+            before = through = ""
+        written = through[len(before):].rstrip() if through.startswith(before) else ""
+        for at in [0, *(i + 1 for i, ch in enumerate(written) if ch == "\n")]:
+            tail = written[at:].lstrip()
+            core = tail
+            for token in self._end_tokens:
+                core = core.replace(token, "")
+            if not core.strip():
+                break  # only the end of the turn is left: it would be found anywhere
+            start = text.find(tail, cursor)
+            if start >= 0:
+                return start, start + len(tail)
+        raise ChatError(f"assistant message {index} (tool calls) does not appear in the rendered template")
 
     def _end_of_turn(self, text: str, end: int) -> int:
         probe = end
