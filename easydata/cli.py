@@ -215,14 +215,14 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         print(f"  {name}: {count(used, 'document')} ({info['documents_rejected']:,} rejected{unused}),"
               f" {count(info['tokens'], 'token')}, {count(len(info['shards']), 'shard')}")
         if info.get("truncated_documents"):  # tokenize.truncation: truncate
-            dropped = f", {info['truncated_tokens']:,} tokens dropped" if info.get("truncated_tokens") else ""
-            print(f"    truncated: {info['truncated_documents']:,} documents cut to tokenize.max_length{dropped} (their"
+            dropped = f", {count(info['truncated_tokens'], 'token')} dropped" if info.get("truncated_tokens") else ""
+            print(f"    truncated: {count(info['truncated_documents'], 'document')} cut to tokenize.max_length{dropped} (their"
                   " tails are not in the output; `truncation: window` keeps them as more rows)")
         if info.get("windowed_documents"):
-            print(f"    windows: {info['windowed_documents']:,} long documents cut into {info['extra_windows']:,} more"
+            print(f"    windows: {count(info['windowed_documents'], 'long document')} cut into {info['extra_windows']:,} more"
                   " rows (tokenize.truncation: window)")
         if "segments_per_row" in info:
-            print(f"    packed: {info['rows']:,} rows of {m['schema']['seq_length']}, {info['segments_per_row']:.2f}"
+            print(f"    packed: {count(info['rows'], 'row')} of {m['schema']['seq_length']}, {info['segments_per_row']:.2f}"
                   f" segments/row, {percent(info['padding_fraction'], 1, 2)} padding")
         asked = config.save.num_shards
         if asked is not None and len(info["shards"]) < asked:

@@ -203,6 +203,15 @@ def test_too_many_rejects_fail_the_run_in_one_line(job, tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_the_summary_counts_one_packed_row_in_the_singular(job, capsys):
+    """A run whose tokens fit one packed row said "packed: 1 rows of 100000"."""
+    assert main(["run", str(job), "--quiet", "--direct_num_workers=1", "--set", "pack.enabled=true",
+                 "--set", "pack.seq_length=100000", "--set", "save.num_shards=1"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "packed:" in line)
+    assert line.strip().startswith("packed: 1 row of 100000,"), line
+
+
+@pytest.mark.slow
 def test_tokenize_and_pack_with_real_tokenizer(tmp_path, mistral_tokenizer_dir):
     """`easydata tokenize --pack`: the multiset of real tokens equals the reference tokenization + EOS."""
     import collections
