@@ -320,6 +320,16 @@ def test_parse_size_rejects_non_positive_or_malformed(value: Any) -> None:
 # ---- overrides -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("text, value", [("1e-3", 0.001), ("5E5", 500000.0), ("-2.5e+2", -250.0), ("1_0e1", 100.0),
+                                         ("1.5", 1.5), ("12", 12), ("'1e-3'", "1e-3"), ("e5", "e5"), ("1e", "1e")])
+def test_numbers_with_an_exponent_are_numbers(tmp_path: Path, text: str, value: Any) -> None:
+    """PyYAML (YAML 1.1) read `1e-3` as a string: "mix.weights.a: expected float, got '1e-3'"."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"weight: {text}\n")
+    assert load_mapping(config) == {"weight": value}
+    assert apply_overrides({}, [f"weight={text}"]) == {"weight": value}
+
+
 def test_apply_overrides_parses_values_as_yaml_and_creates_nested_keys() -> None:
     data = {"seed": 1, "datasets": [{"name": "a"}, {"name": "b"}]}
     out = apply_overrides(data, [

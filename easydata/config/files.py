@@ -45,6 +45,9 @@ def parse_mapping_text(text: str, *, json_text: bool = False) -> Any:
                 seen[key] = key_node.start_mark
             return super().construct_mapping(node, deep=deep)
 
+    # YAML 1.1 (PyYAML) reads `1e-3` and `5e5` as strings: a float needs a dot there. YAML 1.2, JSON and
+    # every user read them as numbers ("mix.weights.a: expected float, got '1e-3'").
+    UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789"))
     loader = UniqueKeyLoader(text)
     try:
         node = loader.get_single_node()
@@ -58,6 +61,8 @@ def parse_mapping_text(text: str, *, json_text: bool = False) -> Any:
     finally:
         loader.dispose()
 
+
+_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 
 #: The most values (scalars, lists, mappings) a config may expand to once YAML aliases are followed, and
 #: the largest config file read: a few anchors can otherwise expand to billions of values (4 GB and growing).
