@@ -144,3 +144,25 @@ def test_each_split_is_packed_on_its_own(tmp_path, tokenizer_dir, corpus):
     train, validation = manifest["datasets"]["web/train"], manifest["datasets"]["web/validation"]
     assert train["documents_written"] + validation["documents_written"] == len(texts)
     assert manifest["schema"]["packed"] and train["segments"] >= train["documents_written"]
+
+
+@pytest.mark.slow
+def test_a_split_no_document_fell_into_fails_the_run(tmp_path, tokenizer_dir):
+    """Three documents and `validation_fraction: 0.01`: the validation split was committed empty, and the
+    run looked successful until a reader of `web/validation` found 0 rows."""
+    from easydata.errors import EasyDataError
+
+    path = write_jsonl(tmp_path / "few.jsonl", [{"text": f"document {i}"} for i in range(3)])
+    data = {"default_tokenizer": str(tokenizer_dir), "datasets": [{"name": "web", "data_files": str(path)}],
+            "save": {"output_dir": str(tmp_path / "out"), "validation_fraction": 0.01}}
+    expected = assign_splits(document_keys([f"few.jsonl@{o}" for o in (0, 23, 46)]), [0.99, 0.01], dataset="web",
+                             split_seed=0)
+    assert not expected.any()  # every document hashes into train
+    with pytest.raises(EasyDataError, match=r"^split 'web/validation' holds no document: the 3 documents of dataset"
+                                            r" 'web' went to its other splits \(save.validation_fraction 0.01\)"):
+        run_batch(PipelineConfig.from_dict(data), ["--direct_num_workers=1"], show_progress=False)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    data["allow_empty_datasets"] = True
+    manifest = run_batch(PipelineConfig.from_dict(data), ["--direct_num_workers=1"], show_progress=False).manifest
+    assert manifest["datasets"]["web/validation"]["documents_written"] == 0
+    assert manifest["datasets"]["web/train"]["documents_written"] == 3

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 from easydata.text.chat import template_hash
 from easydata.config import PipelineConfig
 from easydata.errors import EasyDataError, RunInconsistent
-from easydata.figures import percent
+from easydata.figures import count, percent
 from easydata.io.filesystems import open_file
 from easydata.io.formats import TOKEN_COLUMNS
 from easydata.run.checkpoint import recorded_input_versions
@@ -203,10 +203,31 @@ def _refuse_empty_datasets(plan: RunPlan, counters: dict[str, collections.Counte
         if not reasons:
             raise EasyDataError(f"dataset '{d.name}' wrote no documents: its input holds no records; set"
                                 " allow_empty_datasets: true to accept an empty dataset")
-        reason, count = reasons.most_common(1)[0]
+        reason, times = reasons.most_common(1)[0]
         raise EasyDataError(f"dataset '{d.name}' wrote no documents: all {c['documents_rejected']:,} records were"
-                            f" rejected, {count:,} of them for: {reason[:200]} (dead letters in"
+                            f" rejected, {times:,} of them for: {reason[:200]} (dead letters in"
                             f" {Staging(plan.staging).rejected(d.name)}; set allow_empty_datasets: true to accept)")
+
+
+def _refuse_empty_splits(config: PipelineConfig, datasets: dict[str, dict[str, Any]]) -> None:
+    """A split that no document fell into fails the run, as an empty dataset does: a `validation_fraction` of
+    0.01 over 50 documents leaves the validation split empty more often than not, and the run looked successful
+    until the training script found an output of 0 rows.
+
+    Raises:
+      EasyDataError: one line; nothing is committed.
+    """
+    for name, entry in datasets.items():
+        split = entry.get("split")
+        if split is None or entry["documents_written"]:
+            continue
+        dataset = split["dataset"]
+        kept = sum(e["documents_written"] for e in datasets.values() if e.get("split", {}).get("dataset") == dataset)
+        setting = (f"save.validation_fraction {config.save.validation_fraction}"
+                   if config.save.validation_fraction is not None else "save.splits")
+        raise EasyDataError(f"split '{name}' holds no document: the {count(kept, 'document')} of dataset '{dataset}'"
+                            f" went to its other splits ({setting}); give it a larger fraction or more data, or set"
+                            " allow_empty_datasets: true to accept an empty split")
 
 
 def engine_entry(choice: Optional[dict[str, Any]], counts: Optional[collections.Counter]) -> dict[str, Any]:
@@ -290,6 +311,7 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
                                 " set allow_empty_datasets: true to accept an empty output")
     if not config.allow_empty_datasets:
         _refuse_empty_datasets(plan, counters, rejected_files)
+        _refuse_empty_splits(config, datasets)
     total_in = sum(d["documents_in"] for d in datasets.values())
     total_rejected = sum(d["documents_rejected"] for d in datasets.values())
     limit = config.max_rejected_fraction
