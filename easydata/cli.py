@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("output_dir")
     st.add_argument("--quiet", action="store_true", help="no progress display")
     st.add_argument("--plot", metavar="FILE.png", help="also draw the length histogram and token shares (needs"
-                    " matplotlib: the `plot` extra)")
+                    " matplotlib: the `plot` extra); .png, .svg, .pdf, ... by the extension")
     st.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
     tt = sub.add_parser("train-tokenizer", help="train a byte-level BPE (or unigram) tokenizer on data files",
@@ -333,8 +333,10 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
 def _stats(args: argparse.Namespace) -> int:
     import json
 
-    from easydata.tools.stats import compute_stats, format_stats, plot_stats
+    from easydata.tools.stats import compute_stats, format_stats, plot_format, plot_stats
 
+    if args.plot:
+        plot_format(args.plot)  # matplotlib and the file's format, before a large output is read
     stats = compute_stats(args.output_dir, progress=not args.quiet)
     if args.plot:
         plot_stats(stats, args.plot)

@@ -131,6 +131,21 @@ def test_plot_without_matplotlib_is_one_clear_error(packed_output, tmp_path, mon
         plot_stats(compute_stats(str(packed_output)), str(tmp_path / "y.png"))
 
 
+def test_the_plot_is_written_in_the_format_its_extension_names(packed_output, tmp_path, monkeypatch, capsys):
+    """`--plot stats.svg` wrote PNG bytes into a file named `.svg`; `.txt` did too, after reading the output."""
+    for name, magic in (("s.svg", b"<?xml"), ("s.pdf", b"%PDF"), ("s.PNG", b"\x89PNG"), ("s", b"\x89PNG")):
+        assert main(["stats", str(packed_output), "--plot", str(tmp_path / name), "--quiet"]) == 0
+        assert (tmp_path / name).read_bytes().startswith(magic), name
+    capsys.readouterr()
+    read = []
+    monkeypatch.setattr("easydata.tools.stats.compute_stats", lambda *a, **k: read.append(a))
+    assert main(["stats", str(packed_output), "--plot", str(tmp_path / "s.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"easydata: error: --plot '{tmp_path / 's.txt'}': '.txt' is not an image format"
+                          " matplotlib writes (") and "svg" in err and len(err.splitlines()) == 1
+    assert read == [] and not (tmp_path / "s.txt").exists()  # refused before the output was read
+
+
 def test_a_plot_path_that_cannot_be_written_is_one_clear_error(packed_output, tmp_path, capsys):
     """A folder that does not exist ended in matplotlib's FileNotFoundError traceback."""
     target = tmp_path / "no" / "such" / "x.png"

@@ -19,6 +19,7 @@ Outputs named `<dataset>/<split>` are also summed per dataset and per split, and
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 import numpy as np
@@ -260,12 +261,11 @@ def length_bins(histograms: dict[str, np.ndarray]) -> tuple[np.ndarray, bool]:
     return np.unique(np.linspace(0, max(longest, 1), 61).astype(np.int64)), False
 
 
-def plot_stats(stats: dict[str, Any], path: str) -> str:
-    """Draws the length histogram (per output) and the outputs' token shares into a PNG file.
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the non-interactive backend.
 
     Raises:
       EasyDataError: matplotlib is not installed (`pip install "easydata-beam[plot]"`).
-      OutputError: the file cannot be written there.
     """
     try:
         import matplotlib
@@ -275,6 +275,39 @@ def plot_stats(stats: dict[str, Any], path: str) -> str:
     except ImportError:
         raise EasyDataError("--plot needs matplotlib: pip install \"easydata-beam[plot]\" (or pip install"
                             " matplotlib)") from None
+    return plt
+
+
+def plot_format(path: str) -> str:
+    """The image format `path`'s extension names (`png` without one), checked before any statistic is
+    computed: `p.svg` was a PNG file named `.svg`, and a missing matplotlib was found only once a large
+    output had been read.
+
+    Raises:
+      EasyDataError: matplotlib is not installed, or the extension is no format it writes.
+    """
+    plt = _pyplot()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if not suffix:
+        return "png"
+    supported = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if suffix not in supported:
+        raise EasyDataError(f"--plot '{path}': '.{suffix}' is not an image format matplotlib writes"
+                            f" ({', '.join(sorted(supported))})")
+    return suffix
+
+
+def plot_stats(stats: dict[str, Any], path: str) -> str:
+    """Draws the length histogram (per output) and the outputs' token shares into an image file, of the
+    format its extension names (`plot_format`).
+
+    Raises:
+      EasyDataError: matplotlib is not installed, or the extension is no image format.
+      OutputError: the file cannot be written there.
+    """
+    image_format = plot_format(path)
+    plt = _pyplot()
     histograms = stats["_histograms"]
     figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
     edges, logarithmic = length_bins(histograms)
@@ -302,7 +335,7 @@ def plot_stats(stats: dict[str, Any], path: str) -> str:
     right.invert_yaxis()
     figure.tight_layout()
     try:
-        figure.savefig(path, format="png", dpi=100)
+        figure.savefig(path, format=image_format, dpi=100)
     except OSError as e:  # a folder that does not exist, no permission: the user's path, one line
         raise OutputError(f"cannot write the plot to '{path}': {e.strerror or e}") from None
     finally:
