@@ -17,6 +17,7 @@ from easydata import (AsyncDataLoader, ChatTemplateTransform, CsvShardedSource, 
                       JsonShardedSource, MixedShardedSource, ParquetShardedSource, TextShardedSource,
                       TokenizedShardedSource, TransformedShardedSource, WeightSchedulePoint, WeightScheduler,
                       block_mixture_interleave)
+from easydata.reader.async_loader import collate_rows
 from easydata.text.tokenizer import load_tokenizer
 from tests.conftest import make_texts, write_jsonl
 
@@ -122,3 +123,12 @@ def test_async_loader_pads_shuffles_and_drops(tmp_path: Path) -> None:
     again = [n for b in AsyncDataLoader(rows, batch_size=5, shuffle_buffer_size=4, seed=1) for n in b["name"]]
     assert shuffled == again and sorted(shuffled) == sorted(r["name"] for r in rows) and shuffled != [r["name"] for r in rows]
     assert np.asarray(next(iter(AsyncDataLoader(rows, prefetch_enabled=False)))["input_ids"]).shape == (8, 8)
+
+
+def test_collate_keeps_a_key_only_later_rows_have() -> None:
+    """`collate_rows` took its keys from the first row: a mix of sources, one with a `loss_mask`, lost it
+    whenever a batch began with a row of the other."""
+    batch = collate_rows([{"input_ids": [1, 2]}, {"input_ids": [3], "loss_mask": [0], "score": 0.5}])
+    assert batch["input_ids"].tolist() == [[1, 2], [3, 0]]
+    assert batch["loss_mask"] == [None, [0]] and batch["score"] == [None, 0.5]
+    assert list(batch) == ["input_ids", "loss_mask", "score"]

@@ -97,9 +97,11 @@ def _pad(values: list[Any], fill: int) -> Optional[np.ndarray]:
 
 
 def collate_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rows -> a batch: numbers as arrays, token lists as right-padded `(rows, longest)` arrays."""
+    """Rows -> a batch: numbers as arrays, token lists as right-padded `(rows, longest)` arrays. Every key of
+    any row is in the batch (the first row's alone were: a field only later rows have was dropped); a row
+    without it gives None there, so the key is a list."""
     out: dict[str, Any] = {}
-    for key in rows[0]:
+    for key in dict.fromkeys(key for row in rows for key in row):
         values = [r.get(key) for r in rows]
         padded = _pad(values, 0)
         if padded is not None:
