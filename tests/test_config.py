@@ -208,6 +208,27 @@ def test_mix_problems_name_the_dataset(mix: dict[str, Any], problems: list[str])
     assert _problems({**_valid(), "mix": mix}) == problems
 
 
+@pytest.mark.parametrize("key", ["schedule", "mix.weight_schedule"])
+@pytest.mark.parametrize("points, problem", [
+    ([{"step": 0, "weights": {"code": 1, "math": 1}}], "schedule step 0 names 'math', which is not a source"),
+    ([{"step": -5, "weights": {"code": 1}}], "a schedule point's `step` must be an int >= 0, got -5"),
+    ([{"step": 0, "weights": {"code": 0, "web": 0}}], "schedule step 0: the weights are all 0"),
+    ([{"step": 0, "weights": {"code": 1, "web": -1}}], "schedule step 0: weight of 'web' must be finite and >= 0"),
+    ([{"step": 3, "weights": {"code": 1}}, {"step": 3, "weights": {"web": 1}}], "schedule steps must be unique"),
+])
+def test_a_schedule_the_reader_refuses_is_refused_by_the_config(key: str, points: list, problem: str) -> None:
+    """The top-level `schedule` was not checked at all (an unknown dataset, a negative step, an all-zero point
+    ran the whole job, then `Pipeline(...).load()` failed); `mix.weight_schedule` checked names and order only."""
+    data = {**_valid(), "schedule": points} if key == "schedule" else {**_valid(), "mix": {"weight_schedule": points}}
+    found = _problems(data)
+    assert len(found) == 1 and found[0].startswith(f"{key}: {problem}"), found
+
+
+def test_schedule_points_may_come_in_any_order() -> None:
+    points = [{"step": 10, "weights": {"web": 1}}, {"step": 0, "weights": {"code": 1, "web": 1}}]
+    assert PipelineConfig.from_dict({**_valid(), "schedule": points}).schedule[0].step == 10
+
+
 def test_mix_weights_need_not_sum_to_one() -> None:
     cfg = PipelineConfig.from_dict({**_valid(), "mix": {"weights": {"code": 7, "web": 3}, "stop_strategy": "restart"}})
     assert cfg.mix.weights == {"code": 7.0, "web": 3.0}

@@ -293,14 +293,7 @@ class MixStageConfig:
 
     def problems(self, dataset_names: list[str]) -> list[str]:
         """What is wrong with these settings for a run over `dataset_names`."""
-        found = []
-        for i, point in enumerate(self.weight_schedule):
-            for name in point.weights:
-                if name not in dataset_names:
-                    found.append(f"mix.weight_schedule[{i}]: '{name}' is not a dataset (datasets:"
-                                 f" {', '.join(dataset_names)})")
-        if [p.step for p in self.weight_schedule] != sorted({p.step for p in self.weight_schedule}):
-            found.append("mix.weight_schedule: steps must be strictly increasing")
+        found = []  # a weight schedule: `easydata.config.schedule`, as the top-level `schedule`
         if self.block_size <= 0:
             found.append(f"mix.block_size must be positive, got {self.block_size}")
         if not self.static:

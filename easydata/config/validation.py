@@ -9,6 +9,7 @@ from typing import Any
 from easydata.config.models import (MAX_BATCH_SIZE, MAX_NAME_LENGTH, MAX_POOL_SIZE, MAX_ROW_GROUP_SIZE, MAX_SEQ_LENGTH,
                                     MAX_SHARDS, RESERVED_NAMES, TOKEN_FILE_FORMATS, DatasetConfig,
                                     TokenizerConfig, FORMAT_COMPRESSIONS, safe_name)
+from easydata.config.schedule import schedule_problems
 
 __all__ = ["problems", "warnings"]
 
@@ -108,6 +109,10 @@ def problems(config: Any) -> list[str]:
         problems.append(f"load.prefetch_buffer_size must be >= 0, got {load.prefetch_buffer_size}")
     if config.mix is not None:
         problems.extend(config.mix.problems(names))
+        if config.mix.weight_schedule:
+            problems.extend(schedule_problems("mix.weight_schedule", config.mix.weight_schedule, names))
+    if config.schedule:
+        problems.extend(schedule_problems("schedule", config.schedule, names))
     stream = config.streaming
     if stream.window_seconds <= 0:
         problems.append(f"streaming.window_seconds must be positive, got {stream.window_seconds}")

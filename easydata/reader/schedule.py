@@ -28,6 +28,7 @@ import math
 from typing import Any, Mapping, Sequence, Union
 
 from easydata.config import WeightSchedulePoint
+from easydata.config.schedule import parse_schedule
 
 __all__ = ["INTERPOLATIONS", "WeightSchedule", "allocate"]
 
@@ -56,15 +57,9 @@ class WeightSchedule:
         self.names = tuple(names)
         if not self.names or len(set(self.names)) != len(self.names):
             raise ValueError(f"`names` must be distinct and non-empty, got {list(self.names)}.")
-        if not points:
-            raise ValueError("the schedule needs at least one WeightSchedulePoint, got none.")
-        parsed = sorted((_parse_point(p, self.names) for p in points), key=lambda p: p[0])
-        steps = [step for step, _ in parsed]
-        duplicates = sorted({s for s in steps if steps.count(s) > 1})
-        if duplicates:
-            raise ValueError(f"schedule steps must be unique, got step {duplicates[0]} more than once.")
+        parsed = parse_schedule(points, self.names)
         self.interpolation = interpolation
-        self.steps: tuple[int, ...] = tuple(steps)
+        self.steps: tuple[int, ...] = tuple(step for step, _ in parsed)
         self.weights: tuple[tuple[float, ...], ...] = tuple(w for _, w in parsed)
 
     def vector_at(self, step: int) -> tuple[float, ...]:
@@ -89,37 +84,6 @@ class WeightSchedule:
 
     def __repr__(self) -> str:
         return f"WeightSchedule({self.to_json()!r}, interpolation={self.interpolation!r})"
-
-
-def _parse_point(point: Union[WeightSchedulePoint, Mapping[str, Any]],
-                 names: tuple[str, ...]) -> tuple[int, tuple[float, ...]]:
-    """`(step, normalised weights in `names` order)` of one point, validated."""
-    if isinstance(point, Mapping):
-        step, weights = point.get("step"), point.get("weights")
-    else:
-        step, weights = getattr(point, "step", None), getattr(point, "weights", None)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"a schedule point's `step` must be an int >= 0, got {step!r}.")
-    if not isinstance(weights, Mapping):
-        raise ValueError(f"the weights of schedule step {step} must be a dict name -> weight, got {weights!r}.")
-    unknown = sorted(set(weights) - set(names))
-    if unknown:
-        raise ValueError(f"schedule step {step} names {unknown[0]!r}, which is not a source; the sources are"
-                         f" {sorted(names)}.")
-    values = []
-    for name in names:
-        value = weights.get(name, 0.0)
-        try:
-            value = float(value)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"schedule step {step}: weight of {name!r} must be a number, got {value!r}.") from e
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"schedule step {step}: weight of {name!r} must be finite and >= 0, got {value!r}.")
-        values.append(value)
-    total = sum(values)
-    if total <= 0:
-        raise ValueError(f"schedule step {step}: the weights are all 0; give at least one source a positive weight.")
-    return step, tuple(v / total for v in values)
 
 
 def allocate(weights: Sequence[float], expected: Sequence[float], consumed: Sequence[int],
