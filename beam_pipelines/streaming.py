@@ -96,7 +96,8 @@ def _check(config: PipelineConfig) -> None:
         if ds.pubsub_subscription and not _SUBSCRIPTION.fullmatch(ds.pubsub_subscription):
             problems.append(f"dataset '{ds.name}': pubsub_subscription '{ds.pubsub_subscription}' is not"
                             " projects/PROJECT/subscriptions/NAME (a project id is 6-30 lowercase letters, digits"
-                            " or hyphens, starting with a letter)")
+                            " or hyphens, starting with a letter; a name 3-255 letters, digits or -_.~+%, starting"
+                            " with a letter)")
     if config.static_mix is not None:
         problems.append("mixing is not available in the streaming pipeline; mix the outputs with the reader's"
                         " MixedReader")

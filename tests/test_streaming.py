@@ -251,3 +251,16 @@ def test_a_backlog_read_at_once_is_windowed_by_publish_time(tokenizer_dir, tmp_p
         "live/w19700101T000000Z-p000", "live/w19700101T000100Z-p000", "live/w19700101T000200Z-p000",
         "live/w19700101T000300Z-p000"]
     assert manifest["documents_written"] == 30
+
+
+def test_a_subscription_the_check_refuses_names_the_rule_it_broke(tmp_path):
+    """`projects/my-project/subscriptions/s` was refused with the project id's rule only: the name (3-255
+    characters) is what is wrong."""
+    from beam_pipelines.streaming import build_streaming_job
+    from easydata.errors import ConfigError
+
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": "tokenizer", "save": {"output_dir": str(tmp_path / "out")},
+        "datasets": [{"name": "live", "pubsub_subscription": "projects/my-project/subscriptions/s"}]})
+    with pytest.raises(ConfigError, match="a name 3-255 letters, digits or -_.~\\+%, starting with a letter"):
+        build_streaming_job(config)
