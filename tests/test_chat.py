@@ -96,6 +96,24 @@ def test_qwen3_tool_calls_are_trained(qwen3_tokenizer_dir):
     assert text.count("<think>") == 1  # only the last turn's: the template is not prefix-stable
 
 
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning", "thinking"])
+def test_qwen3_reasoning_is_trained_where_the_template_writes_it(qwen3_tokenizer_dir, field):
+    """An assistant's `reasoning_content` is rendered in a `<think>` block before its content, and was cut from
+    the loss (taken for a role header): reasoning data trained the answers only. Qwen3 writes the reasoning of
+    turns after the last user message only; the reasoning it leaves out is in no row."""
+    tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)))
+    template = tokenizer.info.chat_template.replace("reasoning_content", field) if field != "reasoning_content" \
+        else tokenizer.info.chat_template
+    single = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4", field: "Two and two."}]
+    runs, _ = masked_runs(tokenizer, template, single)
+    assert [r.strip() for r in runs] == ["<think>\nTwo and two.\n</think>\n\n4<|im_end|>"]
+    multi = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4", field: "Two and two."},
+             {"role": "user", "content": "3+3?"}, {"role": "assistant", "content": "6", field: "Three twice."}]
+    runs, text = masked_runs(tokenizer, template, multi)
+    assert [r.strip() for r in runs] == ["4<|im_end|>", "<think>\nThree twice.\n</think>\n\n6<|im_end|>"]
+    assert "Two and two." not in text  # the template leaves an earlier turn's reasoning out
+
+
 def test_tool_calls_a_template_does_not_write_are_refused(tokenizer):
     template = ("{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.role == 'assistant' %}</s>{% endif %}"
                 "{% if loop.last %} [end]{% endif %}\n{% endfor %}")

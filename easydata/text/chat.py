@@ -382,9 +382,11 @@ class ChatRenderer:
             start, end = len(before), len(through.rstrip())
             content = message["content"].strip()
             at = text.find(content, start, end) if content else -1
-            if at >= 0 and text[start:at].strip():
+            reasoning = _reasoning(message)
+            if at >= 0 and text[start:at].strip() and not (reasoning and reasoning in text[start:at]):
                 # Non-blank text before the content: a role header the template wrote because it
                 # ignores `add_generation_prompt`. Scaffolding is never trained, so start at the content.
+                # The message's reasoning written before it (Qwen3's `<think>` block) is the model's own.
                 start = at
             if end <= start:
                 if not content:
@@ -397,17 +399,23 @@ class ChatRenderer:
         """Assistant spans by finding each message's content in conversation order. Other messages move
         the search on, but a template may also move them (Mistral v0.3 writes the system message into
         the last user turn, after every assistant turn): an assistant message not found after them is
-        looked for after the previous assistant span instead. An assistant message with tool calls is
-        found by what the template writes for it (`_written_turn`): its content alone would leave the
-        calls untrained, and a call with no content would not be found at all."""
+        looked for after the previous assistant span instead. An assistant message with tool calls or
+        reasoning (`REASONING_FIELDS`) is found by what the template writes for it (`_written_turn`): its
+        content alone would leave the calls or the reasoning untrained, and a call with no content would
+        not be found at all."""
         messages = conversation.messages
         spans, cursor, floor = [], 0, 0
         for index, message in enumerate(messages):
-            if message["role"] == "assistant" and message.get("tool_calls"):
-                start, end = self._written_turn(text, conversation, index, cursor)
-                spans.append((start, end))
-                cursor = floor = end
-                continue
+            if message["role"] == "assistant" and (message.get("tool_calls") or _reasoning(message)):
+                try:
+                    start, end = self._written_turn(text, conversation, index, cursor)
+                except ChatError:
+                    if message.get("tool_calls"):
+                        raise
+                else:
+                    spans.append((start, end))
+                    cursor = floor = end
+                    continue
             content = message["content"]
             if not content.strip():
                 continue  # empty or blank: nothing to find (blank text is anywhere) and nothing to train
@@ -463,6 +471,20 @@ class ChatRenderer:
             if text.startswith(token, probe):
                 return probe + len(token)
         return end
+
+
+#: Message fields chat templates write an assistant's reasoning from (Qwen3 and DeepSeek-R1's
+#: `reasoning_content`, gpt-oss's `thinking`, `reasoning`): model output, trained like the content.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+
+
+def _reasoning(message: dict[str, Any]) -> str:
+    """The message's reasoning text, stripped ("" when it has none)."""
+    for field in REASONING_FIELDS:
+        value = message.get(field)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
 
 
 def _find(text: str, content: str, cursor: int) -> tuple[int, str]:
