@@ -137,6 +137,28 @@ def test_prompt_completion_pairs(tokenizer):
     assert [r.strip() for r in runs] == ["4<|im_end|>"]
 
 
+@pytest.mark.parametrize("name", ["chatml", "chatml_generation", "llama3_tools"])
+def test_conversational_prompt_completion(tokenizer, name):
+    """TRL's conversational prompt-completion (two lists of messages) was a "missing content field" dead letter.
+    The completion's assistant turns are trained; a few-shot assistant turn in the prompt is context."""
+    record = {"prompt": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "1+1?"},
+                         {"role": "assistant", "content": "Two."}, {"role": "user", "content": "2+2?"}],
+              "completion": [{"role": "assistant", "content": "Four."}]}
+    runs, text = masked_runs(tokenizer, _template(name), None, record)
+    assert [r.strip() for r in runs] == [f"Four.{'<|eot_id|>' if name == 'llama3_tools' else '<|im_end|>'}"]
+    assert "Two." in text and "Be terse." in text
+
+
+@pytest.mark.parametrize("record, reason", [
+    ({"prompt": [{"role": "user", "content": "q"}], "completion": []}, "completion must be a non-empty list"),
+    ({"prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+      "completion": [{"role": "user", "content": "q2"}]}, "completion has no assistant message"),
+])
+def test_conversational_prompt_completion_problems(record, reason):
+    with pytest.raises(ChatError, match=reason):
+        conversation_from_record(None, record)
+
+
 def test_template_that_is_not_prefix_stable_falls_back_to_locating_contents(tokenizer):
     # The last turn is rendered differently, so prefixes are not prefixes of the whole text.
     template = ("{% for m in messages %}{% if loop.last %}[final] {% endif %}{{ m.role }}: {{ m.content }}"

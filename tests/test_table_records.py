@@ -22,6 +22,9 @@ _CHAT = [{"messages": [{"role": "system", "content": "be brief"}, {"role": "user
                        {"role": "assistant", "content": f"a{i} " * (i % 5)}] if i % 7 else [], "id": i}
          for i in range(40)]  # every 7th conversation empty: a dead letter either way
 _PAIRS = [{"prompt": f"p{i}" if i % 9 else None, "completion": f"c{i}", "id": i} for i in range(40)]
+_CONVERSATIONAL_PAIRS = [{"prompt": [{"role": "user", "content": f"q{i}"}],
+                          "completion": [{"role": "assistant", "content": f"a{i}"}] if i % 8 else [], "id": i}
+                         for i in range(40)]  # TRL's conversational prompt-completion; every 8th completion empty
 _TEXT_AND_CHAT = [{"text": f"document {i}", "messages": [{"role": "user", "content": f"q{i}"}], "id": i}
                   for i in range(40)]
 
@@ -49,7 +52,8 @@ def _read(path: Path) -> tuple[list, list]:
     return documents, [r.reason for r in rejects]
 
 
-@pytest.mark.parametrize("records", [_CHAT, _PAIRS, _TEXT_AND_CHAT], ids=["messages", "pairs", "text-and-messages"])
+@pytest.mark.parametrize("records", [_CHAT, _PAIRS, _CONVERSATIONAL_PAIRS, _TEXT_AND_CHAT],
+                         ids=["messages", "pairs", "conversational-pairs", "text-and-messages"])
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
 def test_a_tables_records_are_its_json_lines_records(tmp_path: Path, records, suffix):
     expected = _read(_write(tmp_path / "data.jsonl", records))
@@ -131,3 +135,18 @@ def _write_table(table: pa.Table, path: Path) -> Path:
         with pa.ipc.new_file(str(path), table.schema) as writer:
             writer.write_table(table)
     return path
+
+
+def test_conversational_pairs_are_prompt_then_completion(tmp_path: Path):
+    """Two lists of messages were a "missing content field 'text'" dead letter each; a str and a list is one
+    naming both types."""
+    path = _write(tmp_path / "pairs.jsonl", [*_CONVERSATIONAL_PAIRS[:2], {"prompt": "p", "completion": [], "id": 2}])
+    ds = DatasetConfig(name="d", data_files=str(path), additional_fields=["id"])
+    rejects: list = []
+    batches = list(read_splits(plan_input(ds).splits, ds, batch_size=7, rejects=rejects))
+    conversations = [c for b in batches for c in b.conversations]
+    assert [c.messages[1]["content"] for c in conversations] == ["a1"]  # the first's completion is empty
+    assert conversations[0].first_trained == 1
+    assert [r.reason for r in rejects] == ["completion must be a non-empty list of messages",
+                                           "prompt and completion must both be strings or both lists of messages,"
+                                           " got a str and a list"]

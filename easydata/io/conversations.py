@@ -1,7 +1,7 @@
 """Chat records -> normalised conversations: the record-level part of chat data, before any template.
 
 `conversation_from_record` accepts OpenAI messages (`role`/`content`), ShareGPT turns (`from`/`value`, roles
-normalised: human->user, gpt/bot/model->assistant), optional `tools`, and prompt/completion pairs; anything
+normalised: human->user, gpt/bot/model->assistant), optional `tools`, and prompt/completion pairs (two strings, or two lists of messages); anything
 that is not a usable conversation raises `ChatError`, whose message is the record's dead-letter reason.
 Reading records (`easydata.io.documents`) needs this and no template engine; rendering is
 `easydata.text.chat`'s.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-__all__ = ["ChatError", "Conversation", "conversation_from_record", "ROLE_ALIASES"]
+__all__ = ["ChatError", "Conversation", "conversation_from_record", "is_prompt_completion", "ROLE_ALIASES"]
 
 ROLE_ALIASES = {
     "system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
@@ -30,6 +30,9 @@ class Conversation:
 
     messages: list[dict[str, Any]]
     tools: Optional[list[Any]] = None
+    #: Messages before this index are a prompt (TRL's conversational prompt-completion): its assistant
+    #: turns (few-shot examples) are context, not trained.
+    first_trained: int = 0
 
 
 def _message(raw: Any, index: int) -> dict[str, Any]:
@@ -58,6 +61,14 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     return message
 
 
+def is_prompt_completion(record: dict[str, Any]) -> bool:
+    """Whether a record is a prompt/completion pair: two strings (a user turn and the answer), or two lists
+    of messages (TRL's conversational prompt-completion: the prompt's turns, then the completion's)."""
+    prompt, completion = record.get("prompt"), record.get("completion")
+    return isinstance(prompt, str) and isinstance(completion, str) or \
+        isinstance(prompt, list) and isinstance(completion, list)
+
+
 def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = None) -> Conversation:
     """Normalises a record's messages (or its `prompt`/`completion` pair when `content` is None).
 
@@ -65,15 +76,21 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
       ChatError: for anything that is not a usable conversation.
     """
     record = record or {}
-    if content is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str):
-        content = [{"role": "user", "content": record["prompt"]},
-                   {"role": "assistant", "content": record["completion"]}]
+    first_trained = 0
+    if content is None and is_prompt_completion(record):
+        prompt, completion = record["prompt"], record["completion"]
+        if isinstance(prompt, str):
+            prompt, completion = [{"role": "user", "content": prompt}], [{"role": "assistant", "content": completion}]
+        if not completion:
+            raise ChatError("completion must be a non-empty list of messages")
+        content, first_trained = [*prompt, *completion], len(prompt)
     if not isinstance(content, list) or not content:
         raise ChatError("messages must be a non-empty list")
     messages = [_message(m, i) for i, m in enumerate(content)]
-    if not any(m["role"] == "assistant" for m in messages):
-        raise ChatError("conversation has no assistant message")
+    if not any(m["role"] == "assistant" for m in messages[first_trained:]):
+        raise ChatError("completion has no assistant message" if first_trained else
+                        "conversation has no assistant message")
     tools = record.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
-    return Conversation(messages=messages, tools=tools)
+    return Conversation(messages=messages, tools=tools, first_trained=first_trained)

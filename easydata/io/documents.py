@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.io.record_format import FormatError, RecordFormatter
-from easydata.io.conversations import ChatError, conversation_from_record
+from easydata.io.conversations import ChatError, conversation_from_record, is_prompt_completion
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
            "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings", "record_excerpt",
@@ -262,13 +262,17 @@ class DocumentCollector:
             except UnicodeDecodeError as e:
                 return self.reject(position, f"content field '{self.ds.content_field}' holds bytes that are not"
                                    f" UTF-8 text ({e.reason} at byte {e.start})", record)
-        is_pair = text is None and isinstance(record.get("prompt"), str) and isinstance(record.get("completion"), str)
+        is_pair = text is None and is_prompt_completion(record)
         if isinstance(text, list) or is_pair:
             try:
                 conversation = conversation_from_record(text, record)
             except ChatError as e:
                 return self.reject(position, str(e), record)
             return self._accept_conversation(position, conversation, record)
+        if text is None and "prompt" in record and "completion" in record:
+            return self.reject(position, "prompt and completion must both be strings or both lists of messages, got"
+                               f" a {type(record['prompt']).__name__} and a {type(record['completion']).__name__}",
+                               record)
         if self.ds.content_field not in record:
             return self.reject(position, f"missing content field '{self.ds.content_field}'", record)
         if not isinstance(text, str):

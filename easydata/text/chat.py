@@ -340,9 +340,33 @@ class ChatRenderer:
                 raise ChatError("message content holds reserved private-use characters U+E000/U+E001")
         text = self._render(conversation.messages, conversation.tools, False)
         if self._uses_generation:
-            return _strip_generation_marks(text)
-        spans = self._prefix_spans(text, conversation)
-        return text, spans if spans is not None else self._locate(text, conversation)
+            text, spans = _strip_generation_marks(text)
+        else:
+            spans = self._prefix_spans(text, conversation)
+            spans = spans if spans is not None else self._locate(text, conversation)
+        prompt = conversation.messages[:conversation.first_trained]
+        if any(m["role"] == "assistant" for m in prompt):
+            spans = self._completion_spans(text, spans, conversation)
+        return text, spans
+
+    def _completion_spans(self, text: str, spans: list[tuple[int, int]], conversation: Conversation
+                          ) -> list[tuple[int, int]]:
+        """The spans after a prompt whose assistant turns (few-shot examples) are context: those that start
+        where the prompt, rendered with the generation prompt, has ended.
+
+        Raises:
+          ChatError: when the prompt so rendered is not where the text begins (a template that writes the
+            prompt's turns otherwise once the completion follows): its turns cannot be told from the
+            completion's.
+        """
+        rendered = self._render(conversation.messages[:conversation.first_trained], conversation.tools, True)
+        if self._uses_generation:
+            rendered = _strip_generation_marks(rendered)[0]
+        if not text.startswith(rendered.rstrip()):
+            raise ChatError("the prompt holds assistant turns the template writes otherwise once the completion"
+                            " follows: they cannot be told from the completion's")
+        boundary = len(rendered.rstrip())
+        return [(start, end) for start, end in spans if start >= boundary]
 
     def render_text(self, conversation: Conversation, *, generation_prompt: bool = False) -> str:
         """Only the rendered text (what `transformers`' `apply_chat_template(..., tokenize=False)` gives).
