@@ -114,6 +114,19 @@ def test_qwen3_reasoning_is_trained_where_the_template_writes_it(qwen3_tokenizer
     assert "Two and two." not in text  # the template leaves an earlier turn's reasoning out
 
 
+@pytest.mark.parametrize("content", [None, "Checking."])
+def test_tool_calls_a_prefix_stable_template_ignores_are_refused(tokenizer, content):
+    """ChatML ignores `tool_calls`: a call with no content rendered as an empty turn, trained as
+    "<|im_end|>" right after the question (the model learnt to stop where it should call a tool)."""
+    conversation = [{"role": "user", "content": "Weather in Oslo?"},
+                    {"role": "assistant", "content": content, "tool_calls": [
+                        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
+                    {"role": "tool", "content": "3"}, {"role": "assistant", "content": "3 °C."}]
+    with pytest.raises(ChatError, match="assistant message 1 calls get_weather, which the chat template does not"
+                                        " write"):
+        masked_runs(tokenizer, _template("chatml"), conversation)
+
+
 def test_tool_calls_a_template_does_not_write_are_refused(tokenizer):
     template = ("{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.role == 'assistant' %}</s>{% endif %}"
                 "{% if loop.last %} [end]{% endif %}\n{% endfor %}")

@@ -184,7 +184,12 @@ def test_every_shape_renders_like_transformers_and_trains_the_assistant(path: Pa
         assert isinstance(mine, ChatError), f"transformers refused ({expected}) but we rendered {mine!r}"
         return
     assert mine == expected
-    text, spans = ChatRenderer.for_tokenizer(ours, template).render(conversation_from_record(messages))
+    renderer = ChatRenderer.for_tokenizer(ours, template)
+    if shape == "tool call" and "add" not in expected:  # the template ignores `tool_calls` (ChatML, Granite 3.0)
+        with pytest.raises(ChatError, match="assistant message 1 calls add, which the chat template does not write"):
+            renderer.render(conversation_from_record(messages))  # it would train an empty turn
+        return
+    text, spans = renderer.render(conversation_from_record(messages))
     assert text == expected
     trained = "".join(text[a:b] for a, b in spans)
     for message in messages:

@@ -413,9 +413,10 @@ class ChatRenderer:
                 # The message's reasoning written before it (Qwen3's `<think>` block) is the model's own.
                 start = at
             if end <= start:
-                if not content:
+                if not content and not message.get("tool_calls"):
                     continue  # a blank assistant turn (the template may trim it away): nothing to train
                 raise ChatError(f"assistant message {i} does not appear in the rendered template")
+            _require_calls_written(message, i, text[start:end])
             spans.append((start, end))
         return spans
 
@@ -484,6 +485,7 @@ class ChatRenderer:
                 break  # only the end of the turn is left: it would be found anywhere
             start = text.find(tail, cursor)
             if start >= 0:
+                _require_calls_written(messages[index], index, tail)
                 return start, start + len(tail)
         raise ChatError(f"assistant message {index} (tool calls) does not appear in the rendered template")
 
@@ -500,6 +502,25 @@ class ChatRenderer:
 #: Message fields chat templates write an assistant's reasoning from (Qwen3 and DeepSeek-R1's
 #: `reasoning_content`, gpt-oss's `thinking`, `reasoning`): model output, trained like the content.
 REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
+
+
+def _require_calls_written(message: dict[str, Any], index: int, written: str) -> None:
+    """Refuses an assistant turn whose tool calls the template did not write into it (ChatML and the other
+    plain templates ignore `tool_calls`): the turn would train the model to end its answer where it should
+    call a tool. A call is written when its function's name is in the turn's text.
+
+    Raises:
+      ChatError: naming the calls left out.
+    """
+    names = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = (function if isinstance(function, dict) else call if isinstance(call, dict) else {}).get("name")
+        if isinstance(name, str) and name and name not in written:
+            names.append(name)
+    if names:
+        raise ChatError(f"assistant message {index} calls {', '.join(names)}, which the chat template does not"
+                        " write (it ignores `tool_calls`): use a template that renders tool calls")
 
 
 def _reasoning(message: dict[str, Any]) -> str:
