@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any, Optional, Sequence
 
+from easydata.config.models import DEFAULT_COMPRESSION
 from easydata.errors import EasyDataError, EnvironmentFailure, RunInconsistent, classify
 from easydata.figures import count, percent
 
@@ -84,9 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--type", default=None, help="input type (default: from the file extension)")
     tok.add_argument("--content-field", default="text", help="field holding the text (default: text)")
     tok.add_argument("--format", default="parquet", help="parquet | arrow | jsonl | bin (flat token stream for"
-                     " np.memmap) | npz (padded arrays)")
-    tok.add_argument("--compression", default=None, help="output compression (default: the format's, save.compression null: zstd; none for jsonl, bin"
-                     " and npz)")
+                     " np.memmap) | npz (padded arrays) | megatron (Megatron-LM's .bin/.idx) | tfrecord | arrayrecord")
+    defaults = ", ".join(f"{fmt} {codec}" for fmt, codec in DEFAULT_COMPRESSION.items())
+    tok.add_argument("--compression", default=None, help=f"output compression (default: the format's: {defaults})")
     tok.add_argument("--max-length", type=int, default=None, help="truncate documents to N tokens")
     tok.add_argument("--stride", type=int, default=None, help="with --max-length: cut longer documents into windows"
                      " of N tokens that overlap by this many tokens (truncation: window) instead of truncating")

@@ -313,3 +313,15 @@ def test_a_cache_directory_that_cannot_be_made_is_one_line(tmp_path, capsys, mon
     reason = "Not a directory" if cache.startswith("/dev/null") else "File exists"
     assert err == [f"easydata: error: the cache directory '{cache}' cannot be made ({reason}): set EASYDATA_CACHE to"
                    " a directory this user can write"]
+
+
+def test_tokenize_help_names_every_output_format(capsys):
+    """`easydata tokenize --help` listed five of the eight formats, and the wrong defaults of compression."""
+    from easydata.config import DEFAULT_COMPRESSION, OUTPUT_FORMATS
+
+    with pytest.raises(SystemExit):
+        main(["tokenize", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    listed = text.rsplit("--format FORMAT", 1)[1].split("--compression", 1)[0]
+    assert all(fmt in listed for fmt in OUTPUT_FORMATS), listed
+    assert all(f"{fmt} {codec}" in text for fmt, codec in DEFAULT_COMPRESSION.items())
