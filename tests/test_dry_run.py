@@ -35,9 +35,9 @@ def test_cli_dry_run_reports_and_writes_nothing(tmp_path, tokenizer_dir) -> None
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "out").exists()  # no output, no lock, no staging
     text = done.stdout
-    assert "dataset 'web': 1 file(s)" in text and "dataset 'more': 1 file(s)" in text
+    assert "dataset 'web': 1 file," in text and "dataset 'more': 1 file," in text
     assert "mix (shares of output tokens): web 3, more 1" in text and "packed rows of 256 tokens" in text
-    assert "mixed/: about 1 shard(s)" in text and "estimate: about" in text and done.stderr == ""
+    assert "mixed/: about 1 shard\n" in text and "estimate: about" in text and done.stderr == ""
 
 
 def test_plan_estimates_tokens_close_to_the_run(tmp_path, tokenizer_dir) -> None:

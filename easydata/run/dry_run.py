@@ -19,7 +19,7 @@ import dataclasses
 import math
 from typing import Any, Optional
 
-from easydata.figures import size
+from easydata.figures import count, size
 from easydata.run.machine import usable_cores
 from easydata.config import PipelineConfig
 
@@ -96,8 +96,8 @@ class DryRunReport:
             shown = ", ".join(d.files[:3]) + (f", ... ({len(d.files)} files)" if len(d.files) > 3 else "")
             text = f" (about {size(d.text_bytes)} to read, uncompressed)" \
                 if d.text_bytes is not None and d.text_bytes != d.input_bytes else ""
-            lines.append(f"dataset '{d.name}': {len(d.files)} file(s), {size(d.input_bytes)}{text}, {d.splits}"
-                         f" split(s) for the workers: {shown}")
+            lines.append(f"dataset '{d.name}': {count(len(d.files), 'file')}, {size(d.input_bytes)}{text},"
+                         f" {count(d.splits, 'split')} for the workers: {shown}")
             lines.append(f"  tokenizer {tok['name_or_path']} (vocab {tok['vocab_size']:,}, bos {tok['bos_token_id']},"
                          f" eos {tok['eos_token_id']}, pad {tok['pad_token_id']})")
             if d.estimated_tokens is not None:
@@ -116,7 +116,7 @@ class DryRunReport:
         layout = f"packed rows of {self.seq_length} tokens" if self.packed else "one row per document"
         lines.append(f"output {self.output_dir}: {self.format} ({self.codec}), {layout}")
         for name, shards in self.outputs.items():
-            lines.append(f"  {name}/: about {shards} shard(s)")
+            lines.append(f"  {name}/: about {count(shards, 'shard')}")
         if self.not_a_directory:
             lines.append("  the output path exists and is not a directory: the run would stop")
         elif self.output_exists:
@@ -126,7 +126,7 @@ class DryRunReport:
                 "the run would stop (set save.overwrite or --overwrite)"))
         if self.estimated_seconds is not None:
             lines.append(f"estimate: about {self.estimated_tokens:,} tokens, about {_duration(self.estimated_seconds)} on"
-                         f" {self.cores} core(s) here (the sample's tokenizing speed, {STARTUP_SECONDS:g} s of"
+                         f" {count(self.cores, 'core')} here (the sample's tokenizing speed, {STARTUP_SECONDS:g} s of"
                          " start-up)")
         return "\n".join(lines)
 
