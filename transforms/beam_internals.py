@@ -11,7 +11,8 @@ Here: the state sampler's sleep (`short_state_sampling`), failing a lost worker'
 class and its `_actions`), the primitives Beam's DaskRunner rewrites a pipeline into (`dask_primitives`:
 the private classes of `apache_beam.runners.dask.overrides`) and a side input's view options
 (`side_input_view`: `AsSideInput._view_options`) and coders that size an element without encoding it
-(`TypeCoder`: `FastCoder._create_impl` returning a `CallbackCoderImpl`). No other module of this project names a private Beam
+(`TypeCoder`: `FastCoder._create_impl` returning a `CallbackCoderImpl`) and stage descriptors that hold only
+their own PCollections (`lean_bundle_descriptors`: `BundleContextManager._build_process_bundle_descriptor`). No other module of this project names a private Beam
 attribute (`tests/test_beam_internals.py` checks the source).
 
 Beam's internal modules (its runner and worker internals: `fn_runner`, the SDK harness, the job and worker-pool
@@ -32,7 +33,8 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 __all__ = ["STATE_SAMPLING_PERIOD_MS", "short_state_sampling", "state_sampler_is_known",
            "fail_bundles_of_lost_workers", "control_connection_is_known", "beam_flag_names", "DropMessage",
-           "DaskPrimitives", "dask_primitives", "side_input_view", "TypeCoder", "type_coders_are_known"]
+           "DaskPrimitives", "dask_primitives", "side_input_view", "TypeCoder", "type_coders_are_known",
+           "lean_bundle_descriptors", "bundle_descriptors_are_known"]
 
 
 #: Longest sleep of Beam's per-bundle state sampler thread in local runs (Beam's default: 200 ms).
@@ -134,6 +136,71 @@ def fail_bundles_of_lost_workers() -> Iterator[None]:
         logging.getLogger(_DATA_PLANE_LOGGER).removeFilter(quiet_reads)
         threading.excepthook = hook
         connection._read, connection.push = read, push
+
+
+@contextlib.contextmanager
+def lean_bundle_descriptors() -> Iterator[None]:
+    """Makes the FnApiRunner describe each stage with the PCollections its transforms use, while the block runs.
+
+    Beam copies every PCollection of the whole pipeline into each stage's `ProcessBundleDescriptor`; a
+    worker parses and keeps every descriptor, and each of its bundle processors a copy. The pipeline has
+    a branch of stages per dataset (or split), so the bytes grow with the square of the datasets: 120
+    datasets of one document each took 90 s and a worker peaked at 3.1 GB (40 datasets: 287 descriptors of
+    1,661 PCollections each, 75 MB). A worker reads a descriptor's PCollections only through its
+    transforms' inputs and outputs (their coders and windowing), so only those are copied in: the
+    descriptor is Beam's but for that (`bundle_descriptors_are_known` checks it has no other field). A Beam
+    whose runner no longer builds descriptors this way is left alone.
+    """
+    if not bundle_descriptors_are_known():
+        yield
+        return
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import execution
+
+    manager = execution.BundleContextManager
+    build = manager.__dict__["_build_process_bundle_descriptor"]
+
+    def build_lean(self: Any) -> Any:
+        components = self.execution_context.pipeline_components
+        transforms = {transform.unique_name: transform for transform in self.stage.transforms}
+        used = {pcoll for transform in transforms.values()
+                for pcoll in (*transform.inputs.values(), *transform.outputs.values())}
+        return beam_fn_api_pb2.ProcessBundleDescriptor(
+            id=self.bundle_uid, transforms=transforms,
+            pcollections={pcoll: components.pcollections[pcoll] for pcoll in used},
+            coders=dict(components.coders.items()),
+            windowing_strategies=dict(components.windowing_strategies.items()),
+            environments=dict(components.environments.items()),
+            state_api_service_descriptor=self.state_api_service_descriptor(),
+            timer_api_service_descriptor=self.data_api_service_descriptor())
+
+    manager._build_process_bundle_descriptor = build_lean
+    try:
+        yield
+    finally:
+        manager._build_process_bundle_descriptor = build
+
+
+#: Every field of Beam's `ProcessBundleDescriptor`, as `lean_bundle_descriptors` fills them (Beam 2.77).
+_DESCRIPTOR_FIELDS = {"id", "transforms", "pcollections", "windowing_strategies", "coders", "environments",
+                      "state_api_service_descriptor", "timer_api_service_descriptor"}
+
+
+def bundle_descriptors_are_known() -> bool:
+    """The guard: a `ProcessBundleDescriptor` has exactly the fields `lean_bundle_descriptors` fills, and the
+    FnApiRunner's `BundleContextManager` still builds it in `_build_process_bundle_descriptor` from what
+    that reads (the stage's transforms, the pipeline's components, the service descriptors)."""
+    try:
+        from apache_beam.portability.api import beam_fn_api_pb2
+        from apache_beam.runners.portability.fn_api_runner import execution
+    except ImportError:
+        return False
+    fields = set(beam_fn_api_pb2.ProcessBundleDescriptor.DESCRIPTOR.fields_by_name)
+    build = getattr(execution, "BundleContextManager", object).__dict__.get("_build_process_bundle_descriptor")
+    names = set(getattr(getattr(build, "__code__", None), "co_names", ()))
+    return fields == _DESCRIPTOR_FIELDS and {
+        "stage", "transforms", "execution_context", "pipeline_components", "pcollections", "bundle_uid",
+        "state_api_service_descriptor", "data_api_service_descriptor"} <= names
 
 
 # The runner-side reader of a worker's data stream: its thread's name, logger and message (Beam's).

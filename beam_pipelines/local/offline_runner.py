@@ -16,7 +16,8 @@ from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 from apache_beam.runners.direct.direct_runner import DirectRunner
 
 from easydata.errors import EasyDataError
-from transforms.beam_internals import DropMessage, fail_bundles_of_lost_workers, short_state_sampling
+from transforms.beam_internals import (DropMessage, fail_bundles_of_lost_workers, lean_bundle_descriptors,
+                                      short_state_sampling)
 from beam_pipelines.local.worker_pool import take_prestarted, tokenizer_threads_per_worker
 
 __all__ = ["OfflineDirectRunner"]
@@ -45,7 +46,7 @@ class OfflineDirectRunner(DirectRunner):
             beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
         direct = options.view_as(DirectOptions)
         if direct.direct_running_mode != "multi_processing":
-            with short_state_sampling():
+            with short_state_sampling(), lean_bundle_descriptors():
                 return fn_runner.FnApiRunner(provision_info=provision_info).run_pipeline(pipeline, options)
         workers = take_prestarted()
         # The FnApiRunner replaces our environment when it sees `multi_processing`, and warns when it
@@ -59,7 +60,7 @@ class OfflineDirectRunner(DirectRunner):
                                     tokenizer_threads=tokenizer_threads_per_worker(direct.direct_num_workers))
             environment = environments.ExternalEnvironment(address, capabilities=environments.python_sdk_capabilities())
             runner = fn_runner.FnApiRunner(default_environment=environment, provision_info=provision_info)
-            with fail_bundles_of_lost_workers():
+            with fail_bundles_of_lost_workers(), lean_bundle_descriptors():
                 return runner.run_pipeline(pipeline, options)
         except Exception as e:
             failures = [] if isinstance(e, EasyDataError) else workers.failures()
