@@ -16,8 +16,13 @@ as variables) and returns the text with the spans of assistant responses:
 * templates for which that check fails: each message's content is located in the rendered text in
   conversation order (so a user quoting the assistant cannot be mistaken for it); an assistant span
   is its content plus, when the next non-blank text is a special token (`<|im_end|>`, `</s>`,
-  `<|eot_id|>`, ...), that end-of-turn token; an assistant message with tool calls is found by the tail of
-  what the template writes for it as the last turn (`ChatRenderer._written_turn`).
+  `<|eot_id|>`, ...), that end-of-turn token; an assistant message with tool calls or reasoning
+  (`REASONING_FIELDS`) is found by the tail of what the template writes for it as the last turn
+  (`ChatRenderer._written_turn`).
+
+A tool call the template does not write (its function's name is not in the turn) is refused: the turn
+would be trained as an empty answer. With a prompt/completion pair of message lists, the prompt's
+assistant turns are context: only spans after the prompt (rendered with the generation prompt) are kept.
 
 Anything that does not fit (invalid roles, no assistant turn, a template error, an assistant message
 the template does not reproduce) raises `ChatError` with a reason for the dead-letter output: there is
