@@ -1,8 +1,9 @@
 """Chat records -> normalised conversations: the record-level part of chat data, before any template.
 
 `conversation_from_record` accepts OpenAI messages (`role`/`content`), ShareGPT turns (`from`/`value`, roles
-normalised: human->user, gpt/bot/model->assistant), optional `tools`, and prompt/completion pairs (two strings, or two lists of messages); anything
-that is not a usable conversation raises `ChatError`, whose message is the record's dead-letter reason.
+normalised: human->user, gpt/bot/model->assistant), optional `tools`, and prompt/completion pairs (two
+strings, or two lists of messages); anything that is not a usable conversation raises `ChatError`, whose
+message is the record's dead-letter reason.
 Reading records (`easydata.io.documents`) needs this and no template engine; rendering is
 `easydata.text.chat`'s.
 """
