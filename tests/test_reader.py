@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -263,6 +264,23 @@ def test_jax_views_refuse_a_smaller_last_batch_before_the_first(packed_output, v
         else reader.as_pmap()
     with pytest.raises(ValueError, match=f"{view} needs drop_remainder=True"):
         next(batches)
+
+
+def test_as_jax_refuses_a_batch_the_mesh_axes_do_not_divide_before_the_first(packed_output):
+    """A batch of 6 rows over a 4-way data axis failed on the first batch with JAX's `IndivisibleError`."""
+    jax = pytest.importorskip("jax")
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+    for batch_size, spec, parts, axes in ((6, PartitionSpec("data"), 4, "('data',)"),
+                                          (4, PartitionSpec(("data", "model")), 8, "('data', 'model')")):
+        reader = TokenReader(str(packed_output), batch_size=batch_size, process_index=0, process_count=1)
+        with pytest.raises(ValueError, match=f"^batch_size {batch_size} does not divide over the {parts} devices of"
+                                             f" mesh axes {re.escape(axes)} that the partition spec lays it on; use"
+                                             f" a multiple of {parts}"):
+            next(reader.as_jax(mesh, spec))
+    reader = TokenReader(str(packed_output), batch_size=8, process_index=0, process_count=1)
+    assert next(reader.as_jax(mesh, PartitionSpec(None, "data")))["input_ids"].shape == (8, L)  # L divides
 
 
 @pytest.mark.slow

@@ -113,6 +113,7 @@ class JaxBatches:
         self._require_whole_batches("as_jax")
         sharding = NamedSharding(mesh, partition_spec)
         shape = (self.batch_size, self.seq_length)
+        _require_divisible(shape, mesh, partition_spec)
         for batch in self:
             yield {k: jax.make_array_from_process_local_data(sharding, v, shape) for k, v in batch.items()}
 
@@ -137,3 +138,21 @@ class JaxBatches:
         per_device = self.local_batch_size // len(devices)
         for batch in self:
             yield {k: v.reshape(len(devices), per_device, *v.shape[1:]) for k, v in batch.items()}
+
+
+def _require_divisible(shape: tuple[int, int], mesh: Any, partition_spec: Any) -> None:
+    """Refuses, before the first batch is read, a `[batch_size, L]` shape whose axes do not divide over the
+    mesh axes `partition_spec` lays them on (JAX's own `IndivisibleError` came from the first batch).
+
+    Raises:
+      ValueError: naming the axis, its size, the mesh axes and a size that divides.
+    """
+    for dim, (size, axes) in enumerate(zip(shape, tuple(partition_spec) + (None,) * len(shape))):
+        names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+        parts = 1
+        for name in names:
+            parts *= mesh.shape[name] if name in mesh.shape else 1  # an unknown name: JAX's own error names it
+        if parts > 1 and size % parts:
+            what = "batch_size" if dim == 0 else "seq_length"
+            raise ValueError(f"{what} {size} does not divide over the {parts} devices of mesh axes {names} that"
+                             f" the partition spec lays it on; use a multiple of {parts}.")
