@@ -286,12 +286,13 @@ def plot_format(path: str) -> str:
     Raises:
       EasyDataError: matplotlib is not installed, or the extension is no format it writes.
     """
-    plt = _pyplot()
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
     if not suffix:
         return "png"
-    supported = plt.figure().canvas.get_supported_filetypes()
-    plt.close("all")
+    supported = FigureCanvasBase.get_supported_filetypes()  # no figure made (and none of the caller's closed)
     if suffix not in supported:
         raise EasyDataError(f"--plot '{path}': '.{suffix}' is not an image format matplotlib writes"
                             f" ({', '.join(sorted(supported))})")
