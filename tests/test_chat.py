@@ -114,10 +114,11 @@ def test_qwen3_reasoning_is_trained_where_the_template_writes_it(qwen3_tokenizer
     assert "Two and two." not in text  # the template leaves an earlier turn's reasoning out
 
 
-@pytest.mark.parametrize("content", [None, "Checking."])
+@pytest.mark.parametrize("content", [None, "Checking.", "Let me call get_weather for Oslo."])
 def test_tool_calls_a_prefix_stable_template_ignores_are_refused(tokenizer, content):
     """ChatML ignores `tool_calls`: a call with no content rendered as an empty turn, trained as
-    "<|im_end|>" right after the question (the model learnt to stop where it should call a tool)."""
+    "<|im_end|>" right after the question (the model learnt to stop where it should call a tool). An answer
+    that names the tool is not the call: it passed for written, and the call was lost from the row."""
     conversation = [{"role": "user", "content": "Weather in Oslo?"},
                     {"role": "assistant", "content": content, "tool_calls": [
                         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},

@@ -512,13 +512,21 @@ REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 def _require_calls_written(message: dict[str, Any], index: int, written: str) -> None:
     """Refuses an assistant turn whose tool calls the template did not write into it (ChatML and the other
     plain templates ignore `tool_calls`): the turn would train the model to end its answer where it should
-    call a tool. A call is written when its function's name is in the turn's text.
+    call a tool. A call is written when its function's name is in the turn's text outside the message's
+    content and reasoning: an answer that names the tool ("Let me search for that." calling `search`) is
+    not the call.
 
     Raises:
       ChatError: naming the calls left out.
     """
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return
+    for said in (message.get("content"), *(message.get(field) for field in REASONING_FIELDS)):
+        if isinstance(said, str) and said.strip():
+            written = written.replace(said if said in written else said.strip(), "", 1)
     names = []
-    for call in message.get("tool_calls") or []:
+    for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
         name = (function if isinstance(function, dict) else call if isinstance(call, dict) else {}).get("name")
         if isinstance(name, str) and name and name not in written:
