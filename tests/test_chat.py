@@ -128,6 +128,33 @@ def test_tool_calls_a_prefix_stable_template_ignores_are_refused(tokenizer, cont
         masked_runs(tokenizer, _template("chatml"), conversation)
 
 
+def test_content_parts_of_the_responses_api_are_text(tokenizer):
+    """OpenAI's Responses API writes text as `input_text` / `output_text` parts: only `text` parts were kept,
+    so such a conversation rendered as empty turns and its text was in no row."""
+    conversation = [{"role": "user", "content": [{"type": "input_text", "text": "2+2?"}]},
+                    {"role": "assistant", "content": [{"type": "output_text", "text": "It is "},
+                                                      {"type": "output_text", "text": "4."}]},
+                    {"role": "user", "content": [{"type": "text", "text": "And 3+3?"}]},
+                    {"role": "assistant", "content": [{"type": "refusal", "refusal": "I will not say."}]}]
+    runs, text = masked_runs(tokenizer, _template("chatml"), conversation)
+    assert [r.strip() for r in runs] == ["It is 4.<|im_end|>", "I will not say.<|im_end|>"]
+    assert "2+2?" in text and "And 3+3?" in text
+
+
+@pytest.mark.parametrize("part, reason", [
+    ({"type": "image_url", "image_url": {"url": "cat.png"}}, "message 0 has a part of type 'image_url': only text"),
+    ({"type": "input_audio", "input_audio": {"data": ""}}, "message 0 has a part of type 'input_audio'"),
+    ({"type": "text"}, "message 0 has a 'text' part without its 'text' string"),
+    ("What is this?", "message 0 has a part that is a str"),
+])
+def test_content_parts_that_are_not_text_are_refused(part, reason):
+    """An image part was dropped without a word: the answer describing the picture was trained on the question
+    alone. A record with a part a text tokenizer cannot train is a dead letter that names the part."""
+    content = [part, {"type": "text", "text": "What is in this picture?"}]
+    with pytest.raises(ChatError, match=reason):
+        conversation_from_record([{"role": "user", "content": content}, {"role": "assistant", "content": "A cat."}])
+
+
 def test_tool_calls_a_template_does_not_write_are_refused(tokenizer):
     template = ("{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.role == 'assistant' %}</s>{% endif %}"
                 "{% if loop.last %} [end]{% endif %}\n{% endfor %}")

@@ -48,11 +48,8 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     canonical = ROLE_ALIASES.get(str(role).lower()) if isinstance(role, str) else None
     if canonical is None:
         raise ChatError(f"message {index} has unknown role {role!r}")
-    if isinstance(content, list):  # content parts: keep the text parts
-        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type", "text") == "text"]
-        if not all(isinstance(t, str) for t in texts):
-            raise ChatError(f"message {index} has content parts without text")
-        content = "".join(texts)
+    if isinstance(content, list):
+        content = _parts_text(content, index)
     if content is None and not raw.get("tool_calls"):
         raise ChatError(f"message {index} ({canonical}) has no content")
     if content is not None and not isinstance(content, str):
@@ -60,6 +57,34 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     message = {k: v for k, v in raw.items() if k not in ("from", "value")}
     message.update(role=canonical, content=content if content is not None else "")
     return message
+
+
+#: Content parts that hold text, and the key that holds it: OpenAI chat completions' `text` (and an assistant's
+#: `refusal`), the Responses API's `input_text` and `output_text`.
+TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
+
+
+def _parts_text(parts: list[Any], index: int) -> str:
+    """A message's content parts as one text, the parts' texts back to back.
+
+    Raises:
+      ChatError: a part that is not text (an image, audio, a file: a text tokenizer cannot train it, and the
+        conversation without it would be another conversation), or a text part without its text.
+    """
+    texts = []
+    for part in parts:
+        kind = part.get("type", "text") if isinstance(part, dict) else None
+        key = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
+        if key is None:
+            what = f"a part of type {kind!r}" if isinstance(kind, str) else "a part whose type is not a string" \
+                if isinstance(part, dict) else f"a part that is a {type(part).__name__}"
+            raise ChatError(f"message {index} has {what}: only text parts ({', '.join(TEXT_PARTS)}) can be"
+                            " tokenized")
+        text = part.get(key)
+        if not isinstance(text, str):
+            raise ChatError(f"message {index} has a {kind!r} part without its '{key}' string")
+        texts.append(text)
+    return "".join(texts)
 
 
 def is_prompt_completion(record: dict[str, Any]) -> bool:
