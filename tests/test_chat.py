@@ -155,6 +155,20 @@ def test_content_parts_that_are_not_text_are_refused(part, reason):
         conversation_from_record([{"role": "user", "content": content}, {"role": "assistant", "content": "A cat."}])
 
 
+@pytest.mark.parametrize("calls, reason", [
+    ('[{"type": "function", "function": {"name": "get_weather", "arguments": {}}}]',
+     "message 1 \\(assistant\\) 'tool_calls' is a str, not a list of objects \\(a JSON string: decode it first\\)"),
+    (["get_weather"], "message 1 \\(assistant\\) 'tool_calls' is a list holding a non-object"),
+])
+def test_tool_calls_that_are_not_objects_are_refused(tokenizer, calls, reason):
+    """Tool calls stored as a JSON string (as tables often keep them) were taken for a list of characters:
+    ChatML trained the answer without its call, and Qwen3's template failed on an undefined value."""
+    conversation = [{"role": "user", "content": "Weather in Oslo?"},
+                    {"role": "assistant", "content": "Checking.", "tool_calls": calls}]
+    with pytest.raises(ChatError, match=reason):
+        masked_runs(tokenizer, _template("chatml"), conversation)
+
+
 def test_tool_calls_a_template_does_not_write_are_refused(tokenizer):
     template = ("{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.role == 'assistant' %}</s>{% endif %}"
                 "{% if loop.last %} [end]{% endif %}\n{% endfor %}")

@@ -50,7 +50,12 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
         raise ChatError(f"message {index} has unknown role {role!r}")
     if isinstance(content, list):
         content = _parts_text(content, index)
-    if content is None and not raw.get("tool_calls"):
+    calls = raw.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+        what = f"a {type(calls).__name__}" if not isinstance(calls, list) else "a list holding a non-object"
+        raise ChatError(f"message {index} ({canonical}) 'tool_calls' is {what}, not a list of objects"
+                        + (" (a JSON string: decode it first)" if isinstance(calls, str) else ""))
+    if content is None and not calls:
         raise ChatError(f"message {index} ({canonical}) has no content")
     if content is not None and not isinstance(content, str):
         raise ChatError(f"message {index} ({canonical}) content is a {type(content).__name__}, not a string")
