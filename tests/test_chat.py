@@ -204,6 +204,37 @@ def test_conversational_prompt_completion(tokenizer, name):
     assert "Two." in text and "Be terse." in text
 
 
+@pytest.mark.parametrize("name", ["chatml", "chatml_generation", "llama3_tools", "qwen3"])
+def test_assistant_messages_of_weight_0_are_context(tokenizer, qwen3_tokenizer_dir, name):
+    """OpenAI's fine-tuning format leaves an assistant message with `weight: 0` untrained: every such turn was
+    trained. The same turns through a prefix-stable template, `{% generation %}` marks and Qwen3's (which is not
+    prefix-stable)."""
+    if name == "qwen3":
+        tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)))
+    template = tokenizer.info.chat_template if name == "qwen3" else _template(name)
+    end = "<|eot_id|>" if name == "llama3_tools" else "<|im_end|>"
+    conversation = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "Three.", "weight": 0},
+                    {"role": "user", "content": "Wrong. 1+1?"}, {"role": "assistant", "content": "Two.", "weight": 1},
+                    {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "Four."}]
+    runs, text = masked_runs(tokenizer, template, conversation)
+    assert [r.strip() for r in runs] == [f"Two.{end}", f"Four.{end}"]
+    assert "Three." in text
+    conversation[3]["weight"] = 0
+    runs, _ = masked_runs(tokenizer, template, conversation)
+    assert [r.strip() for r in runs] == [f"Four.{end}"]
+
+
+@pytest.mark.parametrize("weight, reason", [
+    (0.5, "message 1 \\(assistant\\) weight 0.5 is not 0 or 1"),
+    ("0", "message 1 \\(assistant\\) weight '0' is not 0 or 1"),
+    (0, "every assistant message has weight 0: nothing to train"),
+])
+def test_weights_that_are_not_0_or_1_or_leave_nothing_to_train_are_refused(weight, reason):
+    with pytest.raises(ChatError, match=reason):
+        conversation_from_record([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a",
+                                                                     "weight": weight}])
+
+
 @pytest.mark.parametrize("record, reason", [
     ({"prompt": [{"role": "user", "content": "q"}], "completion": []}, "completion must be a non-empty list"),
     ({"prompt": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],

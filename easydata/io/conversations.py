@@ -35,6 +35,12 @@ class Conversation:
     #: turns (few-shot examples) are context, not trained.
     first_trained: int = 0
 
+    def untrained(self) -> list[int]:
+        """Indices of the assistant messages that are context, not trained: a prompt's (`first_trained`) and
+        those with `weight` 0 (OpenAI's fine-tuning format)."""
+        return [i for i, m in enumerate(self.messages)
+                if m["role"] == "assistant" and (i < self.first_trained or m.get("weight") == 0)]
+
 
 def _message(raw: Any, index: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
@@ -50,6 +56,10 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
         raise ChatError(f"message {index} has unknown role {role!r}")
     if isinstance(content, list):
         content = _parts_text(content, index)
+    weight = raw.get("weight")
+    if weight is not None and (weight not in (0, 1) or isinstance(weight, str)):
+        raise ChatError(f"message {index} ({canonical}) weight {weight!r} is not 0 or 1 (OpenAI's fine-tuning"
+                        " format: 0 leaves an assistant message untrained)")
     calls = raw.get("tool_calls")
     if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
         what = f"a {type(calls).__name__}" if not isinstance(calls, list) else "a list holding a non-object"
@@ -124,4 +134,8 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
     tools = record.get("tools")
     if tools is not None and not isinstance(tools, list):
         raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
-    return Conversation(messages=messages, tools=tools, first_trained=first_trained)
+    conversation = Conversation(messages=messages, tools=tools, first_trained=first_trained)
+    if len(conversation.untrained()) == sum(m["role"] == "assistant" for m in messages):
+        raise ChatError("every assistant message of the completion has weight 0: nothing to train" if first_trained
+                        else "every assistant message has weight 0: nothing to train")
+    return conversation

@@ -349,29 +349,37 @@ class ChatRenderer:
         else:
             spans = self._prefix_spans(text, conversation)
             spans = spans if spans is not None else self._locate(text, conversation)
-        prompt = conversation.messages[:conversation.first_trained]
-        if any(m["role"] == "assistant" for m in prompt):
-            spans = self._completion_spans(text, spans, conversation)
+        untrained = conversation.untrained()
+        if untrained:
+            spans = self._trained_spans(text, spans, conversation, untrained)
         return text, spans
 
-    def _completion_spans(self, text: str, spans: list[tuple[int, int]], conversation: Conversation
-                          ) -> list[tuple[int, int]]:
-        """The spans after a prompt whose assistant turns (few-shot examples) are context: those that start
-        where the prompt, rendered with the generation prompt, has ended.
+    def _trained_spans(self, text: str, spans: list[tuple[int, int]], conversation: Conversation,
+                       untrained: list[int]) -> list[tuple[int, int]]:
+        """The spans of the assistant messages that are trained, when some are context (a prompt's few-shot
+        turns, `weight` 0). A span belongs to the last assistant message whose turn starts at or before it;
+        message i's turn starts where the messages before it, rendered with the generation prompt, end.
 
         Raises:
-          ChatError: when the prompt so rendered is not where the text begins (a template that writes the
-            prompt's turns otherwise once the completion follows): its turns cannot be told from the
-            completion's.
+          ChatError: when the messages before an assistant message so rendered are not where the text begins
+            (a template that writes them otherwise once more follows): its turn cannot be told from the others.
         """
-        rendered = self._render(conversation.messages[:conversation.first_trained], conversation.tools, True)
-        if self._uses_generation:
-            rendered = _strip_generation_marks(rendered)[0]
-        if not text.startswith(rendered.rstrip()):
-            raise ChatError("the prompt holds assistant turns the template writes otherwise once the completion"
-                            " follows: they cannot be told from the completion's")
-        boundary = len(rendered.rstrip())
-        return [(start, end) for start, end in spans if start >= boundary]
+        messages, starts = conversation.messages, []
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            rendered = self._render(messages[:i], conversation.tools, True) if i else ""
+            if self._uses_generation:
+                rendered = _strip_generation_marks(rendered)[0]
+            if not text.startswith(rendered.rstrip()):
+                if i < conversation.first_trained:
+                    raise ChatError("the prompt holds assistant turns the template writes otherwise once the"
+                                    " completion follows: they cannot be told from the completion's")
+                raise ChatError(f"assistant message {i} cannot be told from the others (the template writes the"
+                                " messages before it otherwise once it follows), so it cannot be left untrained")
+            starts.append((len(rendered.rstrip()), i))
+        owners = [max((i for at, i in starts if at <= start), default=-1) for start, _ in spans]
+        return [span for span, owner in zip(spans, owners) if owner not in untrained]
 
     def render_text(self, conversation: Conversation, *, generation_prompt: bool = False) -> str:
         """Only the rendered text (what `transformers`' `apply_chat_template(..., tokenize=False)` gives).
