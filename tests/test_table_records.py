@@ -150,3 +150,29 @@ def test_conversational_pairs_are_prompt_then_completion(tmp_path: Path):
     assert [r.reason for r in rejects] == ["completion must be a non-empty list of messages",
                                            "prompt and completion must both be strings or both lists of messages,"
                                            " got a str and a list"]
+
+
+def test_weight_0_turns_of_a_chat_table_are_not_trained(tmp_path: Path, chat_tokenizer_dir):
+    """OpenAI's fine-tuning format in a Parquet table: messages without a weight hold null there, one with weight 0
+    is context. Every turn was trained."""
+    from beam_pipelines.batch import run_batch
+    from tokenizers import Tokenizer
+
+    def turns(i: int) -> list[dict]:
+        return [{"role": "user", "content": f"q{i}", "weight": None},
+                {"role": "assistant", "content": f"wrong{i}", "weight": 0 if i % 2 else None},
+                {"role": "user", "content": "again", "weight": None},
+                {"role": "assistant", "content": f"right{i}", "weight": 1}]
+
+    path = _write(tmp_path / "chat.parquet", [{"messages": turns(i)} for i in range(6)])
+    config = PipelineConfig.from_dict({
+        "default_tokenizer": str(chat_tokenizer_dir), "chat": {"template": str(CHATML)},
+        "datasets": [{"name": "chat", "data_files": str(path)}], "save": {"output_dir": str(tmp_path / "out")}})
+    manifest = run_batch(config, ["--direct_num_workers=1"], show_progress=False).manifest
+    assert (manifest["documents_written"], manifest["documents_rejected"]) == (6, 0)
+    table = pa.concat_tables(pq.read_table(p) for p in sorted((tmp_path / "out").rglob("part-*.parquet")))
+    tokenizer = Tokenizer.from_file(str(chat_tokenizer_dir / "tokenizer.json"))
+    trained = sorted(tokenizer.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=False).replace(" ", "")
+                     for ids, mask in zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist()))
+    expected = sorted((f"right{i}<|im_end|>" if i % 2 else f"wrong{i}<|im_end|>right{i}<|im_end|>") for i in range(6))
+    assert trained == expected
