@@ -176,3 +176,29 @@ def test_weight_0_turns_of_a_chat_table_are_not_trained(tmp_path: Path, chat_tok
                      for ids, mask in zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist()))
     expected = sorted((f"right{i}<|im_end|>" if i % 2 else f"wrong{i}<|im_end|>right{i}<|im_end|>") for i in range(6))
     assert trained == expected
+
+
+@pytest.mark.parametrize("key", ["tools", "functions"])
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_chat_tables_tool_definitions_reach_the_template(tmp_path: Path, suffix, key):
+    """A table read only its content and chat columns: a `tools` column was left out, so the template wrote no
+    tool list for any conversation of a table, where the same records as JSON lines had it. OpenAI's legacy
+    `functions` (and an assistant's `function_call`) are its `tools` (and `tool_calls`)."""
+    function = {"name": "get_weather", "description": "weather", "parameters": {"city": "string"}}
+    call = {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    records = [{"messages": [{"role": "user", "content": f"q{i}"},
+                             {"role": "assistant", "content": None, "function_call": call},
+                             {"role": "function", "content": "3", "name": "get_weather"},
+                             {"role": "assistant", "content": f"a{i}"}],
+                key: [function if key == "functions" else {"type": "function", "function": function}]}
+               for i in range(3)]
+    seen = {}
+    for kind in (".jsonl", suffix):
+        path = _write(tmp_path / f"chat{kind}", records)
+        ds = DatasetConfig(name="d", data_files=str(path))
+        rejects: list = []
+        batches = list(read_splits(plan_input(ds).splits, ds, batch_size=7, rejects=rejects))
+        assert rejects == []
+        seen[kind] = [(c.tools, c.messages[1]["tool_calls"]) for b in batches for c in b.conversations]
+    assert seen[suffix] == seen[".jsonl"] == [([{"type": "function", "function": function}],
+                                               [{"type": "function", "function": call}])] * 3

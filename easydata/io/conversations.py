@@ -1,9 +1,10 @@
 """Chat records -> normalised conversations: the record-level part of chat data, before any template.
 
-`conversation_from_record` accepts OpenAI messages (`role`/`content`), ShareGPT turns (`from`/`value`, roles
-normalised: human->user, gpt/bot/model->assistant), optional `tools`, and prompt/completion pairs (two
-strings, or two lists of messages); anything that is not a usable conversation raises `ChatError`, whose
-message is the record's dead-letter reason.
+`conversation_from_record` accepts OpenAI messages (`role`/`content`; the legacy `function_call` and
+`functions` as `tool_calls` and `tools`), ShareGPT turns (`from`/`value`, roles normalised: human->user,
+gpt/bot/model->assistant), optional `tools`, and prompt/completion pairs (two strings, or two lists of
+messages); anything that is not a usable conversation raises `ChatError`, whose message is the record's
+dead-letter reason.
 Reading records (`easydata.io.documents`) needs this and no template engine; rendering is
 `easydata.text.chat`'s.
 """
@@ -13,12 +14,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-__all__ = ["ChatError", "Conversation", "conversation_from_record", "is_prompt_completion", "ROLE_ALIASES"]
+__all__ = ["ChatError", "Conversation", "conversation_from_record", "is_prompt_completion", "ROLE_ALIASES",
+           "TOOL_FIELDS"]
 
 ROLE_ALIASES = {
     "system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
     "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "ipython": "tool",
 }
+
+
+#: A chat record's fields that define its tools for the template: `tools`, or OpenAI's legacy `functions`.
+TOOL_FIELDS = ("tools", "functions")
 
 
 class ChatError(ValueError):
@@ -61,6 +67,8 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
         raise ChatError(f"message {index} ({canonical}) weight {weight!r} is not 0 or 1 (OpenAI's fine-tuning"
                         " format: 0 leaves an assistant message untrained)")
     calls = raw.get("tool_calls")
+    if calls is None and isinstance(raw.get("function_call"), dict):  # OpenAI's legacy form of one tool call
+        calls = [{"type": "function", "function": raw["function_call"]}]
     if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
         what = f"a {type(calls).__name__}" if not isinstance(calls, list) else "a list holding a non-object"
         raise ChatError(f"message {index} ({canonical}) 'tool_calls' is {what}, not a list of objects"
@@ -69,8 +77,10 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
         raise ChatError(f"message {index} ({canonical}) has no content")
     if content is not None and not isinstance(content, str):
         raise ChatError(f"message {index} ({canonical}) content is a {type(content).__name__}, not a string")
-    message = {k: v for k, v in raw.items() if k not in ("from", "value")}
+    message = {k: v for k, v in raw.items() if k not in ("from", "value", "function_call")}
     message.update(role=canonical, content=content if content is not None else "")
+    if calls is not None:
+        message["tool_calls"] = calls
     return message
 
 
@@ -132,6 +142,11 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
         raise ChatError("completion has no assistant message" if first_trained else
                         "conversation has no assistant message")
     tools = record.get("tools")
+    if tools is None and record.get("functions") is not None:  # OpenAI's legacy form of the tool definitions
+        functions = record["functions"]
+        if not isinstance(functions, list):
+            raise ChatError(f"'functions' is a {type(functions).__name__}, not a list")
+        tools = [{"type": "function", "function": f} for f in functions]
     if tools is not None and not isinstance(tools, list):
         raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
     conversation = Conversation(messages=messages, tools=tools, first_trained=first_trained)

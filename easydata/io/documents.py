@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.io.record_format import FormatError, RecordFormatter
-from easydata.io.conversations import ChatError, conversation_from_record, is_prompt_completion
+from easydata.io.conversations import TOOL_FIELDS, ChatError, conversation_from_record, is_prompt_completion
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
            "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings", "record_excerpt",
@@ -250,7 +250,8 @@ class DocumentCollector:
                 record = self.formatter(record)
             except FormatError as e:
                 return self.reject(position, str(e), record)
-        for name in (self.ds.content_field, self.messages_field, "prompt", "completion", *self.ds.additional_fields):
+        for name in (self.ds.content_field, self.messages_field, "prompt", "completion", *TOOL_FIELDS,
+                     *self.ds.additional_fields):
             problem = unusable_value(record[name], f"field '{name}'") \
                 if name in record and name not in self.source_types else None
             if problem:

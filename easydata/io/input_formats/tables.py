@@ -7,6 +7,7 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
+from easydata.io.conversations import TOOL_FIELDS
 from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
 from easydata.io.field_values import exact_values, python_column, table_types
 from easydata.io.record_format import RecordFormatter
@@ -23,13 +24,15 @@ def open_table_file(path: str):
 
 def columns_needed(dataset: DatasetConfig, available: list[str], messages_field: str = "messages") -> list[str]:
     """The columns of `available` a record is judged on (`DocumentCollector.add_record`), in this order: the
-    content field, the chat fields (`messages_field`, `prompt`, `completion`) and the additional fields. A
+    content field, the chat fields (`messages_field`, `prompt`, `completion`, and the tool definitions `tools`
+    or OpenAI's legacy `functions`) and the additional fields. A
     table's records are so what the same records are as JSON lines: a `messages` column makes chat records when
     the content field is absent, as a `messages` key does (a table's chat records were read without it).
 
     Raises:
       InputError: a column it needs is named more than once (the file is then a dead letter with this reason)."""
-    wanted = [dataset.content_field, messages_field, "prompt", "completion", *dataset.additional_fields]
+    wanted = [dataset.content_field, messages_field, "prompt", "completion", *TOOL_FIELDS,
+              *dataset.additional_fields]
     formatter = RecordFormatter.for_dataset(dataset)
     if formatter is not None:
         wanted = list(available) if formatter.needs_all_columns else formatter.source_columns(wanted)
