@@ -169,6 +169,15 @@ def test_tool_calls_that_are_not_objects_are_refused(tokenizer, calls, reason):
         masked_runs(tokenizer, _template("chatml"), conversation)
 
 
+def test_todays_date_in_a_template_is_the_same_on_every_day(tokenizer):
+    """Llama 3.1's template writes `strftime_now("%d %b %Y")` into the system header of every conversation: the
+    rows depended on the day the run ran, and a run resumed after midnight held two dates."""
+    template = ('{%- if not date_string is defined %}{%- set date_string = strftime_now("%d %b %Y") %}{%- endif %}'
+                "Today Date: {{ date_string }}\n" + _template("chatml"))
+    _, text = masked_runs(tokenizer, template, CONVERSATION)
+    assert text.startswith("Today Date: 26 Jul 2024\n")
+
+
 def test_tool_calls_a_template_does_not_write_are_refused(tokenizer):
     template = ("{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.role == 'assistant' %}</s>{% endif %}"
                 "{% if loop.last %} [end]{% endif %}\n{% endfor %}")

@@ -297,8 +297,15 @@ def _environment() -> Any:
     env.globals["_easydata_str_join"] = _bounded_str_join
     env.concat = _bounded_concat  # type: ignore[method-assign]  # compiled templates join through it
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    env.globals["strftime_now"] = lambda fmt: TEMPLATE_NOW.strftime(fmt)
     return env
+
+
+#: What `strftime_now` formats. Llama 3.1-3.3, Granite 3 and gpt-oss templates write "today's" date into every
+#: conversation's system header; the clock's date would make a run's rows depend on the day it ran (a run resumed
+#: after midnight mixes two dates in one output). The date those templates fall back to without `strftime_now`
+#: (Llama 3.1's "26 Jul 2024") keeps a run's rows the same on any day.
+TEMPLATE_NOW = datetime.datetime(2024, 7, 26)
 
 
 class ChatRenderer:
