@@ -69,7 +69,8 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         encoded = read.documents | f"Tokenize[{name}]" >> Tokenize(
             dataset=name, tokenizer=ds_plan.tokenizer, config=config.tokenize_for(datasets[name]), seed=config.seed,
             template=ds_plan.chat_template, assistant_only_loss=config.chat.assistant_only_loss, staging=plan.staging,
-            progress_dir=progress_dir, checkpoint=True, engine=ds_plan.engine)
+            progress_dir=progress_dir, checkpoint=True, engine=ds_plan.engine,
+            template_kwargs=config.chat.template_kwargs)
         stats.append(encoded[STATS_TAG])
         rejected.append(encoded[REJECTED_TAG])
         tokenized[name] = encoded.rows

@@ -375,6 +375,32 @@ def test_a_run_with_a_named_template(tmp_path, chat_tokenizer_dir) -> None:
                  "--set", f"save.output_dir={tmp_path / 'out2'}"]) == 2
 
 
+def test_template_kwargs_reach_the_template(tmp_path, chat_tokenizer_dir) -> None:
+    """`chat.template_kwargs` are the template's variables, as `apply_chat_template(**kwargs)`'s (Llama 3.1's
+    `date_string`, Qwen3's `enable_thinking`): there was no way to set them. Through the real CLI and its file."""
+    import json as _json
+
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    from easydata.cli import main
+
+    (tmp_path / "a.jsonl").write_text("".join(_json.dumps({"messages": [
+        {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}) + "\n" for i in range(4)))
+    (tmp_path / "t.jinja").write_text("{% if date_string is defined %}Today {{ date_string }}.{% endif %}"
+                                      "{% if not enable_thinking %}No thinking.{% endif %}\n" + _template("chatml"))
+    (tmp_path / "job.yaml").write_text(
+        f"default_tokenizer: {chat_tokenizer_dir}\ndatasets:\n  - name: chat\n    data_files: {tmp_path / 'a.jsonl'}\n"
+        f"chat:\n  template: {tmp_path / 't.jinja'}\n  template_kwargs:\n    date_string: 01 Jan 2025\n"
+        f"    enable_thinking: false\nsave:\n  output_dir: {tmp_path / 'out'}\n")
+    assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--direct_num_workers=1"]) == 0
+    decode = Tokenizer.from_file(str(chat_tokenizer_dir / "tokenizer.json")).decode
+    rows = pq.read_table(next((tmp_path / "out" / "chat").glob("*.parquet"))).column("input_ids").to_pylist()
+    assert len(rows) == 4 and all(decode(r).replace(" ", "").startswith("Today01Jan2025.Nothinking.") for r in rows)
+    assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--set", "chat.template_kwargs.messages=[]",
+                 "--set", f"save.output_dir={tmp_path / 'out2'}"]) == 2
+
+
 def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):
     """A record the template refuses named its file by its key name ('b.jsonl'), a record the reader refuses
     by its path, and its excerpt was JSON where the reader's is the record's `repr`: one dead-letter file

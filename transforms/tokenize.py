@@ -56,8 +56,10 @@ __all__ = ["Tokenize"]
 class _TokenizeFn(beam.DoFn):
     def __init__(self, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int, *,
                  template: Optional[str], assistant_only_loss: bool, staging: Optional[str],
-                 progress_dir: Optional[str], checkpoint: bool, engine: str, dataset: str):
+                 progress_dir: Optional[str], checkpoint: bool, engine: str, dataset: str,
+                 template_kwargs: Optional[dict[str, Any]] = None):
         self._tokenizer_config, self._config, self._seed = tokenizer, config, seed
+        self._template_kwargs = template_kwargs
         self._template, self._assistant_only_loss, self._staging = template, assistant_only_loss, staging
         self._progress_dir, self._checkpoint = progress_dir, checkpoint
         self._engine_name, self._dataset = engine, dataset
@@ -73,7 +75,8 @@ class _TokenizeFn(beam.DoFn):
         # the engine is loaded here, in the worker (after any fork: engines may start threads)
         self._stages = DocumentStages(handle, self._config, seed=self._seed, template=self._template,
                                       assistant_only_loss=self._assistant_only_loss,
-                                      engine=handle.verified_engine(self._engine_name))
+                                      engine=handle.verified_engine(self._engine_name),
+                                      template_kwargs=self._template_kwargs)
         self._progress = ProgressSink(self._progress_dir)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="easydata-tokenize")
 
@@ -155,6 +158,7 @@ class Tokenize(beam.PTransform):
       config: tokenize stage settings (special tokens, truncation).
       seed: the pipeline seed (for the rows' shuffle hashes).
       template: the jinja chat template (None: chat records are rejected, saying why).
+      template_kwargs: more template variables (`chat.template_kwargs`).
       assistant_only_loss: keep the assistant spans so rows get a `loss_mask`.
       staging: the run's staging directory (chat dead letters go below it).
       progress_dir: where workers report progress (None: no reporting).
@@ -165,12 +169,13 @@ class Tokenize(beam.PTransform):
 
     def __init__(self, *, dataset: str, tokenizer: TokenizerConfig, config: TokenizeStageConfig, seed: int,
                  template: Optional[str] = None, assistant_only_loss: bool = False, staging: Optional[str] = None,
-                 progress_dir: Optional[str] = None, checkpoint: bool = False, engine: str = "hf"):
+                 progress_dir: Optional[str] = None, checkpoint: bool = False, engine: str = "hf",
+                 template_kwargs: Optional[dict[str, Any]] = None):
         super().__init__()
         self._tokenizer = tokenizer
         self._fn = _TokenizeFn(tokenizer, config, seed, template=template, assistant_only_loss=assistant_only_loss,
                                staging=staging, progress_dir=progress_dir, checkpoint=checkpoint, engine=engine,
-                               dataset=dataset)
+                               dataset=dataset, template_kwargs=template_kwargs)
 
     def expand(self, documents: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         """Outputs `rows` (the record batches), `stats` and `rejected_files` (see module docstring)."""

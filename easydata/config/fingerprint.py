@@ -25,7 +25,7 @@ SHAPING_FIELDS: dict[str, tuple[str, ...]] = {
                         "truncation", "add_special_tokens"),
     "TokenizeStageConfig": ("max_length", "truncation", "stride", "add_bos", "add_eos", "batch_size",
                             "max_document_bytes", "default_tokenizer", "remove_columns", "engine"),
-    "ChatStageConfig": ("template", "messages_field", "assistant_only_loss"),
+    "ChatStageConfig": ("template", "messages_field", "assistant_only_loss", "template_kwargs"),
     "MixStageConfig": ("weights", "stop_strategy", "total_tokens", "weight_schedule", "seed"),
     "PackStageConfig": ("enabled", "seq_length", "strategy", "pad_token_id", "max_segments_per_row", "pool_size",
                         "num_packers", "eos_token_id"),

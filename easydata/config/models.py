@@ -246,11 +246,14 @@ class ChatStageConfig:
       messages_field: the field holding the messages.
       template: jinja template text or a path to a file with it (null: the tokenizer's own).
       assistant_only_loss: emit a `loss_mask` that is 1 only on assistant tokens.
+      template_kwargs: more variables for the template, as `transformers`' `apply_chat_template(**kwargs)`
+        passes them: `date_string` (Llama 3.1-3.3), `enable_thinking` (Qwen3), `reasoning_effort` (gpt-oss).
     """
 
     messages_field: str = "messages"
     template: Optional[str] = None
     assistant_only_loss: bool = True
+    template_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -30,6 +30,10 @@ def warnings(data: Any) -> list[str]:
     return []
 
 
+#: What the renderer passes a chat template itself (`easydata.text.chat.ChatRenderer`): not `template_kwargs`.
+TEMPLATE_ARGUMENTS = frozenset({"messages", "tools", "add_generation_prompt"})
+
+
 def problems(config: Any) -> list[str]:
     """Every semantic problem of `config` (a `PipelineConfig`); empty when it is usable."""
     problems: list[str] = []
@@ -102,6 +106,10 @@ def problems(config: Any) -> list[str]:
         problems.append(f"pack.eos_token_id must be >= 0, got {config.pack.eos_token_id}")
     if config.pack.num_packers is not None and not 0 < config.pack.num_packers <= MAX_POOL_SIZE:
         problems.append(f"pack.num_packers must be in [1, {MAX_POOL_SIZE}], got {config.pack.num_packers}")
+    reserved = sorted(TEMPLATE_ARGUMENTS.intersection(config.chat.template_kwargs))
+    if reserved:
+        problems.append(f"chat.template_kwargs must not set {', '.join(reserved)}: the pipeline passes"
+                        f" {', '.join(sorted(TEMPLATE_ARGUMENTS))} itself")
     load = config.load
     if load.batch_size <= 0:
         problems.append(f"load.batch_size must be positive, got {load.batch_size}")

@@ -330,15 +330,17 @@ class ChatRenderer:
         self._end_tokens = sorted((t for t in end_of_turn_tokens if t), key=len, reverse=True)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any, template: str) -> "ChatRenderer":
+    def for_tokenizer(cls, tokenizer: Any, template: str, template_kwargs: Optional[dict[str, Any]] = None
+                      ) -> "ChatRenderer":
         """A renderer with a `TokenizerHandle`'s special tokens as template variables (`bos_token`,
-        `eos_token`, `pad_token`) and all its special tokens as end-of-turn candidates."""
+        `eos_token`, `pad_token`), and `template_kwargs` (`chat.template_kwargs`) beside them, and all its
+        special tokens as end-of-turn candidates."""
         tok = tokenizer.tokenizer
         ids = {"bos_token": tokenizer.bos_token_id, "eos_token": tokenizer.eos_token_id,
                "pad_token": tokenizer.pad_token_id}
         variables = {name: tok.id_to_token(i) if i is not None else None for name, i in ids.items()}
         specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
-        return cls(template, variables, specials)
+        return cls(template, {**variables, **(template_kwargs or {})}, specials)
 
     def render(self, conversation: Conversation) -> tuple[str, list[tuple[int, int]]]:
         """Returns `(text, spans)`: the rendered conversation and its trained character spans.

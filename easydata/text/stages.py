@@ -61,13 +61,15 @@ class DocumentStages:
       assistant_only_loss: keep the assistant spans, so rows get a `loss_mask`.
       engine: a verified fast engine for plain documents (`easydata.text.engines.VerifiedEngine`); the
         owner may set `engine` later (a stream chooses at its first window).
+      template_kwargs: more template variables (`chat.template_kwargs`).
     """
 
     def __init__(self, tokenizer: TokenizerHandle, tokenize: TokenizeStageConfig, *, seed: int,
-                 template: Optional[str] = None, assistant_only_loss: bool = False, engine: Any = None):
+                 template: Optional[str] = None, assistant_only_loss: bool = False, engine: Any = None,
+                 template_kwargs: Optional[dict[str, Any]] = None):
         self.tokenizer, self.tokenize, self.seed = tokenizer, tokenize, seed
         self.assistant_only_loss, self.engine = assistant_only_loss, engine
-        self._template = template
+        self._template, self._template_kwargs = template, dict(template_kwargs or {})
         self._renderer: Optional[ChatRenderer] = None
 
     @classmethod
@@ -75,13 +77,14 @@ class DocumentStages:
                     template: Optional[str], *, engine: Any = None) -> "DocumentStages":
         """The stages of `dataset` in the job `config`."""
         return cls(tokenizer, config.tokenize_for(dataset), seed=config.seed, template=template,
-                   assistant_only_loss=config.chat.assistant_only_loss, engine=engine)
+                   assistant_only_loss=config.chat.assistant_only_loss, engine=engine,
+                   template_kwargs=config.chat.template_kwargs)
 
     @property
     def renderer(self) -> Optional[ChatRenderer]:
         """The template's renderer, built at the first chat record (plain text never needs it)."""
         if self._renderer is None and self._template is not None:
-            self._renderer = ChatRenderer.for_tokenizer(self.tokenizer, self._template)
+            self._renderer = ChatRenderer.for_tokenizer(self.tokenizer, self._template, self._template_kwargs)
         return self._renderer
 
     def render(self, batch: DocumentBatch) -> tuple[DocumentBatch, list[Reject]]:
