@@ -63,7 +63,7 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     if isinstance(content, list):
         content = _parts_text(content, index)
     weight = raw.get("weight")
-    if weight is not None and (weight not in (0, 1) or isinstance(weight, str)):
+    if weight is not None and weight not in (0, 1):
         raise ChatError(f"message {index} ({canonical}) weight {weight!r} is not 0 or 1 (OpenAI's fine-tuning"
                         " format: 0 leaves an assistant message untrained)")
     calls = raw.get("tool_calls")
