@@ -74,6 +74,11 @@ def test_chat_template_transform_from_a_path(tmp_path: Path, chat_tokenizer_dir:
     assert rows[0]["messages"]  # the other fields are kept
     with pytest.raises(ValueError, match="has no chat_template; pass chat_template="):
         ChatTemplateTransform(str(chat_tokenizer_dir))
+    # the pipeline's `chat.template_kwargs`, as `apply_chat_template(**kwargs)` takes them
+    dated = ChatTemplateTransform(str(chat_tokenizer_dir), chat_template="{{ date_string }}|" + chatml,
+                                  template_kwargs={"date_string": "01 Jan 2025"})
+    row = dated({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
+    assert row["text"].startswith("01 Jan 2025|<|im_start|>user")
 
 
 @settings(max_examples=60, deadline=None)

@@ -33,9 +33,11 @@ def as_tokenizer_handle(tokenizer: Any) -> Any:
                     f" {type(tokenizer).__name__}")
 
 
-def _renderer(tokenizer: Any, template: Optional[str]) -> ChatRenderer:
+def _renderer(tokenizer: Any, template: Optional[str], template_kwargs: Optional[dict[str, Any]] = None
+              ) -> ChatRenderer:
     """A renderer for a transformers tokenizer object (its template and special-token strings) or
-    for anything `as_tokenizer_handle` takes; `template` may name a shipped one (`chatml`, `llama3`, ...)."""
+    for anything `as_tokenizer_handle` takes; `template` may name a shipped one (`chatml`, `llama3`, ...);
+    `template_kwargs` are more template variables (`chat.template_kwargs`)."""
     from easydata.text.chat_templates import named_template
 
     template = named_template(template) or template if template else template
@@ -45,12 +47,12 @@ def _renderer(tokenizer: Any, template: Optional[str]) -> ChatRenderer:
             raise ValueError(f"tokenizer '{tokenizer.name_or_path}' has no chat_template; pass chat_template=")
         variables = {"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token,
                      "pad_token": tokenizer.pad_token, "unk_token": tokenizer.unk_token}
-        return ChatRenderer(text, variables, tokenizer.all_special_tokens)
+        return ChatRenderer(text, {**variables, **(template_kwargs or {})}, tokenizer.all_special_tokens)
     handle = as_tokenizer_handle(tokenizer)
     text = template or handle.info.chat_template
     if not text:
         raise ValueError(f"tokenizer '{handle.info.name_or_path}' has no chat_template; pass chat_template=")
-    return ChatRenderer.for_tokenizer(handle, text)
+    return ChatRenderer.for_tokenizer(handle, text, template_kwargs)
 
 
 class ChatTemplateTransform:
@@ -63,12 +65,14 @@ class ChatTemplateTransform:
       output_field: where the rendered text goes (the other fields are kept).
       add_generation_prompt: end with the assistant prompt (for generation, not training).
       drop_messages: remove `messages_field` from the result.
+      template_kwargs: more template variables, as `apply_chat_template(**kwargs)` takes them (`date_string`,
+        `enable_thinking`, ...; the pipeline's `chat.template_kwargs`).
     """
 
     def __init__(self, tokenizer: Any, messages_field: str = "messages", output_field: str = "text",
                  add_generation_prompt: bool = False, chat_template: Optional[str] = None,
-                 drop_messages: bool = False):
-        self.renderer = _renderer(tokenizer, chat_template)
+                 drop_messages: bool = False, template_kwargs: Optional[dict[str, Any]] = None):
+        self.renderer = _renderer(tokenizer, chat_template, template_kwargs)
         self.messages_field, self.output_field = messages_field, output_field
         self.add_generation_prompt, self.drop_messages = add_generation_prompt, drop_messages
 
