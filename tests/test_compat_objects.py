@@ -79,6 +79,8 @@ def test_chat_template_transform_from_a_path(tmp_path: Path, chat_tokenizer_dir:
                                   template_kwargs={"date_string": "01 Jan 2025"})
     row = dated({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})
     assert row["text"].startswith("01 Jan 2025|<|im_start|>user")
+    with pytest.raises(ValueError, match="template_kwargs must not set messages"):  # not a failure per record
+        ChatTemplateTransform(str(chat_tokenizer_dir), chat_template=chatml, template_kwargs={"messages": []})
 
 
 @settings(max_examples=60, deadline=None)

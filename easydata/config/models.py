@@ -238,6 +238,10 @@ class TokenizeStageConfig:
         return None if self.max_document_bytes is None else parse_size(self.max_document_bytes)
 
 
+#: What the chat renderer passes a template itself (`easydata.text.chat.ChatRenderer`): no `template_kwargs` key.
+TEMPLATE_ARGUMENTS = frozenset({"messages", "tools", "add_generation_prompt"})
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChatStageConfig:
     """Chat rendering for datasets whose content is a list of messages.

@@ -8,7 +8,7 @@ from typing import Any
 
 from easydata.config.models import (MAX_BATCH_SIZE, MAX_NAME_LENGTH, MAX_POOL_SIZE, MAX_ROW_GROUP_SIZE, MAX_SEQ_LENGTH,
                                     MAX_SHARDS, RESERVED_NAMES, TOKEN_FILE_FORMATS, DatasetConfig,
-                                    TokenizerConfig, FORMAT_COMPRESSIONS, safe_name)
+                                    TEMPLATE_ARGUMENTS, TokenizerConfig, FORMAT_COMPRESSIONS, safe_name)
 from easydata.config.schedule import schedule_problems
 
 __all__ = ["problems", "warnings"]
@@ -28,10 +28,6 @@ def warnings(data: Any) -> list[str]:
             return [f"pack.{given[0]} is set but pack.enabled is not (it defaults to false): each row is one"
                     " document; set pack.enabled: true to pack"]
     return []
-
-
-#: What the renderer passes a chat template itself (`easydata.text.chat.ChatRenderer`): not `template_kwargs`.
-TEMPLATE_ARGUMENTS = frozenset({"messages", "tools", "add_generation_prompt"})
 
 
 def problems(config: Any) -> list[str]:

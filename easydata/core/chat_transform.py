@@ -47,7 +47,7 @@ def _renderer(tokenizer: Any, template: Optional[str], template_kwargs: Optional
             raise ValueError(f"tokenizer '{tokenizer.name_or_path}' has no chat_template; pass chat_template=")
         variables = {"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token,
                      "pad_token": tokenizer.pad_token, "unk_token": tokenizer.unk_token}
-        return ChatRenderer(text, {**variables, **(template_kwargs or {})}, tokenizer.all_special_tokens)
+        return ChatRenderer(text, variables, tokenizer.all_special_tokens, template_kwargs)
     handle = as_tokenizer_handle(tokenizer)
     text = template or handle.info.chat_template
     if not text:

@@ -20,9 +20,11 @@ as variables) and returns the text with the spans of assistant responses:
   (`REASONING_FIELDS`) is found by the tail of what the template writes for it as the last turn
   (`ChatRenderer._written_turn`).
 
-A tool call the template does not write (its function's name is not in the turn) is refused: the turn
-would be trained as an empty answer. With a prompt/completion pair of message lists, the prompt's
-assistant turns are context: only spans after the prompt (rendered with the generation prompt) are kept.
+A tool call the template does not write (its function's name is not in the turn outside the message's own
+text) is refused: the turn would be trained as an empty answer. Some assistant turns are context, not trained
+(`Conversation.untrained`: a prompt/completion pair's prompt turns, a message of `weight` 0): a span belongs to
+the last assistant message whose turn, where the messages before it rendered with the generation prompt end,
+starts at or before it (`ChatRenderer._trained_spans`).
 
 Anything that does not fit (invalid roles, no assistant turn, a template error, an assistant message
 the template does not reproduce) raises `ChatError` with a reason for the dead-letter output: there is
@@ -40,6 +42,7 @@ import threading
 import time
 from typing import Any, Iterable, Optional, Sequence
 
+from easydata.config.models import TEMPLATE_ARGUMENTS
 from easydata.io.conversations import ROLE_ALIASES, ChatError, Conversation, conversation_from_record  # re-exported
 
 __all__ = ["ChatError", "Conversation", "ChatRenderer", "conversation_from_record", "template_hash",
@@ -316,17 +319,24 @@ class ChatRenderer:
       special_tokens: template variables such as `bos_token`, `eos_token`.
       end_of_turn_tokens: special token strings that may close an assistant turn (all of the
         tokenizer's special tokens is a good choice).
+      template_kwargs: more template variables (`chat.template_kwargs`), beside the special tokens.
+
+    Raises:
+      ValueError: the template does not parse, or `template_kwargs` sets what the renderer passes itself.
     """
 
     def __init__(self, template: str, special_tokens: dict[str, Optional[str]],
-                 end_of_turn_tokens: Iterable[str]):
+                 end_of_turn_tokens: Iterable[str], template_kwargs: Optional[dict[str, Any]] = None):
+        reserved = sorted(TEMPLATE_ARGUMENTS.intersection(template_kwargs or {}))
+        if reserved:
+            raise ValueError(f"template_kwargs must not set {', '.join(reserved)}: the renderer passes them itself")
         environment = _environment()
         try:
             self._template = environment.from_string(template)
         except Exception as e:  # a template that does not even parse is a config error
             raise ValueError(f"chat template does not parse: {e}") from e
         self._uses_generation = "generation" in template and "endgeneration" in template
-        self._variables = {k: v for k, v in special_tokens.items() if v is not None}
+        self._variables = {**{k: v for k, v in special_tokens.items() if v is not None}, **(template_kwargs or {})}
         self._end_tokens = sorted((t for t in end_of_turn_tokens if t), key=len, reverse=True)
 
     @classmethod
@@ -340,7 +350,7 @@ class ChatRenderer:
                "pad_token": tokenizer.pad_token_id}
         variables = {name: tok.id_to_token(i) if i is not None else None for name, i in ids.items()}
         specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
-        return cls(template, {**variables, **(template_kwargs or {})}, specials)
+        return cls(template, variables, specials, template_kwargs)
 
     def render(self, conversation: Conversation) -> tuple[str, list[tuple[int, int]]]:
         """Returns `(text, spans)`: the rendered conversation and its trained character spans.
@@ -543,9 +553,9 @@ def _require_calls_written(message: dict[str, Any], index: int, written: str) ->
         if isinstance(said, str) and said.strip():
             written = written.replace(said if said in written else said.strip(), "", 1)
     names = []
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        name = (function if isinstance(function, dict) else call if isinstance(call, dict) else {}).get("name")
+    for call in calls:  # objects (`easydata.io.conversations` refuses anything else)
+        function = call.get("function")
+        name = (function if isinstance(function, dict) else call).get("name")
         if isinstance(name, str) and name and name not in written:
             names.append(name)
     if names:
