@@ -8,6 +8,7 @@ assistant contents plus their end-of-turn token, and nothing else.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +168,124 @@ def test_tool_calls_that_are_not_objects_are_refused(tokenizer, calls, reason):
                     {"role": "assistant", "content": "Checking.", "tool_calls": calls}]
     with pytest.raises(ChatError, match=reason):
         masked_runs(tokenizer, _template("chatml"), conversation)
+
+
+@pytest.mark.parametrize("system", ["Speak like a pirate.", [{"type": "text", "text": "Speak like "},
+                                                               {"type": "text", "text": "a pirate."}]])
+def test_a_system_field_beside_the_messages_is_the_system_prompt(tokenizer, system):
+    """LLaMA-Factory's ShareGPT and Anthropic's Messages API keep the system prompt in a `system` field beside the
+    messages (Anthropic's may be text blocks). It was ignored: every row trained the answers without their
+    prompt, and nothing said so."""
+    record = {"system": system, "conversations": SHAREGPT}
+    runs, text = masked_runs(tokenizer, _template("chatml"), SHAREGPT, record)
+    assert text.startswith("<|im_start|>system\nSpeak like a pirate.<|im_end|>")
+    assert [r.strip() for r in runs] == ["Paris is the capital of France.<|im_end|>", "Tokyo.<|im_end|>"]
+    with_message = [{"role": "system", "content": "Speak like a pirate."}, *CONVERSATION]
+    assert conversation_from_record(with_message, {"system": "Speak like a pirate."}).messages == with_message
+    assert conversation_from_record(CONVERSATION, {"system": ""}).messages == CONVERSATION  # LLaMA-Factory's "none"
+    pair = conversation_from_record(None, {"system": "Be brief.", "prompt": [CONVERSATION[0]], "completion": [CONVERSATION[1]]})
+    assert (pair.messages[0], pair.first_trained) == ({"role": "system", "content": "Be brief."}, 2)
+
+
+def test_llama_factory_function_call_and_observation_turns(qwen3_tokenizer_dir):
+    """LLaMA-Factory's ShareGPT writes an assistant's tool call as a `function_call` turn (JSON of the name and
+    arguments), the tool's answer as an `observation` turn, and the tool list as a JSON string: such a record was
+    a dead letter ("unknown role 'function_call'")."""
+    tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)))
+    function = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
+    record = {"conversations": [
+        {"from": "human", "value": "Weather in Oslo and Bergen?"},
+        {"from": "function_call", "value": json.dumps([{"name": "get_weather", "arguments": {"city": "Oslo"}},
+                                                       {"name": "get_weather", "arguments": {"city": "Bergen"}}])},
+        {"from": "observation", "value": "3 and 5"},
+        {"from": "gpt", "value": "3 °C in Oslo, 5 °C in Bergen."}], "tools": json.dumps([function])}
+    conversation = conversation_from_record(record["conversations"], record)
+    assert conversation.tools == [{"type": "function", "function": function}]
+    assert [m["role"] for m in conversation.messages] == ["user", "assistant", "tool", "assistant"]
+    runs, text = masked_runs(tokenizer, tokenizer.info.chat_template, record["conversations"], record)
+    call = '<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{}"}}}}\n</tool_call>'
+    assert [r.strip() for r in runs] == [call.format("Oslo") + "\n" + call.format("Bergen") + "<|im_end|>",
+                                         "3 °C in Oslo, 5 °C in Bergen.<|im_end|>"]
+    assert '"description": "Weather"' in text and "<tool_response>\n3 and 5\n</tool_response>" in text
+
+
+def test_anthropic_content_blocks(qwen3_tokenizer_dir):
+    """Anthropic's Messages API keeps an assistant's reasoning and tool calls as `thinking` and `tool_use` blocks,
+    and the tool's answer as a `tool_result` block of the next user turn: each was a dead letter ("a part of
+    type 'thinking'"). They are the message's `reasoning_content`, its `tool_calls` and a `tool` message."""
+    tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)))
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "3 °C"}]},
+            {"type": "text", "text": "And should I wear a coat?"}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "3 °C is cold.", "signature": "c2ln"},
+                                          {"type": "text", "text": "Yes, a warm one."}]}]
+    conversation = conversation_from_record(messages, {"system": [{"type": "text", "text": "Be kind."}]})
+    assert conversation.messages[3:5] == [{"role": "tool", "content": "3 °C", "tool_call_id": "toolu_1"},
+                                          {"role": "user", "content": "And should I wear a coat?"}]
+    assert conversation.messages[2]["tool_calls"] == [{"id": "toolu_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": {"city": "Oslo"}}}]
+    runs, text = masked_runs(tokenizer, tokenizer.info.chat_template, messages,
+                             {"system": [{"type": "text", "text": "Be kind."}]})
+    assert [r.strip() for r in runs] == [
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>',
+        "<think>\n3 °C is cold.\n</think>\n\nYes, a warm one.<|im_end|>"]
+    assert text.startswith("<|im_start|>system\nBe kind.<|im_end|>") and "<tool_response>\n3 °C\n" in text
+
+
+@pytest.mark.parametrize("message, record, reason", [
+    ({"from": "function_call", "value": "get_weather(city='Oslo')"}, {},
+     "message 1 \\(function_call\\) is not JSON: Expecting value at column 1"),
+    ({"from": "function_call", "value": '{"arguments": {}}'}, {},
+     "message 1 \\(function_call\\) is not a call \\(an object with a 'name'\\) or a list of them"),
+    ({"role": "assistant", "content": [{"type": "redacted_thinking", "data": "EmwK"}]}, {},
+     "message 1 has a part of type 'redacted_thinking': only text parts"),
+    ({"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "3"}]}, {},
+     "message 1 \\(assistant\\) has a part of type 'tool_result', a block only a user message holds"),
+    ({"role": "assistant", "content": [{"type": "thinking"}, {"type": "text", "text": "a"}]}, {},
+     "message 1 has a 'thinking' part without its 'thinking' string"),
+    ({"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}], "reasoning_content": "r"}, {},
+     "message 1 \\(assistant\\) has both thinking blocks and a reasoning field"),
+    ({"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": {}}], "tool_calls": []}, {},
+     "message 1 \\(assistant\\) has both 'tool_calls' and tool_use blocks"),
+    ({"role": "assistant", "content": "a"}, {"tools": "[{name: f}]"},
+     "'tools' is a string that is not JSON: Expecting property name enclosed in double quotes at column 3"),
+    ({"role": "assistant", "content": "a"}, {"system": 5}, "'system' is a int, not a string or a list of text"),
+    ({"role": "assistant", "content": "a"}, {"system": [{"type": "image", "source": {}}]},
+     "'system' has a part of type 'image': only text parts \\(text, input_text, output_text, refusal\\) can be"
+     " tokenized"),
+])
+def test_llama_factory_and_anthropic_records_that_cannot_be_read_are_refused(message, record, reason):
+    with pytest.raises(ChatError, match=reason):
+        conversation_from_record([{"role": "user", "content": "q"}, message], record)
+
+
+def test_openai_developer_messages_and_refusals():
+    """OpenAI's API names the system prompt `developer` since its o1 models, and an answer that declined has its
+    text in `refusal` with no content: such records were dead letters ("unknown role 'developer'", "has no
+    content")."""
+    conversation = conversation_from_record([
+        {"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Pick a lock?"},
+        {"role": "assistant", "content": None, "refusal": "I can't help with that."}])
+    assert [(m["role"], m["content"]) for m in conversation.messages] == [
+        ("system", "Be brief."), ("user", "Pick a lock?"), ("assistant", "I can't help with that.")]
+
+
+def test_a_system_field_and_a_different_system_message_are_refused():
+    with pytest.raises(ChatError, match="the record has a 'system' field and a system message that differ"):
+        conversation_from_record([{"role": "system", "content": "A."}, *CONVERSATION], {"system": "B."})
+
+
+def test_a_tool_result_that_holds_an_image_is_refused():
+    result = {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {}}]}
+    with pytest.raises(ChatError, match="message 2's tool_result has a part of type 'image': only text parts"
+                                        " \\(text, input_text, output_text, refusal\\) can be tokenized$"):
+        conversation_from_record([{"role": "user", "content": "q"}, {"role": "assistant", "content": [
+            {"type": "tool_use", "name": "f", "input": {}}]}, {"role": "user", "content": [result]}])
 
 
 def test_todays_date_in_a_template_is_the_same_on_every_day(tokenizer):
@@ -399,6 +518,42 @@ def test_template_kwargs_reach_the_template(tmp_path, chat_tokenizer_dir) -> Non
     assert len(rows) == 4 and all(decode(r).replace(" ", "").startswith("Today01Jan2025.Nothinking.") for r in rows)
     assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--set", "chat.template_kwargs.messages=[]",
                  "--set", f"save.output_dir={tmp_path / 'out2'}"]) == 2
+
+
+def test_llama_factory_and_anthropic_files_through_the_cli(tmp_path, qwen3_tokenizer_dir) -> None:
+    """A LLaMA-Factory ShareGPT file (a `system` field, `function_call` and `observation` turns, tools as a JSON
+    string) and Anthropic Messages records, through the real CLI with Qwen3's own template: every record is a
+    row, and its trained tokens are the assistant's calls and answers."""
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer
+
+    from easydata.cli import main
+
+    llama_factory = {"conversations": [
+        {"from": "human", "value": "Weather in Oslo?"},
+        {"from": "function_call", "value": '{"name": "get_weather", "arguments": {"city": "Oslo"}}'},
+        {"from": "observation", "value": "3"}, {"from": "gpt", "value": "It is 3 °C."}],
+        "system": "Be brief.", "tools": '[{"name": "get_weather", "parameters": {"type": "object"}}]'}
+    anthropic = {"system": "Be kind.", "conversations": [
+        {"role": "user", "content": [{"type": "text", "text": "2+2?"}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "Small sums.", "signature": "x"},
+                                          {"type": "text", "text": "4"}]}]}
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (llama_factory, anthropic)))
+    (tmp_path / "job.yaml").write_text(
+        f"default_tokenizer: {qwen3_tokenizer_dir}\ndatasets:\n  - name: chat\n    data_files: {tmp_path / 'a.jsonl'}\n"
+        f"    content_field: conversations\nsave:\n  output_dir: {tmp_path / 'out'}\n")
+    assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--direct_num_workers=1"]) == 0
+    decode = Tokenizer.from_file(str(qwen3_tokenizer_dir / "tokenizer.json")).decode
+    table = pq.read_table(next((tmp_path / "out" / "chat").glob("*.parquet")))
+    rows = sorted(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist()))
+    texts = sorted(decode(ids, skip_special_tokens=False) for ids, _ in rows)
+    assert texts[0].startswith("<|im_start|>system\nBe brief.\n\n# Tools") and '{"name": "get_weather"' in texts[0]
+    assert texts[1].startswith("<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>")
+    trained = sorted(decode(list(trained_run), skip_special_tokens=False).strip()
+                     for ids, mask in rows for trained_run in trained_runs(np.array(ids), np.array(mask)))
+    assert trained == ['<think>\nSmall sums.\n</think>\n\n4<|im_end|>',
+                       '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>',
+                       "It is 3 °C.<|im_end|>"]
 
 
 def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):

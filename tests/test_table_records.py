@@ -202,3 +202,60 @@ def test_a_chat_tables_tool_definitions_reach_the_template(tmp_path: Path, suffi
         seen[kind] = [(c.tools, c.messages[1]["tool_calls"]) for b in batches for c in b.conversations]
     assert seen[suffix] == seen[".jsonl"] == [([{"type": "function", "function": function}],
                                                [{"type": "function", "function": call}])] * 3
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_chat_tables_system_column_is_the_system_prompt(tmp_path: Path, suffix):
+    """LLaMA-Factory's ShareGPT tables keep the system prompt in a `system` column (`""` for none) and the tools
+    as a JSON string. A table read only its content and chat columns, so the prompt was in no row of a table, as
+    it was in no row of the same JSON lines."""
+    records = [{"messages": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}"}],
+                "system": "Be brief." if i % 2 else "", "tools": '[{"name": "f"}]', "id": i} for i in range(4)]
+    seen = {}
+    for kind in (".jsonl", suffix):
+        documents, rejects = _read(_write(tmp_path / f"chat{kind}", records))
+        assert rejects == []
+        seen[kind] = [messages for _, messages, _ in documents]
+    assert seen[suffix] == seen[".jsonl"]
+    assert [[m["role"] for m in messages] for messages in seen[suffix]] == [
+        ["user", "assistant"], ["system", "user", "assistant"]] * 2
+    assert seen[suffix][1][0] == {"role": "system", "content": "Be brief."}
+
+
+def _documents(path: Path, content_field: str) -> tuple[list, list]:
+    ds = DatasetConfig(name="d", data_files=str(path), content_field=content_field)
+    rejects: list = []
+    documents = []
+    for batch in read_splits(plan_input(ds).splits, ds, batch_size=7, rejects=rejects):
+        conversations = batch.conversations or [None] * len(batch)
+        documents.extend((text, c and c.messages) for text, c in zip(batch.texts, conversations))
+    return documents, [r.reason for r in rejects]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".arrow", ".jsonl"])
+@pytest.mark.parametrize("system", [False, True])
+def test_a_chat_record_kept_as_json_text_is_a_conversation(tmp_path: Path, suffix, system):
+    """A CSV file cannot hold a list, so a chat dataset in CSV keeps each conversation as JSON text (and some
+    Parquet exports do too): it was tokenized as that JSON, `[{"role": "user", ...`, with no template and no
+    loss mask, and nothing said so. Text that is not an array of messages stays text (CSV, tables and JSON
+    lines each judge it on another path: rows column-wise, blocks of plain lines parsed by Arrow)."""
+    import csv
+
+    messages = [[{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}] for i in range(6)]
+    texts = ["[1] An introduction.", '[{"id": 1}]', "[]", "  [ not json", '["role", "from"]']
+    records = [{"messages": json.dumps(m), **({"system": "Be brief."} if system else {})} for m in messages] + \
+        [{"messages": t, **({"system": "Be brief."} if system else {})} for t in texts]
+    path = tmp_path / f"chat{suffix}"
+    if suffix == ".csv":
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(records[0]))
+            writer.writeheader()
+            writer.writerows(records)
+    else:
+        _write(path, records)
+    documents, rejects = _documents(path, "messages")
+    assert rejects == []
+    head = [{"role": "system", "content": "Be brief."}] if system else []
+    assert documents == [("", head + m) for m in messages] + [(t, None) for t in texts]
+    as_lists = _write(tmp_path / "lists.jsonl", [{**r, "messages": m} for r, m in zip(records, messages)])
+    assert _documents(as_lists, "messages")[0] == documents[:6]

@@ -1,9 +1,11 @@
 """Chat records -> normalised conversations: the record-level part of chat data, before any template.
 
-`conversation_from_record` accepts OpenAI messages (`role`/`content`; the legacy `function_call` and
-`functions` as `tool_calls` and `tools`), ShareGPT turns (`from`/`value`, roles normalised: human->user,
-gpt/bot/model->assistant), optional `tools`, and prompt/completion pairs (two strings, or two lists of
-messages); anything that is not a usable conversation raises `ChatError`, whose message is the record's
+`conversation_from_record` accepts OpenAI messages (`role`/`content`, text content parts; the legacy
+`function_call` and `functions` as `tool_calls` and `tools`), ShareGPT turns (`from`/`value`, roles normalised:
+human->user, gpt/bot/model->assistant; LLaMA-Factory's `function_call` and `observation` turns as tool calls and
+results), Anthropic's content blocks (`thinking`, `tool_use`, `tool_result`), a `system` field beside the
+messages, optional `tools` (LLaMA-Factory's JSON string too), and prompt/completion pairs (two strings, or two
+lists of messages); anything that is not a usable conversation raises `ChatError`, whose message is the record's
 dead-letter reason.
 Reading records (`easydata.io.documents`) needs this and no template engine; rendering is
 `easydata.text.chat`'s.
@@ -12,19 +14,27 @@ Reading records (`easydata.io.documents`) needs this and no template engine; ren
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Optional
 
 __all__ = ["ChatError", "Conversation", "conversation_from_record", "is_prompt_completion", "ROLE_ALIASES",
-           "TOOL_FIELDS"]
+           "TOOL_FIELDS", "SYSTEM_FIELD", "CHAT_FIELDS", "REASONING_FIELDS", "TEXT_PARTS", "json_messages"]
 
 ROLE_ALIASES = {
     "system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
     "bot": "assistant", "model": "assistant", "tool": "tool", "function": "tool", "ipython": "tool",
+    "observation": "tool",  # LLaMA-Factory's ShareGPT: a tool's result (its calls are `function_call` turns)
+    "developer": "system",  # OpenAI's name for the system prompt since its o1 models
 }
 
 
 #: A chat record's fields that define its tools for the template: `tools`, or OpenAI's legacy `functions`.
 TOOL_FIELDS = ("tools", "functions")
+#: A chat record's field holding its system prompt beside the messages: LLaMA-Factory's ShareGPT (a string)
+#: and Anthropic's Messages API (a string or text blocks).
+SYSTEM_FIELD = "system"
+#: Every field of a record a chat record is read from besides its messages.
+CHAT_FIELDS = ("prompt", "completion", SYSTEM_FIELD, *TOOL_FIELDS)
 
 
 class ChatError(ValueError):
@@ -48,7 +58,9 @@ class Conversation:
                 if m["role"] == "assistant" and (i < self.first_trained or m.get("weight") == 0)]
 
 
-def _message(raw: Any, index: int) -> dict[str, Any]:
+def _messages(raw: Any, index: int) -> list[dict[str, Any]]:
+    """One message of a record -> the normalised messages it holds: itself, or for a user turn of Anthropic's
+    content blocks that returns tool results, a `tool` message per result and then the turn's text, if any."""
     if not isinstance(raw, dict):
         raise ChatError(f"message {index} is a {type(raw).__name__}, not an object")
     if "role" in raw:
@@ -57,11 +69,23 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
         role, content = raw["from"], raw.get("value")
     else:
         raise ChatError(f"message {index} has neither 'role' nor 'from'")
+    if role == "function_call":  # LLaMA-Factory's ShareGPT: an assistant turn that is only its tool calls
+        return [_message({"role": "assistant", "content": None, "tool_calls": _function_calls(content, index)}, index,
+                         None)]
     canonical = ROLE_ALIASES.get(str(role).lower()) if isinstance(role, str) else None
     if canonical is None:
         raise ChatError(f"message {index} has unknown role {role!r}")
-    if isinstance(content, list):
-        content = _parts_text(content, index)
+    blocks = _Blocks(content, index, canonical) if isinstance(content, list) else None
+    message = _message({**raw, "role": canonical, "content": content if blocks is None else blocks.text}, index,
+                       blocks)
+    if blocks is None or not blocks.results:
+        return [message]
+    return blocks.results + ([message] if blocks.text else [])
+
+
+def _message(raw: dict[str, Any], index: int, blocks: Optional["_Blocks"]) -> dict[str, Any]:
+    """A message with a canonical `role` and its `content` as text (or None) -> the normalised message."""
+    canonical, content = raw["role"], raw["content"]
     weight = raw.get("weight")
     if weight is not None and weight not in (0, 1):
         raise ChatError(f"message {index} ({canonical}) weight {weight!r} is not 0 or 1 (OpenAI's fine-tuning"
@@ -69,10 +93,16 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     calls = raw.get("tool_calls")
     if calls is None and isinstance(raw.get("function_call"), dict):  # OpenAI's legacy form of one tool call
         calls = [{"type": "function", "function": raw["function_call"]}]
+    if blocks is not None and blocks.calls:
+        if calls is not None:
+            raise ChatError(f"message {index} ({canonical}) has both 'tool_calls' and tool_use blocks")
+        calls = blocks.calls
     if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
         what = f"a {type(calls).__name__}" if not isinstance(calls, list) else "a list holding a non-object"
         raise ChatError(f"message {index} ({canonical}) 'tool_calls' is {what}, not a list of objects"
                         + (" (a JSON string: decode it first)" if isinstance(calls, str) else ""))
+    if content is None and isinstance(raw.get("refusal"), str):  # an OpenAI answer that declined: its text
+        content = raw["refusal"]
     if content is None and not calls:
         raise ChatError(f"message {index} ({canonical}) has no content")
     if content is not None and not isinstance(content, str):
@@ -81,35 +111,119 @@ def _message(raw: Any, index: int) -> dict[str, Any]:
     message.update(role=canonical, content=content if content is not None else "")
     if calls is not None:
         message["tool_calls"] = calls
+    if blocks is not None and blocks.thinking:
+        if any(message.get(field) for field in REASONING_FIELDS):
+            raise ChatError(f"message {index} ({canonical}) has both thinking blocks and a reasoning field")
+        message["reasoning_content"] = "\n\n".join(blocks.thinking)
     return message
 
+
+def _function_calls(value: Any, index: int) -> list[dict[str, Any]]:
+    """A LLaMA-Factory `function_call` turn's value (a JSON object `{"name", "arguments"}`, or a list of
+    them for parallel calls) -> OpenAI's `tool_calls`."""
+    try:
+        decoded = json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError as e:
+        raise ChatError(f"message {index} (function_call) is not JSON: {e.msg} at column {e.colno}") from None
+    calls = decoded if isinstance(decoded, list) else [decoded]
+    if not calls or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+        raise ChatError(f"message {index} (function_call) is not a call (an object with a 'name') or a list of"
+                        " them")
+    return [{"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}}
+            for c in calls]
+
+
+#: Message fields chat templates write an assistant's reasoning from (Qwen3 and DeepSeek-R1's
+#: `reasoning_content`, gpt-oss's `thinking`, `reasoning`): model output, trained like the content.
+REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 
 #: Content parts that hold text, and the key that holds it: OpenAI chat completions' `text` (and an assistant's
 #: `refusal`), the Responses API's `input_text` and `output_text`.
 TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
-def _parts_text(parts: list[Any], index: int) -> str:
-    """A message's content parts as one text, the parts' texts back to back.
+class _Blocks:
+    """A message's content parts: OpenAI's text parts, and Anthropic's Messages API blocks, as the fields the
+    templates read. An assistant's `thinking` blocks are its `reasoning_content`, its `tool_use` blocks its
+    `tool_calls`; a user turn's `tool_result` blocks are `tool` messages of their own, before its text.
 
     Raises:
-      ChatError: a part that is not text (an image, audio, a file: a text tokenizer cannot train it, and the
-        conversation without it would be another conversation), or a text part without its text.
+      ChatError: a part that is not text (an image, audio, a file, Anthropic's encrypted `redacted_thinking`:
+        a text tokenizer cannot train it, and the conversation without it would be another conversation), a
+        block in a role that cannot hold it, or a part without its text.
     """
-    texts = []
-    for part in parts:
-        kind = part.get("type", "text") if isinstance(part, dict) else None
-        key = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
-        if key is None:
-            what = f"a part of type {kind!r}" if isinstance(kind, str) else "a part whose type is not a string" \
-                if isinstance(part, dict) else f"a part that is a {type(part).__name__}"
-            raise ChatError(f"message {index} has {what}: only text parts ({', '.join(TEXT_PARTS)}) can be"
-                            " tokenized")
-        text = part.get(key)
-        if not isinstance(text, str):
-            raise ChatError(f"message {index} has a {kind!r} part without its '{key}' string")
-        texts.append(text)
-    return "".join(texts)
+
+    def __init__(self, parts: list[Any], index: int, role: str):
+        texts: list[str] = []
+        self.thinking: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
+        for part in parts:
+            kind = part.get("type", "text") if isinstance(part, dict) else None
+            if kind == "thinking" and role == "assistant":
+                self.thinking.append(_string(part, "thinking", kind, f"message {index}"))
+            elif kind == "tool_use" and role == "assistant":
+                call = {"type": "function", "function": {"name": _string(part, "name", kind, f"message {index}"),
+                                                         "arguments": part.get("input", {})}}
+                self.calls.append({"id": part["id"], **call} if isinstance(part.get("id"), str) else call)
+            elif kind == "tool_result" and role == "user":
+                result = part.get("content", "")
+                text = _parts_text(result, f"message {index}'s tool_result") if isinstance(result, list) else result
+                if not isinstance(text, str):
+                    raise ChatError(f"message {index} has a tool_result whose content is a {type(text).__name__}")
+                message = {"role": "tool", "content": text}
+                if isinstance(part.get("tool_use_id"), str):
+                    message["tool_call_id"] = part["tool_use_id"]
+                self.results.append(message)
+            else:
+                texts.append(_part_text(part, kind, f"message {index}", role))
+        self.text = "".join(texts)
+
+
+#: Anthropic's blocks, and the role whose message can hold each.
+BLOCK_ROLES = {"thinking": "assistant", "tool_use": "assistant", "tool_result": "user"}
+
+
+def _part_text(part: Any, kind: Any, where: str, role: Optional[str] = None) -> str:
+    """A text part's text. `role` is the message's, where Anthropic's blocks may be (None: text only)."""
+    key = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
+    if key is None:
+        what = f"a part of type {kind!r}" if isinstance(kind, str) else "a part whose type is not a string" \
+            if isinstance(part, dict) else f"a part that is a {type(part).__name__}"
+        if role is not None and kind in BLOCK_ROLES:
+            raise ChatError(f"{where} ({role}) has {what}, a block only a {BLOCK_ROLES[kind]} message holds")
+        raise ChatError(f"{where} has {what}: only text parts ({', '.join(TEXT_PARTS)})"
+                        + (" and Anthropic's thinking, tool_use and tool_result blocks" if role else "")
+                        + " can be tokenized")
+    return _string(part, key, kind, where)
+
+
+def _string(part: dict[str, Any], key: str, kind: str, where: str) -> str:
+    text = part.get(key)
+    if not isinstance(text, str):
+        raise ChatError(f"{where} has a {kind!r} part without its '{key}' string")
+    return text
+
+
+def _parts_text(parts: list[Any], where: str) -> str:
+    """Content parts that must all be text (a system prompt's, a tool result's) as one text."""
+    return "".join(_part_text(p, p.get("type", "text") if isinstance(p, dict) else None, where) for p in parts)
+
+
+def json_messages(text: str) -> Optional[list[Any]]:
+    """The messages a string holds as a JSON array (objects with a `role` or `from`), as a CSV file must keep a
+    chat record and some tables do; None for any other text. A text document that is such an array is read as
+    the conversation it is, not trained as its JSON."""
+    start = text[:1]
+    if start != "[" and not (start.isspace() and text.lstrip()[:1] == "["):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, list) and value and all(isinstance(m, dict) and ("role" in m or "from" in m) for m in value):
+        return value
+    return None
 
 
 def is_prompt_completion(record: dict[str, Any]) -> bool:
@@ -127,30 +241,64 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
       ChatError: for anything that is not a usable conversation.
     """
     record = record or {}
-    first_trained = 0
+    prompt: list[Any] = []
     if content is None and is_prompt_completion(record):
-        prompt, completion = record["prompt"], record["completion"]
+        prompt, content = record["prompt"], record["completion"]
         if isinstance(prompt, str):
-            prompt, completion = [{"role": "user", "content": prompt}], [{"role": "assistant", "content": completion}]
-        if not completion:
+            prompt, content = [{"role": "user", "content": prompt}], [{"role": "assistant", "content": content}]
+        if not content:
             raise ChatError("completion must be a non-empty list of messages")
-        content, first_trained = [*prompt, *completion], len(prompt)
-    if not isinstance(content, list) or not content:
+    elif not isinstance(content, list) or not content:
         raise ChatError("messages must be a non-empty list")
-    messages = [_message(m, i) for i, m in enumerate(content)]
+    head = [m for i, raw in enumerate(prompt) for m in _messages(raw, i)]
+    messages = head + [m for i, raw in enumerate(content, len(prompt)) for m in _messages(raw, i)]
+    system = _system_message(record.get(SYSTEM_FIELD), messages)
+    messages = [system, *messages] if system else messages
+    first_trained = len(head) + bool(system) if prompt else 0
     if not any(m["role"] == "assistant" for m in messages[first_trained:]):
-        raise ChatError("completion has no assistant message" if first_trained else
-                        "conversation has no assistant message")
-    tools = record.get("tools")
-    if tools is None and record.get("functions") is not None:  # OpenAI's legacy form of the tool definitions
-        functions = record["functions"]
-        if not isinstance(functions, list):
-            raise ChatError(f"'functions' is a {type(functions).__name__}, not a list")
-        tools = [{"type": "function", "function": f} for f in functions]
-    if tools is not None and not isinstance(tools, list):
-        raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
+        raise ChatError("completion has no assistant message" if prompt else "conversation has no assistant message")
+    tools = _tools(record)
     conversation = Conversation(messages=messages, tools=tools, first_trained=first_trained)
     if len(conversation.untrained()) == sum(m["role"] == "assistant" for m in messages):
-        raise ChatError("every assistant message of the completion has weight 0: nothing to train" if first_trained
+        raise ChatError("every assistant message of the completion has weight 0: nothing to train" if prompt
                         else "every assistant message has weight 0: nothing to train")
     return conversation
+
+
+def _system_message(system: Any, messages: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The system message a record's `system` field adds before its messages (None for none, or an empty one:
+    LLaMA-Factory writes `""` for no prompt)."""
+    if isinstance(system, list):
+        system = _parts_text(system, f"'{SYSTEM_FIELD}'")
+    if system is None or system == "":
+        return None
+    if not isinstance(system, str):
+        raise ChatError(f"'{SYSTEM_FIELD}' is a {type(system).__name__}, not a string or a list of text blocks")
+    if messages[0]["role"] == "system":
+        if messages[0]["content"] == system:
+            return None
+        raise ChatError(f"the record has a '{SYSTEM_FIELD}' field and a system message that differ: which is the"
+                        " prompt?")
+    return {"role": "system", "content": system}
+
+
+def _tools(record: dict[str, Any]) -> Optional[list[Any]]:
+    """A record's tool definitions: `tools` (a list, or LLaMA-Factory's JSON string of function definitions), or
+    OpenAI's legacy `functions`; function definitions on their own are put in OpenAI's `{"type": "function",
+    "function": ...}` as the legacy `functions` are."""
+    tools, bare = record.get("tools"), False
+    if isinstance(tools, str):
+        try:
+            tools, bare = json.loads(tools), True
+        except json.JSONDecodeError as e:
+            raise ChatError(f"'tools' is a string that is not JSON: {e.msg} at column {e.colno}") from None
+    elif tools is None and record.get("functions") is not None:
+        tools, bare = record["functions"], True
+        if not isinstance(tools, list):
+            raise ChatError(f"'functions' is a {type(tools).__name__}, not a list")
+    if tools is not None and not isinstance(tools, list):
+        raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
+    if bare:
+        return [{"type": "function", "function": f} if isinstance(f, dict) and "function" not in f else f
+                for f in tools]
+    return tools

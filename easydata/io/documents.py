@@ -14,7 +14,8 @@ from typing import Any, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.io.record_format import FormatError, RecordFormatter
-from easydata.io.conversations import TOOL_FIELDS, ChatError, conversation_from_record, is_prompt_completion
+from easydata.io.conversations import (CHAT_FIELDS, ChatError, conversation_from_record, is_prompt_completion,
+                                       json_messages)
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
            "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings", "record_excerpt",
@@ -250,7 +251,7 @@ class DocumentCollector:
                 record = self.formatter(record)
             except FormatError as e:
                 return self.reject(position, str(e), record)
-        for name in (self.ds.content_field, self.messages_field, "prompt", "completion", *TOOL_FIELDS,
+        for name in (self.ds.content_field, self.messages_field, *CHAT_FIELDS,
                      *self.ds.additional_fields):
             problem = unusable_value(record[name], f"field '{name}'") \
                 if name in record and name not in self.source_types else None
@@ -263,6 +264,8 @@ class DocumentCollector:
             except UnicodeDecodeError as e:
                 return self.reject(position, f"content field '{self.ds.content_field}' holds bytes that are not"
                                    f" UTF-8 text ({e.reason} at byte {e.start})", record)
+        if isinstance(text, str) and (messages := json_messages(text)) is not None:
+            text = messages  # a chat record kept as JSON text (a CSV file's, a table's string column)
         is_pair = text is None and is_prompt_completion(record)
         if isinstance(text, list) or is_pair:
             try:
@@ -316,6 +319,8 @@ class DocumentCollector:
             if text is None:
                 self.reject(position, f"content field '{content}' is a NoneType, not a string",
                             {name: values[i] for name, values in columns.items()})
+            elif json_messages(text) is not None:  # a chat record kept as JSON text: judged with its other fields
+                self.add_record(position, {name: values[i] for name, values in columns.items()})
             else:
                 self._accept_values(position, text, [None if values is None else values[i] for values in extra])
 

@@ -43,7 +43,8 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from easydata.config.models import TEMPLATE_ARGUMENTS
-from easydata.io.conversations import ROLE_ALIASES, ChatError, Conversation, conversation_from_record  # re-exported
+from easydata.io.conversations import (REASONING_FIELDS, ROLE_ALIASES, ChatError, Conversation,  # re-exported
+                                        conversation_from_record)
 
 __all__ = ["ChatError", "Conversation", "ChatRenderer", "conversation_from_record", "template_hash",
            "ROLE_ALIASES"]
@@ -529,11 +530,6 @@ class ChatRenderer:
             if text.startswith(token, probe):
                 return probe + len(token)
         return end
-
-
-#: Message fields chat templates write an assistant's reasoning from (Qwen3 and DeepSeek-R1's
-#: `reasoning_content`, gpt-oss's `thinking`, `reasoning`): model output, trained like the content.
-REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 
 
 def _require_calls_written(message: dict[str, Any], index: int, written: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Iterator, Optional
 from easydata.config import DatasetConfig
 from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record, \
     raise_unless_corrupt, refuse_other_encodings
+from easydata.io.conversations import json_messages
 from easydata.io.filesystems import compression_of, decompressed_size, get_fs, local_path, open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
@@ -215,7 +216,7 @@ def _judge_block(pending: list[tuple[int, bytes, int]], content_field: str, out:
         texts = parse_plain_lines([line for _, line in rows], content_field)
     parsed = {} if texts is None else {i: text for (i, _), text in zip(rows, texts)}
     for i, (line_pos, raw, skipped) in enumerate(pending):
-        if i in parsed:
+        if i in parsed and json_messages(parsed[i]) is None:  # a chat record kept as JSON text goes as a record
             out.add_text(line_pos, parsed[i])
         else:
             _judge_line(line_pos, raw, skipped, True, out)

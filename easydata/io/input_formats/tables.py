@@ -7,7 +7,7 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
-from easydata.io.conversations import TOOL_FIELDS
+from easydata.io.conversations import CHAT_FIELDS
 from easydata.io.documents import MAX_BATCH_CHARS, DocumentCollector
 from easydata.io.field_values import exact_values, python_column, table_types
 from easydata.io.record_format import RecordFormatter
@@ -24,14 +24,14 @@ def open_table_file(path: str):
 
 def columns_needed(dataset: DatasetConfig, available: list[str], messages_field: str = "messages") -> list[str]:
     """The columns of `available` a record is judged on (`DocumentCollector.add_record`), in this order: the
-    content field, the chat fields (`messages_field`, `prompt`, `completion`, and the tool definitions `tools`
-    or OpenAI's legacy `functions`) and the additional fields. A
+    content field, the chat fields (`messages_field` and `CHAT_FIELDS`: `prompt`, `completion`, the system prompt
+    `system`, and the tool definitions `tools` or OpenAI's legacy `functions`) and the additional fields. A
     table's records are so what the same records are as JSON lines: a `messages` column makes chat records when
     the content field is absent, as a `messages` key does (a table's chat records were read without it).
 
     Raises:
       InputError: a column it needs is named more than once (the file is then a dead letter with this reason)."""
-    wanted = [dataset.content_field, messages_field, "prompt", "completion", *TOOL_FIELDS,
+    wanted = [dataset.content_field, messages_field, *CHAT_FIELDS,
               *dataset.additional_fields]
     formatter = RecordFormatter.for_dataset(dataset)
     if formatter is not None:
