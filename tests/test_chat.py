@@ -275,6 +275,25 @@ def test_openai_developer_messages_and_refusals():
         ("system", "Be brief."), ("user", "Pick a lock?"), ("assistant", "I can't help with that.")]
 
 
+def test_alpaca_records(tokenizer):
+    """Stanford Alpaca's and LLaMA-Factory's instruction records (`instruction`, `input`, `output`, a `system`,
+    LLaMA-Factory's `history` of earlier turns) were dead letters ("missing content field"), and planning
+    refused the dataset: they are the turns LLaMA-Factory makes of them."""
+    record = {"instruction": "Translate to French.", "input": "Good morning", "output": "Bonjour",
+              "system": "You translate.", "history": [["Translate to French: yes", "Oui"]]}
+    runs, text = masked_runs(tokenizer, _template("chatml"), None, record)
+    assert [r.strip() for r in runs] == ["Oui<|im_end|>", "Bonjour<|im_end|>"]
+    assert "<|im_start|>user\nTranslate to French.\nGood morning<|im_end|>" in text
+    assert text.startswith("<|im_start|>system\nYou translate.<|im_end|>")
+    assert conversation_from_record(None, {"instruction": "Say hi.", "input": "", "output": "Hi"}).messages == [
+        {"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi"}]
+    for bad, reason in [({"output": None}, "'output' is a NoneType, not a string"),
+                        ({"input": 3}, "'input' is a int, not a string"),
+                        ({"history": [["only a question"]]}, "'history' is not a list of \\[question, answer\\]")]:
+        with pytest.raises(ChatError, match=reason):
+            conversation_from_record(None, {**record, **bad})
+
+
 def test_a_system_field_and_a_different_system_message_are_refused():
     with pytest.raises(ChatError, match="the record has a 'system' field and a system message that differ"):
         conversation_from_record([{"role": "system", "content": "A."}, *CONVERSATION], {"system": "B."})
@@ -522,7 +541,7 @@ def test_template_kwargs_reach_the_template(tmp_path, chat_tokenizer_dir) -> Non
 
 def test_llama_factory_and_anthropic_files_through_the_cli(tmp_path, qwen3_tokenizer_dir) -> None:
     """A LLaMA-Factory ShareGPT file (a `system` field, `function_call` and `observation` turns, tools as a JSON
-    string) and Anthropic Messages records, through the real CLI with Qwen3's own template: every record is a
+    string), Anthropic Messages records and an Alpaca record, through the real CLI with Qwen3's own template: every record is a
     row, and its trained tokens are the assistant's calls and answers."""
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
@@ -538,7 +557,8 @@ def test_llama_factory_and_anthropic_files_through_the_cli(tmp_path, qwen3_token
         {"role": "user", "content": [{"type": "text", "text": "2+2?"}]},
         {"role": "assistant", "content": [{"type": "thinking", "thinking": "Small sums.", "signature": "x"},
                                           {"type": "text", "text": "4"}]}]}
-    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (llama_factory, anthropic)))
+    alpaca = {"instruction": "Say hi.", "input": "", "output": "Hi!", "system": ""}
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (llama_factory, anthropic, alpaca)))
     (tmp_path / "job.yaml").write_text(
         f"default_tokenizer: {qwen3_tokenizer_dir}\ndatasets:\n  - name: chat\n    data_files: {tmp_path / 'a.jsonl'}\n"
         f"    content_field: conversations\nsave:\n  output_dir: {tmp_path / 'out'}\n")
@@ -549,11 +569,12 @@ def test_llama_factory_and_anthropic_files_through_the_cli(tmp_path, qwen3_token
     texts = sorted(decode(ids, skip_special_tokens=False) for ids, _ in rows)
     assert texts[0].startswith("<|im_start|>system\nBe brief.\n\n# Tools") and '{"name": "get_weather"' in texts[0]
     assert texts[1].startswith("<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>")
+    assert texts[2].startswith("<|im_start|>user\nSay hi.<|im_end|>")
     trained = sorted(decode(list(trained_run), skip_special_tokens=False).strip()
                      for ids, mask in rows for trained_run in trained_runs(np.array(ids), np.array(mask)))
     assert trained == ['<think>\nSmall sums.\n</think>\n\n4<|im_end|>',
                        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>',
-                       "It is 3 °C.<|im_end|>"]
+                       "Hi!<|im_end|>", "It is 3 °C.<|im_end|>"]
 
 
 def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):

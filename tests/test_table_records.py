@@ -25,6 +25,9 @@ _PAIRS = [{"prompt": f"p{i}" if i % 9 else None, "completion": f"c{i}", "id": i}
 _CONVERSATIONAL_PAIRS = [{"prompt": [{"role": "user", "content": f"q{i}"}],
                           "completion": [{"role": "assistant", "content": f"a{i}"}] if i % 8 else [], "id": i}
                          for i in range(40)]  # TRL's conversational prompt-completion; every 8th completion empty
+_ALPACA = [{"instruction": f"i{i}", "input": f"x{i}" if i % 3 else "", "output": f"o{i}" if i % 11 else None,
+            "system": "be brief" if i % 2 else "", "history": [[f"h{i}", f"a{i}"]] if i % 4 == 1 else None, "id": i}
+           for i in range(40)]  # LLaMA-Factory's Alpaca; every 11th output missing: a dead letter either way
 _TEXT_AND_CHAT = [{"text": f"document {i}", "messages": [{"role": "user", "content": f"q{i}"}], "id": i}
                   for i in range(40)]
 
@@ -52,8 +55,8 @@ def _read(path: Path) -> tuple[list, list]:
     return documents, [r.reason for r in rejects]
 
 
-@pytest.mark.parametrize("records", [_CHAT, _PAIRS, _CONVERSATIONAL_PAIRS, _TEXT_AND_CHAT],
-                         ids=["messages", "pairs", "conversational-pairs", "text-and-messages"])
+@pytest.mark.parametrize("records", [_CHAT, _PAIRS, _CONVERSATIONAL_PAIRS, _ALPACA, _TEXT_AND_CHAT],
+                         ids=["messages", "pairs", "conversational-pairs", "alpaca", "text-and-messages"])
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
 def test_a_tables_records_are_its_json_lines_records(tmp_path: Path, records, suffix):
     expected = _read(_write(tmp_path / "data.jsonl", records))
@@ -259,3 +262,11 @@ def test_a_chat_record_kept_as_json_text_is_a_conversation(tmp_path: Path, suffi
     assert documents == [("", head + m) for m in messages] + [(t, None) for t in texts]
     as_lists = _write(tmp_path / "lists.jsonl", [{**r, "messages": m} for r, m in zip(records, messages)])
     assert _documents(as_lists, "messages")[0] == documents[:6]
+    # only a chat field's text (`messages`, `conversations`, `chat.messages_field`): a code corpus's JSON is text
+    assert _documents(path, "text") == (documents[:6], ["missing content field 'text'"] * 5)  # `messages` instead
+    code = tmp_path / f"code{suffix}"
+    if suffix == ".csv":
+        code.write_text("content\n" + "".join('"' + json.dumps(m).replace('"', '""') + '"\n' for m in messages))
+    else:
+        _write(code, [{"content": json.dumps(m)} for m in messages])
+    assert _documents(code, "content") == ([(json.dumps(m), None) for m in messages], [])

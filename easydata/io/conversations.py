@@ -4,8 +4,8 @@
 `function_call` and `functions` as `tool_calls` and `tools`), ShareGPT turns (`from`/`value`, roles normalised:
 human->user, gpt/bot/model->assistant; LLaMA-Factory's `function_call` and `observation` turns as tool calls and
 results), Anthropic's content blocks (`thinking`, `tool_use`, `tool_result`), a `system` field beside the
-messages, optional `tools` (LLaMA-Factory's JSON string too), and prompt/completion pairs (two strings, or two
-lists of messages); anything that is not a usable conversation raises `ChatError`, whose message is the record's
+messages, optional `tools` (LLaMA-Factory's JSON string too), prompt/completion pairs (two strings, or two
+lists of messages) and Alpaca records (`instruction`, `input`, `output`, LLaMA-Factory's `history`); anything that is not a usable conversation raises `ChatError`, whose message is the record's
 dead-letter reason.
 Reading records (`easydata.io.documents`) needs this and no template engine; rendering is
 `easydata.text.chat`'s.
@@ -18,7 +18,8 @@ import json
 from typing import Any, Optional
 
 __all__ = ["ChatError", "Conversation", "conversation_from_record", "is_prompt_completion", "ROLE_ALIASES",
-           "TOOL_FIELDS", "SYSTEM_FIELD", "CHAT_FIELDS", "REASONING_FIELDS", "TEXT_PARTS", "json_messages"]
+           "TOOL_FIELDS", "SYSTEM_FIELD", "CHAT_FIELDS", "REASONING_FIELDS", "TEXT_PARTS", "json_messages",
+           "ALPACA_FIELDS", "is_alpaca", "is_chat_field"]
 
 ROLE_ALIASES = {
     "system": "system", "user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant",
@@ -33,8 +34,11 @@ TOOL_FIELDS = ("tools", "functions")
 #: A chat record's field holding its system prompt beside the messages: LLaMA-Factory's ShareGPT (a string)
 #: and Anthropic's Messages API (a string or text blocks).
 SYSTEM_FIELD = "system"
+#: An Alpaca record's fields (Stanford Alpaca, LLaMA-Factory): an instruction, its optional input, the output,
+#: and LLaMA-Factory's `history` of earlier `[question, answer]` turns.
+ALPACA_FIELDS = ("instruction", "input", "output", "history")
 #: Every field of a record a chat record is read from besides its messages.
-CHAT_FIELDS = ("prompt", "completion", SYSTEM_FIELD, *TOOL_FIELDS)
+CHAT_FIELDS = ("prompt", "completion", *ALPACA_FIELDS, SYSTEM_FIELD, *TOOL_FIELDS)
 
 
 class ChatError(ValueError):
@@ -142,6 +146,10 @@ REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
+#: Anthropic's blocks, and the role whose message can hold each.
+BLOCK_ROLES = {"thinking": "assistant", "tool_use": "assistant", "tool_result": "user"}
+
+
 class _Blocks:
     """A message's content parts: OpenAI's text parts, and Anthropic's Messages API blocks, as the fields the
     templates read. An assistant's `thinking` blocks are its `reasoning_content`, its `tool_use` blocks its
@@ -158,30 +166,27 @@ class _Blocks:
         self.thinking: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.results: list[dict[str, Any]] = []
+        where = f"message {index}"
         for part in parts:
             kind = part.get("type", "text") if isinstance(part, dict) else None
-            if kind == "thinking" and role == "assistant":
-                self.thinking.append(_string(part, "thinking", kind, f"message {index}"))
-            elif kind == "tool_use" and role == "assistant":
-                call = {"type": "function", "function": {"name": _string(part, "name", kind, f"message {index}"),
+            if BLOCK_ROLES.get(kind) != role:
+                texts.append(_part_text(part, kind, where, role))
+            elif kind == "thinking":
+                self.thinking.append(_string(part, "thinking", kind, where))
+            elif kind == "tool_use":
+                call = {"type": "function", "function": {"name": _string(part, "name", kind, where),
                                                          "arguments": part.get("input", {})}}
                 self.calls.append({"id": part["id"], **call} if isinstance(part.get("id"), str) else call)
-            elif kind == "tool_result" and role == "user":
+            else:  # a tool_result
                 result = part.get("content", "")
-                text = _parts_text(result, f"message {index}'s tool_result") if isinstance(result, list) else result
+                text = _parts_text(result, f"{where}'s tool_result") if isinstance(result, list) else result
                 if not isinstance(text, str):
-                    raise ChatError(f"message {index} has a tool_result whose content is a {type(text).__name__}")
+                    raise ChatError(f"{where} has a tool_result whose content is a {type(text).__name__}")
                 message = {"role": "tool", "content": text}
                 if isinstance(part.get("tool_use_id"), str):
                     message["tool_call_id"] = part["tool_use_id"]
                 self.results.append(message)
-            else:
-                texts.append(_part_text(part, kind, f"message {index}", role))
         self.text = "".join(texts)
-
-
-#: Anthropic's blocks, and the role whose message can hold each.
-BLOCK_ROLES = {"thinking": "assistant", "tool_use": "assistant", "tool_result": "user"}
 
 
 def _part_text(part: Any, kind: Any, where: str, role: Optional[str] = None) -> str:
@@ -210,10 +215,16 @@ def _parts_text(parts: list[Any], where: str) -> str:
     return "".join(_part_text(p, p.get("type", "text") if isinstance(p, dict) else None, where) for p in parts)
 
 
+def is_chat_field(name: str, messages_field: str) -> bool:
+    """Whether a content field is named as chat records' messages are: `messages`, `conversations`, or the
+    configured `chat.messages_field`."""
+    return name in (messages_field, "messages", "conversations")
+
+
 def json_messages(text: str) -> Optional[list[Any]]:
     """The messages a string holds as a JSON array (objects with a `role` or `from`), as a CSV file must keep a
-    chat record and some tables do; None for any other text. A text document that is such an array is read as
-    the conversation it is, not trained as its JSON."""
+    chat record and some tables do; None for any other text. Asked only of a chat field's strings
+    (`is_chat_field`): a code corpus's JSON file is text whatever it holds."""
     start = text[:1]
     if start != "[" and not (start.isspace() and text.lstrip()[:1] == "["):
         return None
@@ -234,8 +245,31 @@ def is_prompt_completion(record: dict[str, Any]) -> bool:
         isinstance(prompt, list) and isinstance(completion, list)
 
 
+def is_alpaca(record: dict[str, Any]) -> bool:
+    """Whether a record is an Alpaca one: it has an `instruction` and an `output` (their values are checked when
+    it is read, so a bad one is a dead letter that says what is wrong with it)."""
+    return "instruction" in record and "output" in record
+
+
+def _alpaca_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """An Alpaca record's turns, as LLaMA-Factory reads it: the `history` pairs, then the instruction and its
+    input (joined by a newline, either may be empty) as the user's turn and the output as the answer."""
+    instruction, extra, output, history = (record.get(f) for f in ALPACA_FIELDS)
+    for name, value, optional in (("instruction", instruction, False), ("input", extra, True),
+                                  ("output", output, False)):
+        if not isinstance(value, str) and not (optional and value is None):
+            raise ChatError(f"'{name}' is a {type(value).__name__}, not a string")
+    history = [] if history is None else history
+    if not (isinstance(history, list) and all(isinstance(turn, list) and len(turn) == 2 and
+                                              all(isinstance(t, str) for t in turn) for turn in history)):
+        raise ChatError("'history' is not a list of [question, answer] string pairs")
+    turns = [*history, ["\n".join(part for part in (instruction, extra) if part), output]]
+    return [{"role": role, "content": text} for turn in turns for role, text in zip(("user", "assistant"), turn)]
+
+
 def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = None) -> Conversation:
-    """Normalises a record's messages (or its `prompt`/`completion` pair when `content` is None).
+    """Normalises a record's messages (or, when `content` is None, its `prompt`/`completion` pair or its Alpaca
+    fields).
 
     Raises:
       ChatError: for anything that is not a usable conversation.
@@ -248,6 +282,8 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
             prompt, content = [{"role": "user", "content": prompt}], [{"role": "assistant", "content": content}]
         if not content:
             raise ChatError("completion must be a non-empty list of messages")
+    elif content is None and is_alpaca(record):
+        content = _alpaca_messages(record)
     elif not isinstance(content, list) or not content:
         raise ChatError("messages must be a non-empty list")
     head = [m for i, raw in enumerate(prompt) for m in _messages(raw, i)]

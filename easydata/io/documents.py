@@ -14,8 +14,8 @@ from typing import Any, Optional, Sequence
 
 from easydata.config import DatasetConfig
 from easydata.io.record_format import FormatError, RecordFormatter
-from easydata.io.conversations import (CHAT_FIELDS, ChatError, conversation_from_record, is_prompt_completion,
-                                       json_messages)
+from easydata.io.conversations import (CHAT_FIELDS, ChatError, conversation_from_record, is_alpaca, is_chat_field,
+                                       is_prompt_completion, json_messages)
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
            "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings", "record_excerpt",
@@ -195,6 +195,8 @@ class DocumentCollector:
                  max_document_bytes: Optional[int], limit: Optional[int], messages_field: str = "messages"):
         self.ds, self.source, self.key_name, self.batch_size = dataset, source, key_name, batch_size
         self.messages_field = messages_field
+        #: The content field holds chat records (`is_chat_field`): its strings may be messages kept as JSON text.
+        self.chat_content = is_chat_field(dataset.content_field, messages_field)
         self.formatter = RecordFormatter.for_dataset(dataset)
         self.max_bytes, self.limit = max_document_bytes, limit
         self.rejects: list[Reject] = []
@@ -264,9 +266,10 @@ class DocumentCollector:
             except UnicodeDecodeError as e:
                 return self.reject(position, f"content field '{self.ds.content_field}' holds bytes that are not"
                                    f" UTF-8 text ({e.reason} at byte {e.start})", record)
-        if isinstance(text, str) and (messages := json_messages(text)) is not None:
+        if isinstance(text, str) and (self.chat_content or self.ds.content_field not in record) and \
+                (messages := json_messages(text)) is not None:
             text = messages  # a chat record kept as JSON text (a CSV file's, a table's string column)
-        is_pair = text is None and is_prompt_completion(record)
+        is_pair = text is None and (is_prompt_completion(record) or is_alpaca(record))
         if isinstance(text, list) or is_pair:
             try:
                 conversation = conversation_from_record(text, record)
@@ -319,7 +322,7 @@ class DocumentCollector:
             if text is None:
                 self.reject(position, f"content field '{content}' is a NoneType, not a string",
                             {name: values[i] for name, values in columns.items()})
-            elif json_messages(text) is not None:  # a chat record kept as JSON text: judged with its other fields
+            elif self.chat_content and json_messages(text) is not None:  # chat kept as JSON text: a record
                 self.add_record(position, {name: values[i] for name, values in columns.items()})
             else:
                 self._accept_values(position, text, [None if values is None else values[i] for values in extra])
@@ -328,12 +331,12 @@ class DocumentCollector:
         """Whether `add_text_rows` judges a table of this Arrow schema as `add_record` would: no record
         formatter, a string content column, and no other column that could hold what `unusable_value`
         refuses (an unsigned 64-bit integer, a nested value; a typed field's column, `source_types`, holds only
-        what its output column holds) or make a row a prompt/completion pair."""
+        what its output column holds) or make a row a prompt/completion or an Alpaca pair."""
         import pyarrow.types as types
 
         if self.formatter is not None or self.ds.content_field not in schema.names:
             return False
-        if {"prompt", "completion"} <= set(schema.names):
+        if {"prompt", "completion"} <= set(schema.names) or {"instruction", "output"} <= set(schema.names):
             return False
         for field in schema:
             if field.name == self.ds.content_field:

@@ -22,6 +22,7 @@ from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.text.chat import ChatRenderer
 from easydata.text.chat_templates import NAMED_TEMPLATES, named_template
 from easydata.errors import ConfigError, InputError
+from easydata.io.conversations import is_chat_field
 from easydata.io.filesystems import file_version, read_text
 from easydata.io.group_files import discard_group_files
 from easydata.io.record_format import RecordFormatter
@@ -261,7 +262,7 @@ def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerCo
       ConfigError: one line naming the dataset or tokenizer.
     """
     template = configured_template if configured_template is not None else info.chat_template
-    if template is None and ds.content_field in (config.chat.messages_field, "messages", "conversations"):
+    if template is None and is_chat_field(ds.content_field, config.chat.messages_field):
         raise ConfigError(f"dataset '{ds.name}' reads chat records (content_field '{ds.content_field}') but"
                           f" tokenizer '{tok.name_or_path}' has no chat template and chat.template is not set:"
                           " set chat.template (jinja text or a file)")
