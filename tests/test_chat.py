@@ -294,6 +294,44 @@ def test_alpaca_records(tokenizer):
             conversation_from_record(None, {**record, **bad})
 
 
+#: The message loop of Meta's Llama 3.1-3.3 templates: it tests a key's presence (`'tool_calls' in message`).
+LLAMA31_LOOP = """{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}
+        {{- '{"name": "' + tool_call.name + '", "parameters": ' + tool_call.arguments | tojson + '}<|eot_id|>' }}
+    {%- else %}
+        {{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + message.content + '<|eot_id|>' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"""
+
+
+def test_null_keys_of_a_message_are_absent(tokenizer):
+    """OpenAI's SDK saves an answer (`message.model_dump()`) with `"tool_calls": null`, `"function_call": null`,
+    `"refusal": null`, and a table's column of messages gives every message every key any message has. Llama
+    3.1's template takes a present `tool_calls` for a call: every such conversation was a dead letter ("object
+    of type 'NoneType' has no len()") where the same messages without the null keys render."""
+    dumped = [{"role": "user", "content": "Weather in Oslo?", "name": None, "tool_calls": None},
+              {"role": "assistant", "content": None, "refusal": None, "function_call": None, "audio": None,
+               "tool_calls": [{"id": "c1", "type": "function", "index": None,
+                               "function": {"name": "get_weather", "arguments": {"city": "Oslo", "unit": None}}}]},
+              {"role": "tool", "content": "3", "tool_call_id": "c1", "tool_calls": None},
+              {"role": "assistant", "content": "3 °C.", "refusal": None, "function_call": None, "audio": None,
+               "tool_calls": None}]
+    runs, _ = masked_runs(tokenizer, LLAMA31_LOOP, dumped)
+    assert [r.strip() for r in runs] == ['{"name": "get_weather", "parameters": {"city": "Oslo", "unit": null}}<|eot_id|>',
+                                         "3 °C.<|eot_id|>"]  # a null argument is a value: kept
+    tools = conversation_from_record(dumped, {"tools": [{"type": "function", "function": {
+        "name": "get_weather", "description": None, "parameters": {"type": "object"}}}]}).tools
+    assert tools == [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
 def test_a_system_field_and_a_different_system_message_are_refused():
     with pytest.raises(ChatError, match="the record has a 'system' field and a system message that differ"):
         conversation_from_record([{"role": "system", "content": "A."}, *CONVERSATION], {"system": "B."})

@@ -28,6 +28,12 @@ _CONVERSATIONAL_PAIRS = [{"prompt": [{"role": "user", "content": f"q{i}"}],
 _ALPACA = [{"instruction": f"i{i}", "input": f"x{i}" if i % 3 else "", "output": f"o{i}" if i % 11 else None,
             "system": "be brief" if i % 2 else "", "history": [[f"h{i}", f"a{i}"]] if i % 4 == 1 else None, "id": i}
            for i in range(40)]  # LLaMA-Factory's Alpaca; every 11th output missing: a dead letter either way
+_TOOL_CALLS = [{"messages": [{"role": "user", "content": f"q{i}"},
+                             {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {
+                                 "name": "f", "arguments": f'{{"n": {i}}}'}}]} if i % 2 else
+                             {"role": "assistant", "content": f"a{i}", "weight": 1},
+                             {"role": "tool", "content": "3"}, {"role": "assistant", "content": f"b{i}"}], "id": i}
+               for i in range(40)]  # a table gives every message every key (`tool_calls: null`, `weight: null`)
 _TEXT_AND_CHAT = [{"text": f"document {i}", "messages": [{"role": "user", "content": f"q{i}"}], "id": i}
                   for i in range(40)]
 
@@ -55,8 +61,8 @@ def _read(path: Path) -> tuple[list, list]:
     return documents, [r.reason for r in rejects]
 
 
-@pytest.mark.parametrize("records", [_CHAT, _PAIRS, _CONVERSATIONAL_PAIRS, _ALPACA, _TEXT_AND_CHAT],
-                         ids=["messages", "pairs", "conversational-pairs", "alpaca", "text-and-messages"])
+@pytest.mark.parametrize("records", [_CHAT, _PAIRS, _CONVERSATIONAL_PAIRS, _ALPACA, _TOOL_CALLS, _TEXT_AND_CHAT],
+                         ids=["messages", "pairs", "conversational-pairs", "alpaca", "tool-calls", "text-and-messages"])
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
 def test_a_tables_records_are_its_json_lines_records(tmp_path: Path, records, suffix):
     expected = _read(_write(tmp_path / "data.jsonl", records))
@@ -270,3 +276,12 @@ def test_a_chat_record_kept_as_json_text_is_a_conversation(tmp_path: Path, suffi
     else:
         _write(code, [{"content": json.dumps(m)} for m in messages])
     assert _documents(code, "content") == ([(json.dumps(m), None) for m in messages], [])
+
+
+def test_lmsys_and_wildchat_conversation_as_json_text(tmp_path: Path):
+    """LMSYS-Chat-1M and WildChat name their messages `conversation`; kept as JSON text in a CSV file, it was
+    tokenized as its JSON."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    path = tmp_path / "chat.csv"
+    path.write_text('conversation,model\n"' + json.dumps(messages).replace('"', '""') + '",vicuna-13b\n')
+    assert _documents(path, "conversation") == ([("", messages)], [])

@@ -111,15 +111,31 @@ def _message(raw: dict[str, Any], index: int, blocks: Optional["_Blocks"]) -> di
         raise ChatError(f"message {index} ({canonical}) has no content")
     if content is not None and not isinstance(content, str):
         raise ChatError(f"message {index} ({canonical}) content is a {type(content).__name__}, not a string")
-    message = {k: v for k, v in raw.items() if k not in ("from", "value", "function_call")}
+    message = _present(raw, ("from", "value", "function_call"))
     message.update(role=canonical, content=content if content is not None else "")
     if calls is not None:
-        message["tool_calls"] = calls
+        message["tool_calls"] = [_present_call(call) for call in calls]
     if blocks is not None and blocks.thinking:
         if any(message.get(field) for field in REASONING_FIELDS):
             raise ChatError(f"message {index} ({canonical}) has both thinking blocks and a reasoning field")
         message["reasoning_content"] = "\n\n".join(blocks.thinking)
     return message
+
+
+def _present(value: dict[str, Any], leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object's keys that have a value: a null is an absent key. A table's column of messages gives every
+    message every key any message has (`tool_calls: null` on a plain answer), and OpenAI's SDK writes them
+    too (`message.model_dump()`); templates that test a key's presence (Llama 3.1's `'tool_calls' in message`)
+    fail on the null where the same message without the key renders."""
+    return {k: v for k, v in value.items() if v is not None and k not in leave_out}
+
+
+def _present_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call (or a tool's definition) without null keys, at its top and in its `function` (not in the
+    arguments or parameters, where a null is a value)."""
+    call = _present(call)
+    function = call.get("function")
+    return {**call, "function": _present(function)} if isinstance(function, dict) else call
 
 
 def _function_calls(value: Any, index: int) -> list[dict[str, Any]]:
@@ -216,9 +232,9 @@ def _parts_text(parts: list[Any], where: str) -> str:
 
 
 def is_chat_field(name: str, messages_field: str) -> bool:
-    """Whether a content field is named as chat records' messages are: `messages`, `conversations`, or the
-    configured `chat.messages_field`."""
-    return name in (messages_field, "messages", "conversations")
+    """Whether a content field is named as chat records' messages are: `messages`, `conversations` (ShareGPT),
+    `conversation` (LMSYS-Chat-1M, WildChat), or the configured `chat.messages_field`."""
+    return name in (messages_field, "messages", "conversations", "conversation")
 
 
 def json_messages(text: str) -> Optional[list[Any]]:
@@ -321,7 +337,7 @@ def _system_message(system: Any, messages: list[dict[str, Any]]) -> Optional[dic
 def _tools(record: dict[str, Any]) -> Optional[list[Any]]:
     """A record's tool definitions: `tools` (a list, or LLaMA-Factory's JSON string of function definitions), or
     OpenAI's legacy `functions`; function definitions on their own are put in OpenAI's `{"type": "function",
-    "function": ...}` as the legacy `functions` are."""
+    "function": ...}` as the legacy `functions` are. Null keys are absent (`_present_call`)."""
     tools, bare = record.get("tools"), False
     if isinstance(tools, str):
         try:
@@ -332,9 +348,11 @@ def _tools(record: dict[str, Any]) -> Optional[list[Any]]:
         tools, bare = record["functions"], True
         if not isinstance(tools, list):
             raise ChatError(f"'functions' is a {type(tools).__name__}, not a list")
-    if tools is not None and not isinstance(tools, list):
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
         raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
     if bare:
-        return [{"type": "function", "function": f} if isinstance(f, dict) and "function" not in f else f
-                for f in tools]
-    return tools
+        tools = [{"type": "function", "function": f} if isinstance(f, dict) and "function" not in f else f
+                 for f in tools]
+    return [_present_call(tool) if isinstance(tool, dict) else tool for tool in tools]
