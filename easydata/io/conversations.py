@@ -5,8 +5,9 @@
 human->user, gpt/bot/model->assistant; LLaMA-Factory's `function_call` and `observation` turns as tool calls and
 results), Anthropic's content blocks (`thinking`, `tool_use`, `tool_result`), a `system` field beside the
 messages, optional `tools` (LLaMA-Factory's JSON string too), prompt/completion pairs (two strings, or two
-lists of messages) and Alpaca records (`instruction`, `input`, `output`, LLaMA-Factory's `history`); anything that is not a usable conversation raises `ChatError`, whose message is the record's
-dead-letter reason.
+lists of messages) and Alpaca records (`instruction`, `input`, `output`, LLaMA-Factory's `history`). A null
+key is an absent one. Anything that is not a usable conversation raises `ChatError`, whose message is the
+record's dead-letter reason.
 Reading records (`easydata.io.documents`) needs this and no template engine; rendering is
 `easydata.text.chat`'s.
 """

@@ -24,8 +24,9 @@ def open_table_file(path: str):
 
 def columns_needed(dataset: DatasetConfig, available: list[str], messages_field: str = "messages") -> list[str]:
     """The columns of `available` a record is judged on (`DocumentCollector.add_record`), in this order: the
-    content field, the chat fields (`messages_field` and `CHAT_FIELDS`: `prompt`, `completion`, the system prompt
-    `system`, and the tool definitions `tools` or OpenAI's legacy `functions`) and the additional fields. A
+    content field, the chat fields (`messages_field` and `CHAT_FIELDS`: `prompt`, `completion`, Alpaca's
+    `instruction`, `input`, `output` and `history`, the system prompt `system`, and the tool definitions `tools`
+    or OpenAI's legacy `functions`) and the additional fields. A
     table's records are so what the same records are as JSON lines: a `messages` column makes chat records when
     the content field is absent, as a `messages` key does (a table's chat records were read without it).
 
