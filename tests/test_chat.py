@@ -640,4 +640,4 @@ def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):
     assert [r.source for r in read_rejects] == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
     assert [r.source for r in template_rejects] == [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
     assert [r.reason for r in template_rejects] == ["assistant message 1 does not appear in the rendered template"] * 2
-    assert template_rejects[0].excerpt == record_excerpt(dropped) and read_rejects[0].excerpt == "{'messages': []}"
+    assert template_rejects[0].excerpt == record_excerpt(dropped) and read_rejects[0].excerpt == '{"messages": []}'

@@ -616,7 +616,7 @@ def test_rejects_carry_position_and_reason_and_nothing_is_lost(tmp_path: Path) -
         (offsets[8], "record is a list, not an object"),
         (offsets[9], "document is larger than max_document_bytes=11"),
     ]
-    assert rejects[2].excerpt == "{'body': 'no text field'}"
+    assert rejects[2].excerpt == '{"body": "no text field"}'
     assert len(docs) + len(rejects) == sum(1 for line in lines if line.strip())
 
 
@@ -728,9 +728,9 @@ _NOT_OBJECTS = [
     ('"   "', "record is a str, not an object", "   "),
     ("42", "record is a int, not an object", "42"),
     ("-2.5", "record is a float, not an object", "-2.5"),
-    ('["text", "in a list"]', "record is a list, not an object", "['text', 'in a list']"),
-    ("null", "record is a NoneType, not an object", "None"),
-    ("true", "record is a bool, not an object", "True"),
+    ('["text", "in a list"]', "record is a list, not an object", '["text", "in a list"]'),
+    ("null", "record is a NoneType, not an object", "null"),
+    ("true", "record is a bool, not an object", "true"),
 ]
 
 
@@ -1310,3 +1310,18 @@ def test_a_json_array_is_read_in_bounded_memory(tmp_path: Path) -> None:
     finally:
         tracemalloc.stop()
     assert count == 20_000 and peak < 20e6, peak
+
+
+def test_a_dead_letters_excerpt_is_the_record_as_json():
+    """Excerpts were the record's Python `repr` (`{'messages': [{'role': ...`, `None`, `True`): not what the
+    user's JSON lines hold. A lone surrogate stays its escape (the dead-letter file is UTF-8), a table's bytes
+    or timestamp its `str`, and non-ASCII text stays as it is."""
+    import datetime
+
+    from easydata.io.documents import record_excerpt
+
+    record = {"messages": [{"role": "user", "content": "日本 \ud800"}], "ok": True, "n": None, "b": b"\x00",
+              "t": datetime.datetime(2024, 7, 26)}
+    assert record_excerpt(record) == ('{"messages": [{"role": "user", "content": "日本 \\ud800"}], "ok": true, "n": null,'
+                                      ' "b": "b\'\\\\x00\'", "t": "2024-07-26 00:00:00"}')
+    assert len(record_excerpt({"text": "x" * 5000})) == 200

@@ -427,11 +427,14 @@ def collect_records(dataset: DatasetConfig, source: str, key_name: str,
     return collector.flush(), list(collector.rejects)
 
 def record_excerpt(value: Any) -> str:
-    """The start of a record for a dead letter (a deeply nested one cannot be `repr`-ed whole)."""
+    """The start of a record for a dead letter, as JSON: as the user's JSON lines wrote it (a Python `repr`
+    showed `{'messages': [{'role': ...` and `None`), a table's values JSON cannot hold (bytes, timestamps) as
+    their `str`. A deeply nested record cannot be serialised whole."""
     try:
-        return repr(value)[:EXCERPT_CHARS]
-    except RecursionError:
+        excerpt = json.dumps(value, ensure_ascii=False, default=str)[:EXCERPT_CHARS]
+    except (RecursionError, ValueError):  # ValueError: a value that holds itself
         return f"<{type(value).__name__} nested too deeply to show>"
+    return excerpt.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate as its escape
 
 def parse_json_record(text: str) -> tuple[Any, Optional[str]]:
     """`(record, None)`, or `(None, reason)` for text that is not one JSON value (malformed, nested so
