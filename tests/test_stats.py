@@ -177,3 +177,27 @@ def test_a_long_tailed_length_distribution_is_plotted_on_log_axes(tmp_path) -> N
              "outputs": {"web": {"token_share": 1.0, "tokens": int((np.arange(len(long_tail)) * long_tail).sum())}}}
     png = plot_stats(stats, str(tmp_path / "tail.png"))
     assert Path(png).read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("tool", ["stats", "validate"])
+def test_an_interrupted_check_closes_its_progress_bar(packed_output, monkeypatch, tool) -> None:
+    """`easydata stats` and `validate` closed their progress bar only when they finished: a Ctrl-C (or an error)
+    left the bar open, and the message after it was drawn on the bar's line."""
+    import sys
+
+    from easydata.tools import stats, validate
+
+    closed = []
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr("easydata.run.progress.count_bar", lambda *a, **k: type(
+        "Bar", (), {"close": lambda self: closed.append(True), "refresh": lambda self: None, "n": 0})())
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    module, check, name = (stats, stats.compute_stats, "_measure_output") if tool == "stats" else \
+        (validate, validate.validate_output, "_check_shard")
+    monkeypatch.setattr(module, name, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        check(str(packed_output), progress=True)
+    assert closed == [True]

@@ -359,3 +359,9 @@ class CountProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+    def __enter__(self) -> "CountProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()  # also on an error or Ctrl-C: its message starts on a line of its own, not after the bar

@@ -19,6 +19,7 @@ Outputs named `<dataset>/<split>` are also summed per dataset and per split, and
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any, Optional
 
@@ -165,10 +166,9 @@ def compute_stats(output_dir: str, progress: bool = False) -> dict[str, Any]:
     seq_length = packed_seq_length(output_dir, manifest["schema"]) if packed else None
     shown = CountProgress(sum(s.rows for o in manifest.outputs.values() for s in o.shards), "reading shards",
                           unit="rows") if progress else None
-    outputs = {name: _measure_output(output_dir, fmt, output, seq_length, shown)
-               for name, output in sorted(manifest.outputs.items())}
-    if shown is not None:
-        shown.close()
+    with shown or contextlib.nullcontext():
+        outputs = {name: _measure_output(output_dir, fmt, output, seq_length, shown)
+                   for name, output in sorted(manifest.outputs.items())}
     total = _Accumulator()
     datasets: dict[str, _Accumulator] = {}
     splits: dict[str, _Accumulator] = {}

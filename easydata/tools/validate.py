@@ -14,6 +14,7 @@ Shards are read one record batch at a time, so validating never holds a whole sh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import posixpath
 from typing import Any, Optional
@@ -222,52 +223,51 @@ def validate_output(output_dir: str, progress: bool = False) -> ValidationReport
     fs, root = get_fs(output_dir)
     datasets = manifest.get("datasets") or {}
     shown = CountProgress(_listed_rows(datasets), "validating", unit="rows") if progress else None
-    for name, info in sorted(datasets.items()):
-        ds_rows = ds_tokens = 0
-        listed = set()
-        for shard in info.get("shards", []):
-            try:
-                path = member_path(output_dir, shard.get("path"), "shard path")
-            except ValidationFailed as e:
-                problems.append(str(e))
-                continue
-            listed.update(posixpath.basename(shard[key]) for key in shard if key == "path" or key.endswith("_path"))
-            try:
-                counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema, shown)
-            except ShardUnreadable as e:
-                problems.append(f"{shard['path']}: unreadable ({e.detail})")
-                continue
-            except EasyDataError as e:
-                problems.append(f"{shard['path']}: {e}")
-                continue
-            except Exception as e:  # a truncated or corrupt file: report, keep checking the rest
-                problems.append(f"{shard['path']}: unreadable ({type(e).__name__}: {str(e).splitlines()[0]})")
-                continue
-            problems.extend(f"{shard['path']}: {p}" for p in found)
-            if counts is None:  # wrong structure: counting would only repeat that
-                continue
-            for key, value in zip(_COUNTS, counts):
-                if value != shard.get(key, 0):
-                    problems.append(f"{shard['path']}: {value} {key.replace('_', ' ')}, manifest says"
-                                    f" {shard.get(key, 0)}")
-            ds_rows += counts[0]
-            ds_tokens += counts[1]
-        problems.extend(_check_sums(f"dataset '{name}'", info, info.get("shards", []), "shards"))
-        docs = (info.get("documents_in"), info.get("documents_written"), info.get("documents_rejected"))
-        if None in docs or docs[0] != docs[1] + docs[2]:
-            problems.append(f"dataset '{name}': documents_in {docs[0]} != documents_written {docs[1]} +"
-                            f" documents_rejected {docs[2]}")
-        folder = join(root, name)
-        if fs.exists(folder):
-            present = {posixpath.basename(p) for p in fs.ls(folder, detail=False)}
-            for stray in sorted(present - listed):
-                problems.append(f"{name}/{stray}: file not listed in the manifest")
-        report.datasets[name] = {"shards": len(info.get("shards", [])), "rows": ds_rows, "tokens": ds_tokens}
-        report.shards += len(info.get("shards", []))
-        report.rows += ds_rows
-        report.tokens += ds_tokens
-    if shown is not None:
-        shown.close()
+    with shown or contextlib.nullcontext():
+        for name, info in sorted(datasets.items()):
+            ds_rows = ds_tokens = 0
+            listed = set()
+            for shard in info.get("shards", []):
+                try:
+                    path = member_path(output_dir, shard.get("path"), "shard path")
+                except ValidationFailed as e:
+                    problems.append(str(e))
+                    continue
+                listed.update(posixpath.basename(shard[key]) for key in shard if key == "path" or key.endswith("_path"))
+                try:
+                    counts, found = _check_shard(path, fmt, list(info.get("columns") or columns), vocab, schema, shown)
+                except ShardUnreadable as e:
+                    problems.append(f"{shard['path']}: unreadable ({e.detail})")
+                    continue
+                except EasyDataError as e:
+                    problems.append(f"{shard['path']}: {e}")
+                    continue
+                except Exception as e:  # a truncated or corrupt file: report, keep checking the rest
+                    problems.append(f"{shard['path']}: unreadable ({type(e).__name__}: {str(e).splitlines()[0]})")
+                    continue
+                problems.extend(f"{shard['path']}: {p}" for p in found)
+                if counts is None:  # wrong structure: counting would only repeat that
+                    continue
+                for key, value in zip(_COUNTS, counts):
+                    if value != shard.get(key, 0):
+                        problems.append(f"{shard['path']}: {value} {key.replace('_', ' ')}, manifest says"
+                                        f" {shard.get(key, 0)}")
+                ds_rows += counts[0]
+                ds_tokens += counts[1]
+            problems.extend(_check_sums(f"dataset '{name}'", info, info.get("shards", []), "shards"))
+            docs = (info.get("documents_in"), info.get("documents_written"), info.get("documents_rejected"))
+            if None in docs or docs[0] != docs[1] + docs[2]:
+                problems.append(f"dataset '{name}': documents_in {docs[0]} != documents_written {docs[1]} +"
+                                f" documents_rejected {docs[2]}")
+            folder = join(root, name)
+            if fs.exists(folder):
+                present = {posixpath.basename(p) for p in fs.ls(folder, detail=False)}
+                for stray in sorted(present - listed):
+                    problems.append(f"{name}/{stray}: file not listed in the manifest")
+            report.datasets[name] = {"shards": len(info.get("shards", [])), "rows": ds_rows, "tokens": ds_tokens}
+            report.shards += len(info.get("shards", []))
+            report.rows += ds_rows
+            report.tokens += ds_tokens
     problems.extend(_check_sums("totals", manifest.get("totals") or {}, list(datasets.values()), "datasets"))
     for name, entries in sorted((manifest.get(PARTIAL_INPUTS) or {}).items()):
         for entry in entries:
