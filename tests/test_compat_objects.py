@@ -81,6 +81,10 @@ def test_chat_template_transform_from_a_path(tmp_path: Path, chat_tokenizer_dir:
     assert row["text"].startswith("01 Jan 2025|<|im_start|>user")
     with pytest.raises(ValueError, match="template_kwargs must not set messages"):  # not a failure per record
         ChatTemplateTransform(str(chat_tokenizer_dir), chat_template=chatml, template_kwargs={"messages": []})
+    # a CSV file's messages, kept as JSON text; a `system` field beside them (LLaMA-Factory, Anthropic)
+    transform = ChatTemplateTransform(str(chat_tokenizer_dir), chat_template=chatml)
+    row = transform({"messages": '[{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]', "system": "Be."})
+    assert row["text"] == "<|im_start|>system\nBe.<|im_end|>\n" + rows[0]["text"]
 
 
 @settings(max_examples=60, deadline=None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from easydata.io.conversations import json_messages
 from easydata.text.chat import ChatRenderer, conversation_from_record
 
 __all__ = ["ChatTemplateTransform", "as_tokenizer_handle"]
@@ -77,7 +78,10 @@ class ChatTemplateTransform:
         self.add_generation_prompt, self.drop_messages = add_generation_prompt, drop_messages
 
     def __call__(self, example: Example) -> Example:
-        conversation = conversation_from_record(example.get(self.messages_field), example)
+        messages = example.get(self.messages_field)
+        if isinstance(messages, str):  # kept as JSON text (a CSV file's, a table's string column), as the
+            messages = json_messages(messages) or messages  # pipeline reads a chat field's string
+        conversation = conversation_from_record(messages, example)
         text = self.renderer.render_text(conversation, generation_prompt=self.add_generation_prompt)
         out = {k: v for k, v in example.items() if not (self.drop_messages and k == self.messages_field)}
         out[self.output_field] = text
