@@ -183,7 +183,8 @@ def test_a_system_field_beside_the_messages_is_the_system_prompt(tokenizer, syst
     with_message = [{"role": "system", "content": "Speak like a pirate."}, *CONVERSATION]
     assert conversation_from_record(with_message, {"system": "Speak like a pirate."}).messages == with_message
     assert conversation_from_record(CONVERSATION, {"system": ""}).messages == CONVERSATION  # LLaMA-Factory's "none"
-    pair = conversation_from_record(None, {"system": "Be brief.", "prompt": [CONVERSATION[0]], "completion": [CONVERSATION[1]]})
+    pair = conversation_from_record(None, {"system": "Be brief.", "prompt": [CONVERSATION[0]],
+                                           "completion": [CONVERSATION[1]]})
     assert (pair.messages[0], pair.first_trained) == ({"role": "system", "content": "Be brief."}, 2)
 
 
@@ -325,8 +326,8 @@ def test_null_keys_of_a_message_are_absent(tokenizer):
               {"role": "assistant", "content": "3 °C.", "refusal": None, "function_call": None, "audio": None,
                "tool_calls": None}]
     runs, _ = masked_runs(tokenizer, LLAMA31_LOOP, dumped)
-    assert [r.strip() for r in runs] == ['{"name": "get_weather", "parameters": {"city": "Oslo", "unit": null}}<|eot_id|>',
-                                         "3 °C.<|eot_id|>"]  # a null argument is a value: kept
+    assert [r.strip() for r in runs] == [  # a null argument is a value: kept
+        '{"name": "get_weather", "parameters": {"city": "Oslo", "unit": null}}<|eot_id|>', "3 °C.<|eot_id|>"]
     tools = conversation_from_record(dumped, {"tools": [{"type": "function", "function": {
         "name": "get_weather", "description": None, "parameters": {"type": "object"}}}]}).tools
     assert tools == [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
@@ -579,7 +580,8 @@ def test_template_kwargs_reach_the_template(tmp_path, chat_tokenizer_dir) -> Non
 
 def test_llama_factory_and_anthropic_files_through_the_cli(tmp_path, qwen3_tokenizer_dir) -> None:
     """A LLaMA-Factory ShareGPT file (a `system` field, `function_call` and `observation` turns, tools as a JSON
-    string), Anthropic Messages records and an Alpaca record, through the real CLI with Qwen3's own template: every record is a
+    string), Anthropic Messages records, an Alpaca record and a CSV file's messages kept as JSON text, through the
+    real CLI with Qwen3's own template: every record is a
     row, and its trained tokens are the assistant's calls and answers."""
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
@@ -597,11 +599,19 @@ def test_llama_factory_and_anthropic_files_through_the_cli(tmp_path, qwen3_token
                                           {"type": "text", "text": "4"}]}]}
     alpaca = {"instruction": "Say hi.", "input": "", "output": "Hi!", "system": ""}
     (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (llama_factory, anthropic, alpaca)))
+    messages = json.dumps([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo."}])
+    (tmp_path / "b.csv").write_text('messages,system\n"' + messages.replace('"', '""') + '",Be short.\n')
     (tmp_path / "job.yaml").write_text(
         f"default_tokenizer: {qwen3_tokenizer_dir}\ndatasets:\n  - name: chat\n    data_files: {tmp_path / 'a.jsonl'}\n"
-        f"    content_field: conversations\nsave:\n  output_dir: {tmp_path / 'out'}\n")
+        f"    content_field: conversations\n  - name: csv\n    data_files: {tmp_path / 'b.csv'}\n"
+        f"    content_field: messages\nsave:\n  output_dir: {tmp_path / 'out'}\n")
     assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--direct_num_workers=1"]) == 0
     decode = Tokenizer.from_file(str(qwen3_tokenizer_dir / "tokenizer.json")).decode
+    csv_row = pq.read_table(next((tmp_path / "out" / "csv").glob("*.parquet"))).to_pylist()  # JSON text: a chat
+    assert [decode(r["input_ids"], skip_special_tokens=False).split("<think>")[0] for r in csv_row] == [
+        "<|im_start|>system\nBe short.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"]
+    assert [decode(run, skip_special_tokens=False).strip() for run in trained_runs(
+        np.array(csv_row[0]["input_ids"]), np.array(csv_row[0]["loss_mask"]))] == ["Yo.<|im_end|>"]
     table = pq.read_table(next((tmp_path / "out" / "chat").glob("*.parquet")))
     rows = sorted(zip(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist()))
     texts = sorted(decode(ids, skip_special_tokens=False) for ids, _ in rows)
@@ -617,8 +627,8 @@ def test_llama_factory_and_anthropic_files_through_the_cli(tmp_path, qwen3_token
 
 def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):
     """A record the template refuses named its file by its key name ('b.jsonl'), a record the reader refuses
-    by its path, and its excerpt was JSON where the reader's is the record's `repr`: one dead-letter file
-    listed one input two ways. Two files' records in one batch each name their own file."""
+    by its path, and its excerpt was JSON where the reader's was the record's `repr` (both JSON now): one
+    dead-letter file listed one input two ways. Two files' records in one batch each name their own file."""
     import json as _json
 
     from easydata.config import DatasetConfig

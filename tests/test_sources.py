@@ -1322,6 +1322,6 @@ def test_a_dead_letters_excerpt_is_the_record_as_json():
 
     record = {"messages": [{"role": "user", "content": "日本 \ud800"}], "ok": True, "n": None, "b": b"\x00",
               "t": datetime.datetime(2024, 7, 26)}
-    assert record_excerpt(record) == ('{"messages": [{"role": "user", "content": "日本 \\ud800"}], "ok": true, "n": null,'
-                                      ' "b": "b\'\\\\x00\'", "t": "2024-07-26 00:00:00"}')
+    assert record_excerpt(record) == ('{"messages": [{"role": "user", "content": "日本 \\ud800"}], "ok": true,'
+                                      ' "n": null, "b": "b\'\\\\x00\'", "t": "2024-07-26 00:00:00"}')
     assert len(record_excerpt({"text": "x" * 5000})) == 200
