@@ -238,6 +238,34 @@ def test_anthropic_content_blocks(qwen3_tokenizer_dir):
     assert text.startswith("<|im_start|>system\nBe kind.<|im_end|>") and "<tool_response>\n3 °C\n" in text
 
 
+def test_gemini_contents(qwen3_tokenizer_dir):
+    """Gemini's tuning data (Vertex AI) keeps a turn's text in `parts`, the system prompt in `systemInstruction`,
+    a call as a `functionCall` part of a `model` turn, its answer as a `functionResponse` part, reasoning as a
+    `thought` part and the tools as `functionDeclarations`: every such record was a dead letter ("message 0
+    (user) has no content")."""
+    tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)))
+    function = {"name": "get_weather", "parameters": {"type": "object"}}
+    record = {"systemInstruction": {"role": "system", "parts": [{"text": "Be brief."}]},
+              "tools": [{"functionDeclarations": [function]}],
+              "contents": [
+                  {"role": "user", "parts": [{"text": "Weather in Oslo?"}]},
+                  {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}}}]},
+                  {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"c": 3}}}]},
+                  {"role": "model", "parts": [{"text": "Cold.", "thought": True}, {"text": "3 °C."}]}]}
+    conversation = conversation_from_record(record["contents"], record)
+    assert conversation.tools == [{"type": "function", "function": function}]
+    assert conversation.messages[:2] == [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Weather in Oslo?"}]
+    assert conversation.messages[3] == {"role": "tool", "content": '{"c": 3}', "name": "get_weather"}
+    runs, _ = masked_runs(tokenizer, tokenizer.info.chat_template, record["contents"], record)
+    assert [r.strip() for r in runs] == [
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>',
+        "<think>\nCold.\n</think>\n\n3 °C.<|im_end|>"]
+    with pytest.raises(ChatError, match="message 0 has a part of type 'inlineData': only text parts"):
+        conversation_from_record([{"role": "user", "parts": [{"inlineData": {"mimeType": "image/png"}}]},
+                                  {"role": "model", "parts": [{"text": "A cat."}]}])
+
+
 @pytest.mark.parametrize("message, record, reason", [
     ({"from": "function_call", "value": "get_weather(city='Oslo')"}, {},
      "message 1 \\(function_call\\) is not JSON: Expecting value at column 1"),
@@ -246,7 +274,7 @@ def test_anthropic_content_blocks(qwen3_tokenizer_dir):
     ({"role": "assistant", "content": [{"type": "redacted_thinking", "data": "EmwK"}]}, {},
      "message 1 has a part of type 'redacted_thinking': only text parts"),
     ({"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "3"}]}, {},
-     "message 1 \\(assistant\\) has a part of type 'tool_result', a block only a user message holds"),
+     "message 1 \\(assistant\\) has a part of type 'tool_result', a block only user messages hold"),
     ({"role": "assistant", "content": [{"type": "thinking"}, {"type": "text", "text": "a"}]}, {},
      "message 1 has a 'thinking' part without its 'thinking' string"),
     ({"role": "assistant", "content": [{"type": "thinking", "thinking": "t"}], "reasoning_content": "r"}, {},

@@ -285,3 +285,18 @@ def test_lmsys_and_wildchat_conversation_as_json_text(tmp_path: Path):
     path = tmp_path / "chat.csv"
     path.write_text('conversation,model\n"' + json.dumps(messages).replace('"', '""') + '",vicuna-13b\n')
     assert _documents(path, "conversation") == ([("", messages)], [])
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_a_gemini_table_is_its_json_lines(tmp_path: Path, suffix):
+    """Gemini's tuning records as a table: a part has every key any part has (`text: null` beside a
+    `functionCall`), as a message has every key any message has; they read as the same records' JSON lines."""
+    records = [{"systemInstruction": {"parts": [{"text": "Be brief."}]} if i % 2 else None, "contents": [
+        {"role": "user", "parts": [{"text": f"q{i}"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"n": i}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"r": i}}}]},
+        {"role": "model", "parts": [{"text": "hm", "thought": True}, {"text": f"a{i}"}]}]} for i in range(4)]
+    seen = {kind: _documents(_write(tmp_path / f"g{kind}", records), "contents") for kind in (".jsonl", suffix)}
+    assert seen[suffix] == seen[".jsonl"] and seen[suffix][1] == []
+    assert [[m["role"] for m in messages] for _, messages in seen[suffix][0]] == [
+        ["user", "assistant", "tool", "assistant"], ["system", "user", "assistant", "tool", "assistant"]] * 2

@@ -3,11 +3,12 @@
 `conversation_from_record` accepts OpenAI messages (`role`/`content`, text content parts; the legacy
 `function_call` and `functions` as `tool_calls` and `tools`), ShareGPT turns (`from`/`value`, roles normalised:
 human->user, gpt/bot/model->assistant; LLaMA-Factory's `function_call` and `observation` turns as tool calls and
-results), Anthropic's content blocks (`thinking`, `tool_use`, `tool_result`), a `system` field beside the
-messages, optional `tools` (LLaMA-Factory's JSON string too), prompt/completion pairs (two strings, or two
-lists of messages) and Alpaca records (`instruction`, `input`, `output`, LLaMA-Factory's `history`). A null
-key is an absent one. Anything that is not a usable conversation raises `ChatError`, whose message is the
-record's dead-letter reason.
+results), Anthropic's content blocks (`thinking`, `tool_use`, `tool_result`), Gemini's `parts` (text, `thought`,
+`functionCall`, `functionResponse`), a `system` (or Gemini's `systemInstruction`) field beside the messages,
+optional `tools` (LLaMA-Factory's JSON string, Gemini's `functionDeclarations`), prompt/completion pairs (two
+strings, or two lists of messages) and Alpaca records (`instruction`, `input`, `output`, LLaMA-Factory's
+`history`). A null key is an absent one. Anything that is not a usable conversation raises `ChatError`, whose
+message is the record's dead-letter reason.
 Reading records (`easydata.io.documents`) needs this and no template engine; rendering is
 `easydata.text.chat`'s.
 """
@@ -19,7 +20,7 @@ import json
 from typing import Any, Optional
 
 __all__ = ["ChatError", "Conversation", "conversation_from_record", "is_prompt_completion", "ROLE_ALIASES",
-           "TOOL_FIELDS", "SYSTEM_FIELD", "CHAT_FIELDS", "REASONING_FIELDS", "TEXT_PARTS", "json_messages",
+           "TOOL_FIELDS", "SYSTEM_FIELDS", "CHAT_FIELDS", "REASONING_FIELDS", "TEXT_PARTS", "json_messages",
            "ALPACA_FIELDS", "is_alpaca", "is_chat_field"]
 
 ROLE_ALIASES = {
@@ -32,14 +33,14 @@ ROLE_ALIASES = {
 
 #: A chat record's fields that define its tools for the template: `tools`, or OpenAI's legacy `functions`.
 TOOL_FIELDS = ("tools", "functions")
-#: A chat record's field holding its system prompt beside the messages: LLaMA-Factory's ShareGPT (a string)
-#: and Anthropic's Messages API (a string or text blocks).
-SYSTEM_FIELD = "system"
+#: A chat record's fields holding its system prompt beside the messages: `system` (LLaMA-Factory's ShareGPT, a
+#: string; Anthropic's Messages API, a string or text blocks) and Gemini's `systemInstruction` (`{"parts": [...]}`).
+SYSTEM_FIELDS = ("system", "systemInstruction")
 #: An Alpaca record's fields (Stanford Alpaca, LLaMA-Factory): an instruction, its optional input, the output,
 #: and LLaMA-Factory's `history` of earlier `[question, answer]` turns.
 ALPACA_FIELDS = ("instruction", "input", "output", "history")
 #: Every field of a record a chat record is read from besides its messages.
-CHAT_FIELDS = ("prompt", "completion", *ALPACA_FIELDS, SYSTEM_FIELD, *TOOL_FIELDS)
+CHAT_FIELDS = ("prompt", "completion", *ALPACA_FIELDS, *SYSTEM_FIELDS, *TOOL_FIELDS)
 
 
 class ChatError(ValueError):
@@ -69,7 +70,7 @@ def _messages(raw: Any, index: int) -> list[dict[str, Any]]:
     if not isinstance(raw, dict):
         raise ChatError(f"message {index} is a {type(raw).__name__}, not an object")
     if "role" in raw:
-        role, content = raw["role"], raw.get("content")
+        role, content = raw["role"], raw["content"] if "content" in raw else raw.get("parts")  # Gemini's `parts`
     elif "from" in raw:
         role, content = raw["from"], raw.get("value")
     else:
@@ -112,7 +113,7 @@ def _message(raw: dict[str, Any], index: int, blocks: Optional["_Blocks"]) -> di
         raise ChatError(f"message {index} ({canonical}) has no content")
     if content is not None and not isinstance(content, str):
         raise ChatError(f"message {index} ({canonical}) content is a {type(content).__name__}, not a string")
-    message = _present(raw, ("from", "value", "function_call"))
+    message = _present(raw, ("from", "value", "function_call", "parts"))
     message.update(role=canonical, content=content if content is not None else "")
     if calls is not None:
         message["tool_calls"] = [_present_call(call) for call in calls]
@@ -163,8 +164,23 @@ REASONING_FIELDS = ("reasoning_content", "reasoning", "thinking")
 TEXT_PARTS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
-#: Anthropic's blocks, and the role whose message can hold each.
-BLOCK_ROLES = {"thinking": "assistant", "tool_use": "assistant", "tool_result": "user"}
+#: Anthropic's blocks and Gemini's parts (named here by the key that marks them), and the roles whose messages
+#: can hold each.
+BLOCK_ROLES = {"thinking": ("assistant",), "tool_use": ("assistant",), "tool_result": ("user",),
+               "thought": ("assistant",), "functionCall": ("assistant",), "functionResponse": ("user", "tool")}
+
+
+def _kind(part: Any) -> Any:
+    """A content part's kind: its `type`, else Gemini's kind of part (`functionCall`, `functionResponse`, a
+    `thought`, text; another key, such as `inlineData`, names a part that is not text). None for a part that
+    is not an object."""
+    if not isinstance(part, dict):
+        return None
+    if "type" in part:
+        return part["type"]
+    if "text" in part or not part:
+        return "thought" if part.get("thought") is True else "text"
+    return next(iter(part))
 
 
 class _Blocks:
@@ -185,15 +201,25 @@ class _Blocks:
         self.results: list[dict[str, Any]] = []
         where = f"message {index}"
         for part in parts:
-            kind = part.get("type", "text") if isinstance(part, dict) else None
-            if BLOCK_ROLES.get(kind) != role:
+            part = _present(part) if isinstance(part, dict) else part  # a table's parts have every part's keys
+            kind = _kind(part)
+            if role not in BLOCK_ROLES.get(kind, ()):
                 texts.append(_part_text(part, kind, where, role))
-            elif kind == "thinking":
-                self.thinking.append(_string(part, "thinking", kind, where))
+            elif kind in ("thinking", "thought"):
+                self.thinking.append(_string(part, "thinking" if kind == "thinking" else "text", kind, where))
             elif kind == "tool_use":
                 call = {"type": "function", "function": {"name": _string(part, "name", kind, where),
                                                          "arguments": part.get("input", {})}}
                 self.calls.append({"id": part["id"], **call} if isinstance(part.get("id"), str) else call)
+            elif kind == "functionCall":
+                call = part[kind] if isinstance(part[kind], dict) else {}
+                self.calls.append({"type": "function", "function": {"name": _string(call, "name", kind, where),
+                                                                     "arguments": call.get("args", {})}})
+            elif kind == "functionResponse":
+                response = part[kind] if isinstance(part[kind], dict) else {}
+                message = {"role": "tool", "content": json.dumps(response.get("response", {}), ensure_ascii=False)}
+                self.results.append({**message, "name": response["name"]} if isinstance(response.get("name"), str)
+                                    else message)
             else:  # a tool_result
                 result = part.get("content", "")
                 text = _parts_text(result, f"{where}'s tool_result") if isinstance(result, list) else result
@@ -213,7 +239,8 @@ def _part_text(part: Any, kind: Any, where: str, role: Optional[str] = None) -> 
         what = f"a part of type {kind!r}" if isinstance(kind, str) else "a part whose type is not a string" \
             if isinstance(part, dict) else f"a part that is a {type(part).__name__}"
         if role is not None and kind in BLOCK_ROLES:
-            raise ChatError(f"{where} ({role}) has {what}, a block only a {BLOCK_ROLES[kind]} message holds")
+            raise ChatError(f"{where} ({role}) has {what}, a block only {' or '.join(BLOCK_ROLES[kind])} messages"
+                            " hold")
         raise ChatError(f"{where} has {what}: only text parts ({', '.join(TEXT_PARTS)})"
                         + (" and Anthropic's thinking, tool_use and tool_result blocks" if role else "")
                         + " can be tokenized")
@@ -229,13 +256,14 @@ def _string(part: dict[str, Any], key: str, kind: str, where: str) -> str:
 
 def _parts_text(parts: list[Any], where: str) -> str:
     """Content parts that must all be text (a system prompt's, a tool result's) as one text."""
-    return "".join(_part_text(p, p.get("type", "text") if isinstance(p, dict) else None, where) for p in parts)
+    parts = [_present(p) if isinstance(p, dict) else p for p in parts]
+    return "".join(_part_text(p, _kind(p), where) for p in parts)
 
 
 def is_chat_field(name: str, messages_field: str) -> bool:
     """Whether a content field is named as chat records' messages are: `messages`, `conversations` (ShareGPT),
-    `conversation` (LMSYS-Chat-1M, WildChat), or the configured `chat.messages_field`."""
-    return name in (messages_field, "messages", "conversations", "conversation")
+    `conversation` (LMSYS-Chat-1M, WildChat), `contents` (Gemini), or the configured `chat.messages_field`."""
+    return name in (messages_field, "messages", "conversations", "conversation", "contents")
 
 
 def json_messages(text: str) -> Optional[list[Any]]:
@@ -305,7 +333,7 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
         raise ChatError("messages must be a non-empty list")
     head = [m for i, raw in enumerate(prompt) for m in _messages(raw, i)]
     messages = head + [m for i, raw in enumerate(content, len(prompt)) for m in _messages(raw, i)]
-    system = _system_message(record.get(SYSTEM_FIELD), messages)
+    system = _system_message(record, messages)
     messages = [system, *messages] if system else messages
     first_trained = len(head) + bool(system) if prompt else 0
     if not any(m["role"] == "assistant" for m in messages[first_trained:]):
@@ -318,26 +346,30 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
     return conversation
 
 
-def _system_message(system: Any, messages: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
-    """The system message a record's `system` field adds before its messages (None for none, or an empty one:
-    LLaMA-Factory writes `""` for no prompt)."""
-    if isinstance(system, list):
-        system = _parts_text(system, f"'{SYSTEM_FIELD}'")
-    if system is None or system == "":
+def _system_message(record: dict[str, Any], messages: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    """The system message a record's `system` (or Gemini's `systemInstruction`) field adds before its messages
+    (None for none, or an empty one: LLaMA-Factory writes `""` for no prompt)."""
+    name = next((f for f in SYSTEM_FIELDS if record.get(f) not in (None, "")), None)
+    if name is None:
         return None
+    system = record[name]
+    if isinstance(system, dict) and isinstance(system.get("parts"), list):  # Gemini's `{"role", "parts"}`
+        system = system["parts"]
+    if isinstance(system, list):
+        system = _parts_text(system, f"'{name}'")
     if not isinstance(system, str):
-        raise ChatError(f"'{SYSTEM_FIELD}' is a {type(system).__name__}, not a string or a list of text blocks")
+        raise ChatError(f"'{name}' is a {type(system).__name__}, not a string or a list of text blocks")
     if messages[0]["role"] == "system":
         if messages[0]["content"] == system:
             return None
-        raise ChatError(f"the record has a '{SYSTEM_FIELD}' field and a system message that differ: which is the"
-                        " prompt?")
+        raise ChatError(f"the record has a '{name}' field and a system message that differ: which is the prompt?")
     return {"role": "system", "content": system}
 
 
 def _tools(record: dict[str, Any]) -> Optional[list[Any]]:
-    """A record's tool definitions: `tools` (a list, or LLaMA-Factory's JSON string of function definitions), or
-    OpenAI's legacy `functions`; function definitions on their own are put in OpenAI's `{"type": "function",
+    """A record's tool definitions: `tools` (a list, LLaMA-Factory's JSON string of function definitions, Gemini's
+    `functionDeclarations` groups), or OpenAI's legacy `functions`; function definitions on their own are put in
+    OpenAI's `{"type": "function",
     "function": ...}` as the legacy `functions` are. Null keys are absent (`_present_call`)."""
     tools, bare = record.get("tools"), False
     if isinstance(tools, str):
@@ -353,6 +385,9 @@ def _tools(record: dict[str, Any]) -> Optional[list[Any]]:
         return None
     if not isinstance(tools, list):
         raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
+    if any(isinstance(t, dict) and "functionDeclarations" in t for t in tools):  # Gemini's: functions in groups
+        tools, bare = [f for t in tools for f in (t.get("functionDeclarations") or [] if isinstance(t, dict)
+                                                  and "functionDeclarations" in t else [t])], True
     if bare:
         tools = [{"type": "function", "function": f} if isinstance(f, dict) and "function" not in f else f
                  for f in tools]
