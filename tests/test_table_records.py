@@ -278,6 +278,23 @@ def test_a_chat_record_kept_as_json_text_is_a_conversation(tmp_path: Path, suffi
     assert _documents(code, "content") == ([(json.dumps(m), None) for m in messages], [])
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".jsonl"])
+def test_a_chat_record_kept_as_json_text_gets_the_checks_its_messages_get(tmp_path: Path, suffix):
+    """A lone surrogate escaped in JSON text (`\\ud800`) is a lone surrogate in the decoded message: the record
+    checks ran on the text, where the escape is six plain characters, so the conversation went on to the
+    template and the tokenizer, while the same messages as a list were a dead letter."""
+    text = '[{"role": "user", "content": "a \\ud800 b"}, {"role": "assistant", "content": "ok"}]'
+    path = tmp_path / f"chat{suffix}"
+    if suffix == ".csv":
+        path.write_text('messages\n"' + text.replace('"', '""') + '"\n')
+    else:
+        _write(path, [{"messages": text}])
+    documents, rejects = _documents(path, "messages")
+    assert documents == [] and rejects == [_documents(_write(tmp_path / "list.jsonl", [
+        {"messages": json.loads(text)}]), "messages")[1][0]]
+    assert "lone UTF-16 surrogate" in rejects[0]
+
+
 def test_lmsys_and_wildchat_conversation_as_json_text(tmp_path: Path):
     """LMSYS-Chat-1M and WildChat name their messages `conversation`; kept as JSON text in a CSV file, it was
     tokenized as its JSON."""

@@ -253,6 +253,10 @@ class DocumentCollector:
                 record = self.formatter(record)
             except FormatError as e:
                 return self.reject(position, str(e), record)
+        field = self.ds.content_field if self.ds.content_field in record else self.messages_field
+        if (self.chat_content or field == self.messages_field) and isinstance(record.get(field), str) and \
+                (messages := json_messages(record[field])) is not None:  # a chat record kept as JSON text (a CSV
+            record = {**record, field: messages}  # file's, a table's string column): checked as its messages are
         for name in (self.ds.content_field, self.messages_field, *CHAT_FIELDS,
                      *self.ds.additional_fields):
             problem = unusable_value(record[name], f"field '{name}'") \
@@ -266,9 +270,6 @@ class DocumentCollector:
             except UnicodeDecodeError as e:
                 return self.reject(position, f"content field '{self.ds.content_field}' holds bytes that are not"
                                    f" UTF-8 text ({e.reason} at byte {e.start})", record)
-        if isinstance(text, str) and (self.chat_content or self.ds.content_field not in record) and \
-                (messages := json_messages(text)) is not None:
-            text = messages  # a chat record kept as JSON text (a CSV file's, a table's string column)
         is_pair = text is None and (is_prompt_completion(record) or is_alpaca(record))
         if isinstance(text, list) or is_pair:
             try:
@@ -322,8 +323,8 @@ class DocumentCollector:
             if text is None:
                 self.reject(position, f"content field '{content}' is a NoneType, not a string",
                             {name: values[i] for name, values in columns.items()})
-            elif self.chat_content and json_messages(text) is not None:  # chat kept as JSON text: a record
-                self.add_record(position, {name: values[i] for name, values in columns.items()})
+            elif self.chat_content and (messages := json_messages(text)) is not None:  # chat kept as JSON text
+                self.add_record(position, {**{name: values[i] for name, values in columns.items()}, content: messages})
             else:
                 self._accept_values(position, text, [None if values is None else values[i] for values in extra])
 

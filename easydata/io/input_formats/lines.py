@@ -216,11 +216,12 @@ def _judge_block(pending: list[tuple[int, bytes, int]], content_field: str, out:
         texts = parse_plain_lines([line for _, line in rows], content_field)
     parsed = {} if texts is None else {i: text for (i, _), text in zip(rows, texts)}
     for i, (line_pos, raw, skipped) in enumerate(pending):
-        # a chat record kept as JSON text goes line by line, as a record
-        if i in parsed and not (out.chat_content and json_messages(parsed[i]) is not None):
-            out.add_text(line_pos, parsed[i])
-        else:
+        if i not in parsed:
             _judge_line(line_pos, raw, skipped, True, out)
+        elif out.chat_content and (messages := json_messages(parsed[i])) is not None:
+            out.add_record(line_pos, {content_field: messages})  # a chat record kept as JSON text: the line's record
+        else:
+            out.add_text(line_pos, parsed[i])
         yield len(raw) + skipped
 
 def _pass_over(f: Any, count: int) -> int:
