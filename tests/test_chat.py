@@ -210,6 +210,22 @@ def test_llama_factory_function_call_and_observation_turns(qwen3_tokenizer_dir):
     assert '"description": "Weather"' in text and "<tool_response>\n3 and 5\n</tool_response>" in text
 
 
+@pytest.mark.parametrize("record", [
+    {"tools": '[{"name": "f", "description": "a \\ud800"}]'},
+    {"conversations": [{"from": "human", "value": "q"}, {"from": "function_call",
+                                                          "value": '{"name": "f", "arguments": {"x": "\\udfff"}}'},
+                       {"from": "observation", "value": "3"}, {"from": "gpt", "value": "a"}]},
+])
+def test_a_lone_surrogate_decoded_from_json_text_is_refused(qwen3_tokenizer_dir, record):
+    """LLaMA-Factory's `tools` and `function_call` are JSON text, decoded after the record checks: a lone
+    surrogate escaped in them reached the tokenizer, and the job failed with a traceback ("TextEncodeInput must
+    be Union[...]"). The rendered conversation is refused instead, with the reason a record's own text gets."""
+    tokenizer = TokenizerHandle(TokenizerConfig(name_or_path=str(qwen3_tokenizer_dir)))
+    messages = record.get("conversations", [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
+    with pytest.raises(ChatError, match="the rendered conversation holds a lone UTF-16 surrogate"):
+        masked_runs(tokenizer, tokenizer.info.chat_template, messages, record)
+
+
 def test_anthropic_content_blocks(qwen3_tokenizer_dir):
     """Anthropic's Messages API keeps an assistant's reasoning and tool calls as `thinking` and `tool_use` blocks,
     and the tool's answer as a `tool_result` block of the next user turn: each was a dead letter ("a part of

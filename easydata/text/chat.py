@@ -43,6 +43,7 @@ import time
 from typing import Any, Iterable, Optional, Sequence
 
 from easydata.config.models import TEMPLATE_ARGUMENTS
+from easydata.io.documents import unusable_value
 from easydata.io.conversations import (REASONING_FIELDS, ROLE_ALIASES, ChatError, Conversation,  # re-exported
                                         conversation_from_record)
 
@@ -363,7 +364,7 @@ class ChatRenderer:
         for m in conversation.messages:
             if _GEN_OPEN in m["content"] or _GEN_CLOSE in m["content"]:
                 raise ChatError("message content holds reserved private-use characters U+E000/U+E001")
-        text = self._render(conversation.messages, conversation.tools, False)
+        text = _tokenizable(self._render(conversation.messages, conversation.tools, False))
         if self._uses_generation:
             text, spans = _strip_generation_marks(text)
         else:
@@ -408,7 +409,7 @@ class ChatRenderer:
           ChatError: when the template fails.
         """
         _BUDGET.deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
-        text = self._render(conversation.messages, conversation.tools, generation_prompt)
+        text = _tokenizable(self._render(conversation.messages, conversation.tools, generation_prompt))
         return _strip_generation_marks(text)[0] if self._uses_generation else text
 
     def _render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[Any]], generation_prompt: bool) -> str:
@@ -557,6 +558,20 @@ def _require_calls_written(message: dict[str, Any], index: int, written: str) ->
     if names:
         raise ChatError(f"assistant message {index} calls {', '.join(names)}, which the chat template does not"
                         " write (it ignores `tool_calls`): use a template that renders tool calls")
+
+
+def _tokenizable(text: str) -> str:
+    """A rendered conversation the tokenizer can take. A lone surrogate can reach it from a record's checked
+    text only through a JSON string the conversation decoded (LLaMA-Factory's `tools` and `function_call`):
+    refused here, with the reason a record's own text gets, instead of failing the job in the tokenizer.
+
+    Raises:
+      ChatError: the text holds a lone UTF-16 surrogate.
+    """
+    problem = unusable_value(text, "the rendered conversation")
+    if problem:
+        raise ChatError(problem)
+    return text
 
 
 def _reasoning(message: dict[str, Any]) -> str:
