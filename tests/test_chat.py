@@ -579,18 +579,16 @@ def test_named_templates_ship_with_the_package_and_render(name, chat_tokenizer_d
 
 @pytest.mark.slow
 def test_a_run_with_a_named_template(tmp_path, chat_tokenizer_dir) -> None:
-    import json as _json
-
     from easydata.cli import main
 
     (tmp_path / "chat").mkdir()
-    (tmp_path / "chat" / "a.jsonl").write_text("".join(_json.dumps({"messages": [
+    (tmp_path / "chat" / "a.jsonl").write_text("".join(json.dumps({"messages": [
         {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}) + "\n" for i in range(10)))
     (tmp_path / "job.yaml").write_text(f"default_tokenizer: {chat_tokenizer_dir}\ndatasets:\n  - name: chat\n"
                                        f"    data_files: {tmp_path / 'chat' / 'a.jsonl'}\nchat:\n  template: chatml\n"
                                        f"save:\n  output_dir: {tmp_path / 'out'}\n")
     assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--direct_num_workers=1"]) == 0
-    manifest = _json.loads((tmp_path / "out" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["documents_written"] == 10
     assert main(["run", str(tmp_path / "job.yaml"), "--quiet", "--set", "chat.template=chatmll",
                  "--set", f"save.output_dir={tmp_path / 'out2'}"]) == 2
@@ -599,14 +597,12 @@ def test_a_run_with_a_named_template(tmp_path, chat_tokenizer_dir) -> None:
 def test_template_kwargs_reach_the_template(tmp_path, chat_tokenizer_dir) -> None:
     """`chat.template_kwargs` are the template's variables, as `apply_chat_template(**kwargs)`'s (Llama 3.1's
     `date_string`, Qwen3's `enable_thinking`): there was no way to set them. Through the real CLI and its file."""
-    import json as _json
-
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
 
     from easydata.cli import main
 
-    (tmp_path / "a.jsonl").write_text("".join(_json.dumps({"messages": [
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"messages": [
         {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}) + "\n" for i in range(4)))
     (tmp_path / "t.jinja").write_text("{% if date_string is defined %}Today {{ date_string }}.{% endif %}"
                                       "{% if not enable_thinking %}No thinking.{% endif %}\n" + _template("chatml"))
@@ -673,8 +669,6 @@ def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):
     """A record the template refuses named its file by its key name ('b.jsonl'), a record the reader refuses
     by its path, and its excerpt was JSON where the reader's was the record's `repr` (both JSON now): one
     dead-letter file listed one input two ways. Two files' records in one batch each name their own file."""
-    import json as _json
-
     from easydata.config import DatasetConfig
     from easydata.io.documents import record_excerpt
     from easydata.io.sources import plan_input, read_splits
@@ -682,9 +676,9 @@ def test_the_chat_stage_names_the_file_as_the_reader_does(tmp_path):
 
     dropped = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "kept out"}]
     for name in ("a", "b"):
-        (tmp_path / f"{name}.jsonl").write_text(_json.dumps({"messages": CONVERSATION}) + "\n"
-                                                + _json.dumps({"messages": dropped}) + "\n"
-                                                + _json.dumps({"messages": []}) + "\n")
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"messages": CONVERSATION}) + "\n"
+                                                + json.dumps({"messages": dropped}) + "\n"
+                                                + json.dumps({"messages": []}) + "\n")
     ds = DatasetConfig(name="chat", data_files=str(tmp_path / "*.jsonl"))
     read_rejects: list = []
     batch, = list(read_splits(plan_input(ds).splits, ds, rejects=read_rejects))

@@ -385,9 +385,10 @@ def _tools(record: dict[str, Any]) -> Optional[list[Any]]:
         return None
     if not isinstance(tools, list):
         raise ChatError(f"'tools' is a {type(tools).__name__}, not a list")
-    if any(isinstance(t, dict) and "functionDeclarations" in t for t in tools):  # Gemini's: functions in groups
-        tools, bare = [f for t in tools for f in (t.get("functionDeclarations") or [] if isinstance(t, dict)
-                                                  and "functionDeclarations" in t else [t])], True
+    groups = [t["functionDeclarations"] or [] if isinstance(t, dict) and "functionDeclarations" in t else None
+              for t in tools]
+    if any(group is not None for group in groups):  # Gemini's: functions in groups
+        tools, bare = [f for t, group in zip(tools, groups) for f in (group if group is not None else [t])], True
     if bare:
         tools = [{"type": "function", "function": f} if isinstance(f, dict) and "function" not in f else f
                  for f in tools]
