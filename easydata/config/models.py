@@ -133,7 +133,9 @@ class DatasetConfig:
         memory://). For `type: huggingface`, the hub dataset id (`owner/name`).
       type: input format; inferred from the file extension when null (`.gz/.zst/.bz2` stripped first).
         `huggingface`: `data_files` is a hub dataset id, read from its `split`.
-      split: the split of a `huggingface` dataset (default `train`).
+      split: the split of a `huggingface` dataset, or of a data directory whose files are named by split as
+        the Hub names them (`data/train-00000-of-00001.parquet`, `test.jsonl`): default `train`
+        (`easydata.io.data_directories`).
       content_field: the field holding the document text.
       additional_fields: fields kept next to the tokens (unpacked rows: as columns; packed rows: per
         segment, with where the document came from).

@@ -182,8 +182,8 @@ def _dataset_source_problems(ds: DatasetConfig) -> list[str]:
                      " an unset ${VARIABLE} in a templated config?)")
     if ds.type == "huggingface" and (not isinstance(ds.data_files, str) or ds.data_files.count("/") != 1):
         found.append(f"type 'huggingface' takes the hub dataset id as `data_files` ('owner/name'), got {ds.data_files!r}")
-    if ds.split is not None and ds.type != "huggingface":
-        found.append("`split` is for type 'huggingface' (local files are listed in `data_files`)")
+    if ds.split is not None and (not isinstance(ds.split, str) or not ds.split.strip()):
+        found.append(f"`split` names a split (train, validation, test, ...), got {ds.split!r}")
     callback = ds.format_callback
     if isinstance(callback, str):
         from easydata.config.callables import resolve_callable

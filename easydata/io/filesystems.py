@@ -20,7 +20,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["special_file", "refuse_special", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
+__all__ = ["special_file", "refuse_special", "directory_root", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
            "file_size", "file_facts", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -49,6 +49,13 @@ def _local_fs() -> fsspec.AbstractFileSystem:
 def _unstrip(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
     """Turns a path returned by `fs` back into a URL of the same form the user wrote."""
     return fs.unstrip_protocol(path) if "://" in template else path
+
+
+def directory_root(directory: str) -> str:
+    """A directory given as `data_files`, in the form `list_data_files` gives the files found in it (local
+    paths absolute, URLs as written), without a trailing `/`: the prefix of each such file's path."""
+    fs, path = get_fs(directory)
+    return _unstrip(fs, directory, path.rstrip("/"))
 
 
 class ListedFiles(NamedTuple):

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from easydata.errors import InputError, OutputError, TokenizerError
+from easydata.io.data_directories import names_split, splits_named
 
 __all__ = ["cache_dir", "hub_offline", "hub_unreachable", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow", ".txt", ".jsonl.gz", ".json.gz",
                    ".jsonl.zst", ".csv.gz", ".txt.gz")
-_SPLIT_ALIASES = {"validation": ("validation", "valid", "val", "dev"), "test": ("test", "testing", "eval")}
 
 
 def cache_dir() -> Optional[str]:
@@ -165,20 +165,14 @@ def _readme_split_patterns(readme: Path, split: str) -> Optional[list[str]]:
 
 
 def _split_files(files: Sequence[str], split: str) -> list[str]:
-    """The data files of `split`, by the `datasets` library's naming conventions: a directory or a
-    file-name part equal to the split (`train/`, `data/train-00000-of-00002.parquet`, `test.jsonl`);
+    """The data files of `split`, by the `datasets` library's naming conventions
+    (`easydata.io.data_directories.names_split`: `train/`, `data/train-00000-of-00002.parquet`, `test.jsonl`);
     a repo whose files name no split at all is all `train`."""
     data = [f for f in files if f.lower().endswith(DATA_EXTENSIONS) and not f.split("/")[-1].startswith(".")]
-    names = _SPLIT_ALIASES.get(split, (split,))
-
-    def parts(path: str) -> list[str]:
-        return [p for p in re.split(r"[/_.\-]", path.lower()) if p]
-
-    chosen = [f for f in data if any(n in parts(f) for n in names)]
+    chosen = [f for f in data if names_split(f, split)]
     if chosen or split != "train":
         return sorted(chosen)
-    every_split = {n for aliases in _SPLIT_ALIASES.values() for n in aliases}
-    return sorted(f for f in data if not every_split.intersection(parts(f)))
+    return sorted(f for f in data if not splits_named(f))
 
 
 def _chosen(listed: Sequence[str], readme: Optional[Path], split: str) -> list[str]:

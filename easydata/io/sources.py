@@ -19,9 +19,7 @@ reason, never dropped.
 
 from __future__ import annotations
 
-import os
 import posixpath
-import sys
 from typing import Iterator, NamedTuple, Optional, Sequence
 
 from easydata.config import DatasetConfig
@@ -29,62 +27,13 @@ from easydata.errors import PROGRAMMING_ERRORS, InputError
 from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
                                    Reject, collect_records, parse_json_record, unusable_value)
 from easydata.io.filesystems import compression_of, decompressed_size, file_facts, file_version, get_fs, \
-    list_data_files, local_path, strip_compression
+    list_data_files, local_path
+from easydata.io.data_directories import METADATA_FILES, dataset_files, infer_type
 from easydata.io.input_formats import READERS, READ_SIZES, SPLITTERS, byte_ranges, compressed_parts, compressed_ranges
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "SplitPlan", "plan_splits", "plan_input", "read_split",
            "read_splits", "infer_type", "dataset_files", "METADATA_FILES", "total_input_bytes", "text_bytes", "key_names", "split_size", "DEFAULT_SPLITS", "MAX_BATCH_CHARS",
            "collect_records", "parse_json_record", "check_unchanged", "check_all_unchanged", "unusable_value", "work_units", "MAX_UNIT_FILES"]
-
-
-_EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
-                    ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
-                    ".txt": "txt", ".text": "txt", ".md": "txt"}
-
-def infer_type(path: str) -> str:
-    """The input type implied by a file name (compression suffix ignored)."""
-    _, ext = os.path.splitext(strip_compression(path).lower())
-    if ext not in _EXTENSION_TYPES:
-        raise InputError(f"cannot infer the input type of '{path}' from its extension; set the dataset's"
-                         f" `type` ({', '.join(sorted(set(_EXTENSION_TYPES.values())))})")
-    return _EXTENSION_TYPES[ext]
-
-#: Files a dataset's directory holds beside its data (lower case): Hugging Face's dataset card and what
-#: `datasets`' `save_to_disk` writes beside its Arrow files.
-METADATA_FILES = frozenset({"readme.md", "dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"})
-
-
-def dataset_files(dataset: DatasetConfig, files: list[str], directories: dict[str, str],
-                  facts: dict[str, tuple[int, str]]) -> list[str]:
-    """Of the listed `files`, those that are the dataset's inputs (`directories`: the directory given as
-    `data_files` each file was found in, `list_data_files`'; `facts`: each file's size and version). A directory given as `data_files` often holds more
-    than its data (a README.md, a LICENSE, the `dataset_info.json` and `state.json` of `save_to_disk`): of a
-    directory's files, those named in `METADATA_FILES` are left out, and without a `type` so are those of any
-    type other than the one most of the directory's bytes have (or of no known type). What is left out is
-    said in one warning. Files named by a path or a glob are all inputs, as they were asked for."""
-    found = [f for f in files if f in directories]
-    if not found:
-        return files
-    kinds = {}
-    for f in found:
-        if posixpath.basename(strip_compression(f)).lower() not in METADATA_FILES:
-            try:
-                kinds[f] = dataset.type if dataset.type not in (None, "huggingface") else infer_type(f)
-            except InputError:
-                pass
-    by_type: dict[str, int] = {}
-    for f, kind in kinds.items():
-        by_type[kind] = by_type.get(kind, 0) + facts[f][0] + 1
-    if not by_type:
-        raise InputError(f"dataset '{dataset.name}': data directory '{directories[found[0]]}' holds no file"
-                         f" of a known input type; set the dataset's `type` ({', '.join(sorted(set(_EXTENSION_TYPES.values())))})")
-    wanted = max(sorted(by_type), key=by_type.__getitem__)
-    left_out = [f for f in found if kinds.get(f) != wanted]
-    if left_out:
-        shown = ", ".join(posixpath.basename(f) for f in left_out[:5]) + (", ..." if len(left_out) > 5 else "")
-        print(f"easydata: warning: dataset '{dataset.name}': {len(left_out)} file(s) in its data directory are not"
-              f" {wanted} input (metadata or another type) and are not read: {shown}", file=sys.stderr)
-    return [f for f in files if f not in directories or kinds.get(f) == wanted]
 
 
 #: Splits planned per dataset unless the caller says how many (a run asks for as many as keep this
