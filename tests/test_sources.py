@@ -171,6 +171,39 @@ def test_txt_sample_by(tmp_path: Path, sample_by: str, expected: list[tuple[str,
     assert [(k, t) for k, t, _ in docs] == [(f"in.txt{s}", t) for s, t in expected]
 
 
+def test_txt_paragraphs_of_a_windows_file_are_its_paragraphs(tmp_path: Path) -> None:
+    """A text file with Windows line ends (`\\r\\n`) was one paragraph, blank lines and all (hostile round 9)."""
+    path = tmp_path / "in.txt"
+    path.write_bytes(_TXT.replace("\n", "\r\n").encode())
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(path), sample_by="paragraph"))
+    assert rejects == [] and [t for _, t, _ in docs] == ["para one\r\nline two", "para é two", "third"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.text(st.sampled_from("ab é\t"), max_size=4), max_size=12),
+       ends=st.lists(st.sampled_from(["\n", "\r\n"]), min_size=12, max_size=12), bom=st.booleans(),
+       windows=st.booleans())
+def test_txt_paragraphs_count_the_files_bytes_and_cut_where_blank_lines_are(tmp_path: Path, lines: list[str],
+                                                                          ends: list[str], bom: bool,
+                                                                          windows: bool) -> None:
+    """The bytes read add up to the file's (the manifest's `input_bytes` had 2 more per file), and a file's
+    paragraphs are those of the same text with Unix line ends, whichever line ends it has."""
+    unix = "".join(line + "\n" for line in lines)
+    text = "".join(line + (ends[i] if windows else "\n") for i, line in enumerate(lines))
+    path = tmp_path / "p.txt"
+    path.write_bytes((BOM_BYTES if bom else b"") + text.encode())
+    ds = DatasetConfig(name="d", data_files=str(path), sample_by="paragraph")
+    unbatched: list[int] = []
+    batches = list(read_splits(plan_splits(ds), ds, unbatched=unbatched))
+    assert sum(b.input_bytes for b in batches) + sum(unbatched) == path.stat().st_size
+    expected = [p.strip("\n") for p in unix.split("\n\n") if p.strip()]
+    assert [t.replace("\r\n", "\n") for b in batches for t in b.texts] == expected
+    whole = dataclasses.replace(ds, sample_by="document")
+    unbatched = []
+    batches = list(read_splits(plan_splits(whole), whole, unbatched=unbatched))
+    assert sum(b.input_bytes for b in batches) + sum(unbatched) == path.stat().st_size
+
+
 def test_txt_paragraph_and_document_are_one_split(tmp_path: Path) -> None:
     path = tmp_path / "in.txt"
     path.write_text(_TXT * 50)

@@ -11,6 +11,7 @@ several workers tokenize it; a line's position is the same whichever part reads 
 from __future__ import annotations
 
 import io
+import re
 from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
@@ -284,21 +285,43 @@ def read_text_whole(split: InputSplit, dataset: DatasetConfig, out: DocumentColl
         else:
             data = f.read()
     refuse_other_encodings(data)
-    if data.startswith(BOM):
-        data = data[len(BOM):]
+    bom = len(BOM) if data.startswith(BOM) else 0  # read with the first paragraph
+    data = data[bom:]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         out.reject(0, f"invalid UTF-8 at byte {e.start}", data[:EXCERPT_CHARS].decode("utf-8", "replace"))
-        yield len(data)
+        yield len(data) + bom
         return
     if dataset.sample_by == "document":
         out.add_text(0, text)
-        yield len(data)
+        yield len(data) + bom
         return
     position = 0
-    for paragraph in text.split("\n\n"):
+    for paragraph, separator in paragraphs(text):
         if paragraph.strip():
-            out.add_text(position, paragraph.strip("\n"))
-        position += len(paragraph) + 2
-        yield len(paragraph.encode("utf-8")) + 2
+            out.add_text(position, paragraph.strip("\r\n"))
+        position += len(paragraph) + len(separator)
+        yield len(paragraph.encode("utf-8")) + len(separator) + bom
+        bom = 0
+
+
+#: What ends a paragraph: a blank line, after Unix (`\n`) or Windows (`\r\n`) line ends.
+_BLANK_LINE = re.compile(r"\r?\n\r?\n")
+
+
+def paragraphs(text: str) -> Iterator[tuple[str, str]]:
+    """`(paragraph, the separator after it)` for each piece of `text` between blank lines, in order (the last
+    separator ""), as `text.split("\\n\\n")` cuts a Unix file, and a Windows file (`\\r\\n`) alike: it was one
+    paragraph, each `\\r\\n\\r\\n` inside a document."""
+    if "\r" not in text:
+        pieces = text.split("\n\n")
+        for piece in pieces[:-1]:
+            yield piece, "\n\n"
+        yield pieces[-1], ""
+        return
+    start = 0
+    for match in _BLANK_LINE.finditer(text):
+        yield text[start:match.start()], match.group()
+        start = match.end()
+    yield text[start:], ""
