@@ -1167,7 +1167,8 @@ def test_large_files_read_by_line_use_a_large_buffer_and_read_the_same(tmp_path:
     real_open = open
 
     def spy(file: Any, mode: str = "r", buffering: int = -1, *args: Any, **kwargs: Any) -> Any:
-        buffers.setdefault(Path(file).name, set()).add(buffering)
+        if buffering != 0:  # 0: `file_head`'s look at a split's first bytes, not a read by line
+            buffers.setdefault(Path(file).name, set()).add(buffering)
         return real_open(file, mode, buffering, *args, **kwargs)
 
     monkeypatch.setattr(filesystems, "open", spy, raising=False)

@@ -19,7 +19,7 @@ import csv
 import dataclasses
 from typing import Iterable, Iterator, Optional
 
-from easydata.io.documents import refuse_other_encodings
+from easydata.io.documents import refuse_foreign_bytes
 
 __all__ = ["CsvRecord", "csv_records", "MAX_RECORD_LINES"]
 
@@ -65,11 +65,11 @@ def csv_records(lines: Iterable[bytes], delimiter: str = ",") -> tuple[Optional[
 
     Raises:
       csv.Error, UnicodeDecodeError: the header itself is not a CSV line.
-      ValueError: the file is UTF-16 or UTF-32 (`refuse_other_encodings`).
+      ValueError: the file is UTF-16 or UTF-32 (`refuse_foreign_bytes`).
     """
     source = iter(lines)
     first = next(source, b"")
-    refuse_other_encodings(first)
+    refuse_foreign_bytes(first)
     if not first.strip():
         return None, iter(())
     offset = len(first)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any, Optional, Sequence
 
 from easydata.config import DatasetConfig
@@ -18,7 +19,7 @@ from easydata.io.conversations import (CHAT_FIELDS, ChatError, conversation_from
                                        is_prompt_completion, json_messages)
 
 __all__ = ["InputSplit", "DocumentBatch", "Reject", "DocumentCollector", "collect_records", "parse_json_record",
-           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_other_encodings", "record_excerpt",
+           "unusable_value", "MAX_BATCH_CHARS", "EXCERPT_CHARS", "BOM", "refuse_foreign_bytes", "lfs_pointer", "LFS_POINTER", "record_excerpt",
            "raise_unless_corrupt"]
 
 EXCERPT_CHARS = 200
@@ -34,12 +35,31 @@ _NUL_PATTERNS = (((0, 0, 0, 1), "UTF-32", "big-endian", "UTF-32BE"), ((1, 0, 0, 
                  ((0, 1, 0, 1), "UTF-16", "big-endian", "UTF-16BE"), ((1, 0, 1, 0), "UTF-16", "little-endian", "UTF-16LE"))
 
 
-def refuse_other_encodings(head: bytes) -> None:
-    """Raises ValueError when a text input's first bytes are another encoding's: its byte-order mark, or
-    without one the NUL bytes that UTF-16 and UTF-32 put beside an ASCII character (a JSON text starts with
-    one; UTF-8 text holds no NUL). A UTF-16 file (what Windows tools write as "Unicode") was read as UTF-8
-    lines, each a dead letter for malformed JSON or invalid UTF-8, or a document of letters and NULs, without
-    a word of why; the file is dead-lettered with this reason instead."""
+#: How a Git LFS pointer file begins (git-lfs's docs/spec.md): what a clone without git-lfs, or a `git lfs pull`
+#: of some files only, leaves in place of a data file (a Hub dataset's Parquet files, cloned with git).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+#: The first bytes of a compressed stream, by codec (the suffix that names it): none of them starts UTF-8 text
+#: but bz2's, whose block magic (`1AY&SY`) follows its header.
+_COMPRESSED = ((re.compile(rb"\x1f\x8b"), "gzip", ".gz"), (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd", ".zst"),
+               (re.compile(rb"\xfd7zXZ\x00"), "xz", ".xz"), (re.compile(rb"BZh[1-9]1AY&SY"), "bz2", ".bz2"))
+
+
+def lfs_pointer(head: bytes) -> Optional[str]:
+    """Why a file whose first bytes are `head` is no data, when it is a Git LFS pointer; else None."""
+    if head.startswith(LFS_POINTER):
+        return ("a Git LFS pointer, not the file's data: fetch it (git lfs pull in the clone, or download the file"
+                " with huggingface_hub)")
+    return None
+
+
+def refuse_foreign_bytes(head: bytes) -> None:
+    """Raises ValueError when a text input's first bytes (its first line, or more) say it is not UTF-8 text:
+    another encoding's byte-order mark, or without one the NUL bytes that UTF-16 and UTF-32 put beside an ASCII
+    character (a JSON text starts with one; UTF-8 text holds no NUL); a Git LFS pointer; a compressed stream in
+    a file whose name says no compression. Each was read as lines of dead letters for malformed JSON or invalid
+    UTF-8 without a word of why (a UTF-16 file, what Windows tools write as "Unicode"; a `.jsonl` that is
+    gzip data), or, a pointer's lines, as documents; the file is dead-lettered with this reason instead."""
     for mark, encoding, order in OTHER_BOMS:
         if head.startswith(mark):
             raise ValueError(f"{encoding} text ({order} byte-order mark), not UTF-8: convert it (iconv -f {encoding}"
@@ -50,6 +70,13 @@ def refuse_other_encodings(head: bytes) -> None:
             if pattern == nuls and all(b < 0x80 for b in head[:4]):
                 raise ValueError(f"{encoding} text ({order}, no byte-order mark), not UTF-8: convert it (iconv -f"
                                  f" {name} -t UTF-8)")
+    pointer = lfs_pointer(head)
+    if pointer is not None:
+        raise ValueError(pointer)
+    for magic, codec, suffix in _COMPRESSED:
+        if magic.match(head):
+            raise ValueError(f"{codec}-compressed data in a file whose name says no compression: add {suffix} to its"
+                             " name (or decompress it)")
 
 
 # A batch closes at `batch_size` documents or this many characters of text, whichever comes first.

@@ -20,7 +20,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError
 
-__all__ = ["special_file", "refuse_special", "directory_root", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
+__all__ = ["special_file", "refuse_special", "directory_root", "file_head", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
            "file_size", "file_facts", "local_path"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -414,6 +414,17 @@ class _CheckedZstdReader(io.RawIOBase):
     def close(self) -> None:
         self._raw.close()
         super().close()
+
+
+def file_head(path: str, size: int) -> bytes:
+    """The first `size` bytes of a file as stored (not decompressed), in one small read (a ranged request on an
+    object store, not a read-ahead block of megabytes)."""
+    local = local_path(path)
+    if local is not None:
+        with open(local, "rb", buffering=0) as f:  # no read-ahead buffer for a few bytes
+            return f.read(size)
+    fs, inner = get_fs(path)
+    return fs.cat_file(inner, 0, size)
 
 
 def read_text(path: str) -> str:

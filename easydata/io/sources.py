@@ -25,8 +25,8 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 from easydata.config import DatasetConfig
 from easydata.errors import PROGRAMMING_ERRORS, InputError
 from easydata.io.documents import (MAX_BATCH_CHARS, raise_unless_corrupt, DocumentBatch, DocumentCollector, InputSplit,
-                                   Reject, collect_records, parse_json_record, unusable_value)
-from easydata.io.filesystems import compression_of, decompressed_size, file_facts, file_version, get_fs, \
+                                   Reject, collect_records, parse_json_record, unusable_value, lfs_pointer, LFS_POINTER)
+from easydata.io.filesystems import compression_of, decompressed_size, file_facts, file_head, file_version, get_fs, \
     list_data_files, local_path
 from easydata.io.data_directories import METADATA_FILES, dataset_files, infer_type
 from easydata.io.input_formats import READERS, READ_SIZES, SPLITTERS, byte_ranges, compressed_parts, compressed_ranges
@@ -223,6 +223,8 @@ def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[Docum
     except Exception as e:  # a corrupt or truncated file: dead-letter the rest of the split, go on
         raise_unless_corrupt(e, split.path, f"after {consumed_total} bytes of a split starting at {split.start}")
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        pointer = _lfs_pointer(split) if consumed_total == 0 else None
+        message = f"{type(e).__name__}: {message}" if pointer is None else pointer
         byte_positions = split.type in ("jsonl", "txt", "json")  # else positions are rows
         position = split.start + consumed_total if byte_positions else -1
         compressed = compression_of(split.path) is not None
@@ -231,8 +233,23 @@ def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[Docum
         unread = None if compressed or not split.size or (split.type in READ_SIZES and consumed_total) \
             else max(split.size - consumed_total, 0)
         collector.reject(position, f"unreadable input after {consumed_total} bytes of this split"
-                                   f" (starting at {split.start}): {type(e).__name__}: {message}"[:500],
+                                   f" (starting at {split.start}): {message}"[:500],
                          read_bytes=consumed_total, unread_bytes=unread)
+
+def _lfs_pointer(split: InputSplit) -> Optional[str]:
+    """Why the file of a split that could not be read is no data, when it is a Git LFS pointer (a Parquet,
+    Arrow or compressed file was "not a readable Parquet file: magic bytes not found"); else None. Looked at
+    only once a split's reading failed, so a good file costs nothing."""
+    if split.start != 0 or split.size > MAX_LFS_POINTER_BYTES:
+        return None
+    try:
+        return lfs_pointer(file_head(split.path, len(LFS_POINTER)))
+    except OSError:
+        return None
+
+#: Git LFS pointer files are smaller than this (git-lfs's docs/spec.md).
+MAX_LFS_POINTER_BYTES = 1024
+
 
 def check_unchanged(path: str, version: str) -> None:
     """Raises InputError when the file at `path` is no longer the `version` planning found (truncated,

@@ -11,7 +11,7 @@ import json
 from typing import IO, Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
-from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, refuse_other_encodings
+from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, refuse_foreign_bytes
 from easydata.io.filesystems import compression_of, open_file
 from easydata.io.input_formats.lines import read_lines
 
@@ -83,7 +83,7 @@ def read_json(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector)
     """`.json`: a JSON array of objects (position = index), or JSON lines."""
     with open_file(split.path) as f:
         head = f.read(64)
-    refuse_other_encodings(head)
+    refuse_foreign_bytes(head)
     if not head.removeprefix(BOM).lstrip().startswith(b"["):
         yield from read_lines(dataclasses.replace(split, type="jsonl"), dataset, out)
         return

@@ -16,13 +16,16 @@ from typing import Any, Iterator, Optional
 
 from easydata.config import DatasetConfig
 from easydata.io.documents import BOM, EXCERPT_CHARS, DocumentCollector, InputSplit, parse_json_record, \
-    raise_unless_corrupt, refuse_other_encodings
+    raise_unless_corrupt, refuse_foreign_bytes
 from easydata.io.conversations import json_messages
-from easydata.io.filesystems import compression_of, decompressed_size, get_fs, local_path, open_file
+from easydata.io.filesystems import compression_of, decompressed_size, file_head, open_file
 from easydata.io.input_formats.json_lines import FAST_MAX_MEAN_BYTES, parse_plain_lines
 
 __all__ = ["read_lines", "read_text_whole", "read_at_most", "byte_ranges", "compressed_parts", "compressed_ranges",
            "line_cap", "line_buffer", "BLOCK_LINES", "BLOCK_BYTES", "LINE_BUFFER_BYTES", "MAX_COMPRESSED_PARTS"]
+
+#: The first bytes of a file `refuse_foreign_bytes` looks at when a split starts after them.
+HEAD_BYTES = 64
 
 #: Plain-text JSON lines judged together (`_judge_block`), and the bytes past which a block is judged early.
 BLOCK_LINES = 256
@@ -132,7 +135,7 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
         f = _sized_lines(opened, buffer_size)
         position = split.start
         if split.start > 0 and compression_of(split.path) is None:
-            refuse_other_encodings(_file_head(split.path))  # each split of a UTF-16 file says so, not only the first
+            refuse_foreign_bytes(file_head(split.path, HEAD_BYTES))  # each split of a UTF-16 file says so, not only the first
             f.seek(split.start - 1)
             position = split.start - 1 + _skip_line(f)  # the rest of a line that belongs to the previous split
         elif split.start > 0:  # a part of a compressed file: what lies before it is decompressed and passed over
@@ -158,7 +161,7 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
                 break
             line_pos, position = position, position + len(raw) + skipped
             if line_pos == 0:
-                refuse_other_encodings(raw)
+                refuse_foreign_bytes(raw)
                 if raw.startswith(BOM):
                     raw = raw[len(BOM):]
             if blocks:
@@ -175,17 +178,6 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
             if out.done:
                 return
         yield from _judge_block(pending, dataset.content_field, out)
-
-def _file_head(path: str, size: int = 4) -> bytes:
-    """The first `size` bytes of an uncompressed file, in one small read (a ranged request on an object store,
-    not a read-ahead block of megabytes)."""
-    local = local_path(path)
-    if local is not None:
-        with open(local, "rb") as f:
-            return f.read(size)
-    fs, inner = get_fs(path)
-    return fs.cat_file(inner, 0, size)
-
 
 def _judge_line(line_pos: int, raw: bytes, skipped: int, is_json: bool, out: DocumentCollector) -> None:
     """One line (`skipped`: bytes of it past the cap, not read) into a document or a dead letter."""
@@ -284,7 +276,7 @@ def read_text_whole(split: InputSplit, dataset: DatasetConfig, out: DocumentColl
                 return
         else:
             data = f.read()
-    refuse_other_encodings(data)
+    refuse_foreign_bytes(data)
     bom = len(BOM) if data.startswith(BOM) else 0  # read with the first paragraph
     data = data[bom:]
     try:
