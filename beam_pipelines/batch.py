@@ -157,6 +157,7 @@ def build_batch_job(config: PipelineConfig, beam_args: Optional[list[str]] = Non
     Raises:
       EasyDataError: user-caused problems (config, inputs, tokenizer, output, a mistyped Beam flag).
     """
+    _check_beam_flags(list(beam_args or []))
     pipeline, plan, _ = _build_job(config, beam_args, resume, plan_options, start_workers=False, open_output=False)
     return pipeline, plan
 
@@ -191,7 +192,6 @@ def _build_job(config: PipelineConfig, beam_args: Optional[list[str]], resume: b
     beam_args = list(beam_args or [])
     if start_workers:
         prestart(beam_args, config)
-    _check_beam_flags(beam_args)
     runner, options = make_runner_and_options(beam_args)
     local = runs_on_this_machine(runner, options)
     plan = dataclasses.replace(plan_run(config, resume=resume, engine_chooser=prestarted_engine_chooser(),
@@ -245,6 +245,7 @@ def launch_batch(config: PipelineConfig, beam_args: Optional[list[str]] = None, 
     if problems:  # before the lock: a config error leaves no trace in the output
         raise ConfigError(problems)
     args = list(beam_args or [])
+    _check_beam_flags(args)
     local = _check_launch(config, args)
     lock = OutputLock(config.save.output_dir, new_run_id(), detached=not local)
     submitted = False

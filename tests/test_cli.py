@@ -194,6 +194,13 @@ def test_beam_flag_typo_and_unavailable_flags_are_one_line_errors(job, capsys):
 
 
 @pytest.mark.slow
+def test_a_flag_beam_does_not_know_is_said_once(job, capsys):
+    """It was said twice: once before the output's lock, again while the job was built."""
+    assert main(["run", str(job), "--quiet", "--overwrite", "--no_such_beam_flag=1"]) == 0
+    assert capsys.readouterr().err.count("--no_such_beam_flag is not an option Beam knows here; passing it on") == 1
+
+
+@pytest.mark.slow
 def test_too_many_rejects_fail_the_run_in_one_line(job, tmp_path, capsys):
     """The check runs inside the pipeline's commit step: Beam's wrapped error still ends in one line."""
     (tmp_path / "data" / "bad.jsonl").write_text('{"text": ""}\n{"oops": 1}\n')
