@@ -15,7 +15,7 @@ import pytest
 
 from easydata.config import DatasetConfig, PipelineConfig
 from easydata.errors import ConfigError, InputError
-from easydata.io.data_directories import names_split, splits_named
+from easydata.io.split_names import names_split, splits_named
 from easydata.io.hub import _split_files
 from easydata.io.sources import plan_input, read_splits
 

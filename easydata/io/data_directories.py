@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 import sys
 from typing import Optional
 
 from easydata.config import DatasetConfig
 from easydata.errors import InputError
 from easydata.io.filesystems import directory_root, read_text, strip_compression
+from easydata.io.split_names import names_split, splits_named
 
-__all__ = ["infer_type", "dataset_files", "METADATA_FILES", "SPLIT_NAMES", "splits_named", "names_split"]
+__all__ = ["infer_type", "dataset_files", "METADATA_FILES"]
 
 _EXTENSION_TYPES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
                     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow", ".csv": "csv", ".tsv": "csv",
@@ -50,30 +50,6 @@ def infer_type(path: str) -> str:
 #: Files a dataset's directory holds beside its data (lower case): Hugging Face's dataset card and what
 #: `datasets`' `save_to_disk` writes beside its Arrow files.
 METADATA_FILES = frozenset({"readme.md", "dataset_info.json", "dataset_infos.json", "state.json", "dataset_dict.json"})
-
-#: A split and the words that name it in a data file's path, as the `datasets` library matches them: a
-#: directory or a part of a file name between `/`, `_`, `.` and `-` (`data/train-00000-of-00002.parquet`,
-#: `dev.jsonl`, `validation/`).
-SPLIT_NAMES = {"train": ("train", "training"), "validation": ("validation", "valid", "val", "dev"),
-               "test": ("test", "testing", "eval")}
-
-
-def _words(path: str) -> set[str]:
-    return {p for p in re.split(r"[/_.\-]", path.lower()) if p}
-
-
-def names_split(path: str, split: str) -> bool:
-    """Whether a data file's path inside its dataset's directory names `split` (by `SPLIT_NAMES`' words, or
-    by its own name for another split)."""
-    return not _words(path).isdisjoint(SPLIT_NAMES.get(split, (split,)))
-
-
-def splits_named(path: str) -> set[str]:
-    """The splits of `SPLIT_NAMES` a data file's path inside its dataset's directory names: `{"train"}` for
-    `data/train-00000-of-00001.parquet`, none for `web.jsonl`."""
-    words = _words(path)
-    return {split for split, names in SPLIT_NAMES.items() if not words.isdisjoint(names)}
-
 
 def dataset_files(dataset: DatasetConfig, files: list[str], directories: dict[str, str],
                   facts: dict[str, tuple[int, str]]) -> list[str]:

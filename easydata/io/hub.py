@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from easydata.errors import InputError, OutputError, TokenizerError
-from easydata.io.data_directories import names_split, splits_named
+from easydata.io.split_names import names_split, splits_named
 
 __all__ = ["cache_dir", "hub_offline", "hub_unreachable", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
 
@@ -166,7 +166,7 @@ def _readme_split_patterns(readme: Path, split: str) -> Optional[list[str]]:
 
 def _split_files(files: Sequence[str], split: str) -> list[str]:
     """The data files of `split`, by the `datasets` library's naming conventions
-    (`easydata.io.data_directories.names_split`: `train/`, `data/train-00000-of-00002.parquet`, `test.jsonl`);
+    (`easydata.io.split_names.names_split`: `train/`, `data/train-00000-of-00002.parquet`, `test.jsonl`);
     a repo whose files name no split at all is all `train`."""
     data = [f for f in files if f.lower().endswith(DATA_EXTENSIONS) and not f.split("/")[-1].startswith(".")]
     chosen = [f for f in data if names_split(f, split)]
