@@ -85,3 +85,19 @@ def test_a_loader_batch_that_is_not_a_count_is_refused(tmp_path: Path, batch_siz
     write_synthetic_output(str(out), {"web": [_rows(4, 0)]}, SCHEMA)
     with pytest.raises(ValueError, match="`batch_size` must be a positive integer"):
         AsyncDataLoader(ParquetShardedSource(str(out)), batch_size=batch_size)
+
+
+def test_json_sharded_source_reads_pretty_printed_values_as_the_pipeline_does(tmp_path: Path) -> None:
+    """A `.json` file of pretty-printed objects (one, or several as `jq` prints them) raised "not a JSON line"."""
+    import json
+
+    from easydata import JsonShardedSource
+
+    records = [{"text": f"doc {i}", "n": i} for i in range(3)]
+    (tmp_path / "one.json").write_text(json.dumps(records[0], indent=2))
+    (tmp_path / "jq.json").write_bytes(b"\xef\xbb\xbf" + "\n".join(json.dumps(r, indent=2) for r in records).encode())
+    assert list(JsonShardedSource(str(tmp_path / "one.json")).open_shard(str(tmp_path / "one.json"))) == records[:1]
+    assert list(JsonShardedSource(str(tmp_path / "jq.json")).open_shard(str(tmp_path / "jq.json"))) == records
+    (tmp_path / "bad.json").write_text(json.dumps(records[0], indent=2) + "\n{\n oops\n}")
+    with pytest.raises(ValueError, match=r"bad\.json: not JSON lines, a JSON array or JSON values"):
+        list(JsonShardedSource(str(tmp_path / "bad.json")).open_shard(str(tmp_path / "bad.json")))

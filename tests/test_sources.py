@@ -1300,6 +1300,47 @@ def test_a_malformed_json_array_element_costs_the_elements_from_it_on(tmp_path: 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(st.fixed_dictionaries({"text": st.text(min_size=1, max_size=30).filter(str.strip)},
+                                              optional={"n": st.integers(-5, 5), "tags": st.lists(st.text(max_size=5),
+                                                                                                 max_size=3)}),
+                        min_size=1, max_size=8),
+       indent=st.sampled_from([1, 2, 4, "\t"]), between=st.sampled_from(["\n", "", "\n\n", " "]), bom=st.booleans())
+def test_json_values_spread_over_lines_are_their_records(tmp_path, records, indent, between, bom) -> None:
+    """A `.json` file of one pretty-printed object (`json.dump(indent=2)`), or of several one after another (as
+    `jq` prints them), was read as JSON lines: a dead letter per line, no document (hostile round 9). Its
+    records are now those of the same values as JSON lines, keyed by index."""
+    data = between.join(json.dumps(r, indent=indent, ensure_ascii=False) for r in records) + "\n"
+    (tmp_path / "pretty.json").write_bytes((BOM_BYTES if bom else b"") + data.encode())
+    write_jsonl(tmp_path / "lines.jsonl", records)
+    fields = ["n", "tags"]
+    pretty, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "pretty.json"), additional_fields=fields))
+    lines, _ = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "lines.jsonl"), additional_fields=fields))
+    assert rejects == [] and [(t, f) for _, t, f in pretty] == [(t, f) for _, t, f in lines]
+    assert [k for k, _, _ in pretty] == [f"pretty.json@{i}" for i in range(len(records))]
+
+
+def test_a_malformed_value_among_pretty_printed_ones_costs_the_values_from_it_on(tmp_path: Path) -> None:
+    values = [json.dumps({"text": f"doc {i}"}, indent=2) for i in range(5)]
+    values[3] = '{\n  "text": oops\n}'
+    data = "\n".join(values).encode()
+    (tmp_path / "a.json").write_bytes(data)
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "a.json")))
+    assert [t for _, t, _ in docs] == ["doc 0", "doc 1", "doc 2"]
+    at = data.index(b'{\n  "text": oops')
+    assert [(r.position, r.reason, r.read_bytes, r.unread_bytes) for r in rejects] == \
+        [(3, "malformed JSON values at value 3: Expecting value", at, len(data) - at)]
+
+
+def test_json_lines_named_json_with_a_malformed_first_line_lose_that_line_only(tmp_path: Path) -> None:
+    """A first line that is no JSON value could open a pretty-printed value; when the file's first value does not
+    parse either, the file is JSON lines, where a malformed line is a dead letter of its own."""
+    (tmp_path / "a.json").write_text('{"text": "cut"\n{"text": "good 1"}\n{"text": "good 2"}\n')
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "a.json")))
+    assert [t for _, t, _ in docs] == ["good 1", "good 2"]
+    assert [(r.position, r.reason) for r in rejects] == [(0, "malformed JSON: Expecting ',' delimiter at column 15")]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.fixed_dictionaries({"text": st.text(min_size=1, max_size=30).filter(str.strip)},
                                               optional={"n": st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False),
                                                         "tags": st.lists(st.text(max_size=5), max_size=3)}),
                         max_size=12),

@@ -138,7 +138,8 @@ class OutputShardedSource(_BatchFileSource):
 
 
 class JsonShardedSource(FileShardedSource):
-    """JSON Lines files (`.jsonl`, `.json` with one object per line, or `.json` holding one array);
+    """JSON Lines files (`.jsonl`, `.json` with one object per line, `.json` holding one array, or JSON values
+    spread over lines: a pretty-printed object, or several as `jq` prints them);
     `.gz/.zst/.bz2` are decompressed on the fly. A line that is not JSON raises, naming file and line."""
 
     def _read(self, path: str) -> Iterator[dict[str, Any]]:
@@ -148,11 +149,34 @@ class JsonShardedSource(FileShardedSource):
                     yield from self._parse(path, line_no, line)
                 return
             data = f.read()  # a `.json` file may be one array: it is read whole either way
+        data = data.removeprefix(b"\xef\xbb\xbf")
         if data.lstrip().startswith(b"["):
             yield from json.loads(data)
             return
+        first = next((line for line in data.splitlines() if line.strip()), b"{}")
+        try:
+            json.loads(first)
+        except ValueError:  # no JSON line: JSON values spread over lines (pretty-printed, as jq prints them)?
+            if data.lstrip().startswith(b"{"):
+                yield from self._values(path, data.decode("utf-8"))
+                return
         for line_no, line in enumerate(data.splitlines(), start=1):
             yield from self._parse(path, line_no, line)
+
+    @staticmethod
+    def _values(path: str, text: str) -> Iterator[Any]:
+        """The JSON values of `text`, one after another (the pipeline's reader takes such a `.json` file so)."""
+        decoder, pos = json.JSONDecoder(), 0
+        while True:
+            while pos < len(text) and text[pos] in " \t\r\n":
+                pos += 1
+            if pos == len(text):
+                return
+            try:
+                value, pos = decoder.raw_decode(text, pos)
+            except ValueError as e:
+                raise ValueError(f"{path}: not JSON lines, a JSON array or JSON values ({e})") from None
+            yield value
 
     @staticmethod
     def _parse(path: str, line_no: int, line: bytes) -> Iterator[dict[str, Any]]:
