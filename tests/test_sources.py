@@ -643,7 +643,9 @@ def test_rejects_carry_position_and_reason_and_nothing_is_lost(tmp_path: Path) -
         (offsets[2], "invalid UTF-8 at byte 14"),
         (offsets[3], "missing content field 'text'"),
         (offsets[4], "content field 'text' is a int, not a string"),
-        (offsets[5], "message 0 is a str, not an object"),  # a list is read as chat messages
+        # a list is read as chat messages; one of strings is named (it was "message 0 is a str, not an object")
+        (offsets[5], "the content is a list of 2 strings, not text or chat messages: join them into one text"
+                     " (a format_callback)"),
         (offsets[6], "empty text"),
         (offsets[7], "empty text"),
         (offsets[8], "record is a list, not an object"),

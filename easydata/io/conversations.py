@@ -331,6 +331,9 @@ def conversation_from_record(content: Any, record: Optional[dict[str, Any]] = No
         content = _alpaca_messages(record)
     elif not isinstance(content, list) or not content:
         raise ChatError("messages must be a non-empty list")
+    elif all(isinstance(m, str) for m in content):  # paragraphs or pieces of one text, as some corpora keep them
+        raise ChatError(f"the content is a list of {len(content)} strings, not text or chat messages: join them"
+                        " into one text (a format_callback)")
     head = [m for i, raw in enumerate(prompt) for m in _messages(raw, i)]
     messages = head + [m for i, raw in enumerate(content, len(prompt)) for m in _messages(raw, i)]
     system = _system_message(record, messages)
