@@ -1402,3 +1402,21 @@ def test_a_dead_letters_excerpt_is_the_record_as_json():
     assert record_excerpt(record) == ('{"messages": [{"role": "user", "content": "日本 \\ud800"}], "ok": true,'
                                       ' "n": null, "b": "b\'\\\\x00\'", "t": "2024-07-26 00:00:00"}')
     assert len(record_excerpt({"text": "x" * 5000})) == 200
+
+
+def test_a_pandas_to_json_file_by_column_says_how_to_write_it(tmp_path: Path) -> None:
+    """`DataFrame.to_json()` keeps each column as {row index: value} (its default orient): the file was one dead
+    letter, "content field 'text' is a dict, not a string", without a word of why (hostile round 9)."""
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame({"text": ["a", "b"], "id": [1, 2]})
+    frame.to_json(tmp_path / "by_column.json")
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "by_column.json")))
+    assert docs == [] and [r.reason for r in rejects] == [
+        "content field 'text' is a dict, not a string (a pandas DataFrame.to_json() file, by column? write it with"
+        " orient='records', lines=True)"]
+    frame.to_json(tmp_path / "records.json", orient="records", lines=True)
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "records.json")))
+    assert [t for _, t, _ in docs] == ["a", "b"] and rejects == []
+    (tmp_path / "obj.jsonl").write_text(json.dumps({"text": {"en": "hello"}}) + "\n")
+    assert [r.reason for r in read_all(DatasetConfig(name="d", data_files=str(tmp_path / "obj.jsonl")))[1]] == \
+        ["content field 'text' is a dict, not a string"]

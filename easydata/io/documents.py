@@ -311,8 +311,11 @@ class DocumentCollector:
         if self.ds.content_field not in record:
             return self.reject(position, f"missing content field '{self.ds.content_field}'", record)
         if not isinstance(text, str):
-            return self.reject(position, f"content field '{self.ds.content_field}' is a"
-                               f" {type(text).__name__}, not a string", record)
+            # pandas' `DataFrame.to_json()` (orient "columns", its default) keeps a column as {row index: value}
+            pandas = isinstance(text, dict) and text and all(isinstance(k, str) and k.isdigit() for k in text)
+            return self.reject(position, f"content field '{self.ds.content_field}' is a {type(text).__name__}, not a"
+                               " string" + (" (a pandas DataFrame.to_json() file, by column? write it with"
+                                            " orient='records', lines=True)" if pandas else ""), record)
         self._accept(position, text, record)
 
     def _accept_conversation(self, position: int, conversation: Any, record: dict[str, Any]) -> None:
