@@ -384,6 +384,11 @@ def test_a_name_with_glob_characters_is_read_as_written(tmp_path: Path, memory_f
     ("missing.jsonl", "data file '{base}/missing.jsonl' does not exist"),
     ("*.parquet", "data_files pattern '{base}/*.parquet' matches no file"),
     ("empty_dir", "data directory '{base}/empty_dir' holds no file"),
+    # a variable a config names is not expanded (hostile round 9: the error did not say why)
+    ("${DATA_DIR}/a.jsonl", "data file '{base}/${{DATA_DIR}}/a.jsonl' does not exist (configs are read as written:"
+                            " $DATA_DIR is not expanded; expand it first, e.g. with envsubst, or pass the path with --set)"),
+    ("$SHARDS/*.jsonl", "data_files pattern '{base}/$SHARDS/*.jsonl' matches no file (configs are read as written:"
+                        " $SHARDS is not expanded; expand it first, e.g. with envsubst, or pass the path with --set)"),
 ])
 def test_missing_inputs_raise_input_error(tmp_path: Path, pattern: str, message: str) -> None:
     (tmp_path / "empty_dir").mkdir()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import re
 import posixpath
 import stat
 import sys
@@ -106,7 +107,7 @@ def list_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -
             except Exception as e:  # remote listing errors: one line, not a traceback
                 raise InputError(f"cannot list '{pattern}': {e}") from None
             if not matches:
-                raise InputError(f"data_files pattern '{pattern}' matches no file")
+                raise InputError(f"data_files pattern '{pattern}' matches no file{_unexpanded(pattern)}")
             files.extend(_unstrip(fs, pattern, m) for m in matches)
             if _is_local(fs):
                 facts.update((_unstrip(fs, pattern, m), (int(found[m]["size"]), _version(found[m])))
@@ -118,7 +119,7 @@ def list_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -
             except Exception as e:
                 raise InputError(f"cannot access '{pattern}': {e}") from None
             if not exists:
-                raise InputError(f"data file '{pattern}' does not exist")
+                raise InputError(f"data file '{pattern}' does not exist{_unexpanded(pattern)}")
             if is_dir:  # hidden files and directories (.git, .cache/huggingface of a snapshot) are no inputs
                 root = path.rstrip("/")
                 inner = sorted(p for p in fs.find(path)
@@ -135,6 +136,15 @@ def list_data_files(patterns: Iterable[str], exclude_dirs: Iterable[str] = ()) -
     files = _drop_unreadable_links(_drop_excluded(files, list(exclude_dirs), patterns, facts), facts)
     return ListedFiles(files, {f: facts[f] for f in files if f in facts},
                        {f: directories[f] for f in files if f in directories})
+
+
+def _unexpanded(path: str) -> str:
+    """A hint for a path that names an environment variable (`${DATA}`, `$DATA`): a config is read as written."""
+    match = re.search(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", path)
+    if match is None:
+        return ""
+    return (f" (configs are read as written: ${match.group(1)} is not expanded; expand it first, e.g. with"
+            " envsubst, or pass the path with --set)")
 
 
 def _names_itself(fs: fsspec.AbstractFileSystem, path: str) -> bool:
