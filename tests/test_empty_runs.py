@@ -97,3 +97,25 @@ def test_a_wrong_content_field_is_refused_at_planning_naming_the_fields(tmp_path
         assert main(["run", str(job), "--quiet", *extra]) == 2
         assert capsys.readouterr().err.strip() == expected.format(48 if suffix == "jsonl" else 50)  # by bytes, rows
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_a_dotted_content_field_says_it_names_a_top_level_field(tmp_path, tokenizer_dir, capsys, suffix):
+    """`content_field: document.text` over records that keep the text inside `document` (hostile round 9): the
+    error said only to set the content field."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    records = [{"document": {"text": t, "lang": "en"}, "id": i} for i, t in enumerate(make_texts(20, seed=3))]
+    path = tmp_path / f"nested.{suffix}"
+    if suffix == "jsonl":
+        write_jsonl(path, records)
+    else:
+        pq.write_table(pa.Table.from_pylist(records), path)
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir), "save": {"output_dir": str(tmp_path / "out")},
+                               "datasets": [{"name": "n", "data_files": str(path), "content_field": "document.text"}]}))
+    assert main(["run", str(job), "--quiet", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "content_field 'document.text' (their fields: document, id): content_field names a top-level field, and"
+        " 'document.text' looks like one inside 'document'; lift it out with a format_callback")

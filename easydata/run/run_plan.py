@@ -216,9 +216,13 @@ def check_fields(config: PipelineConfig, ds: DatasetConfig, splits: list[Any]) -
     if documents or not missing or len(missing) != len(rejects):
         return
     fields = sorted({f for r in missing for f in r.fields})
+    outer = ds.content_field.split(".", 1)[0]
+    nested = (f": content_field names a top-level field, and '{ds.content_field}' looks like one inside '{outer}';"
+              " lift it out with a format_callback") if "." in ds.content_field and outer in fields else \
+        "; set the dataset's content_field"
     raise ConfigError(f"dataset '{ds.name}': none of {len(missing)} records sampled across its input has"
                       f" content_field '{ds.content_field}'" + (f" (their fields: {', '.join(fields)})" if fields
-                                                              else "") + "; set the dataset's content_field")
+                                                              else "") + nested)
 
 
 def check_shared_by_processes(config: PipelineConfig, workers: int) -> None:
