@@ -43,6 +43,9 @@ def test_splits_named_by_the_hubs_conventions() -> None:
     assert splits_named("web.jsonl") == set() and splits_named("contest_problems.jsonl") == set()
     assert splits_named("latest.jsonl") == set() and splits_named("interval.jsonl") == set()
     assert names_split("extra-00000.parquet", "extra") and not names_split("extras.parquet", "extra")
+    assert names_split("data/train_sft-00000-of-00003.parquet", "train_sft")  # UltraChat's split names
+    assert not names_split("data/train_gen-00000-of-00003.parquet", "train_sft")
+    assert names_split("data/train_sft-00000-of-00003.parquet", "train")
     files = ["README.md", "data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet",
              "data/validation-00000-of-00001.parquet", "test.jsonl"]
     assert _split_files(files, "train") == files[1:3] and _split_files(files, "test") == ["test.jsonl"]
@@ -159,3 +162,15 @@ def test_the_cli_trains_the_train_split_of_a_hub_layout(tmp_path, tokenizer_dir)
     assert "split 'train' is read, 2 file(s) of the others are not" in done.stderr
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["datasets"]["web"]["documents_in"] == 2
+
+
+def test_a_split_of_another_name_is_chosen_by_its_whole_name(tmp_path) -> None:
+    """UltraChat's and UltraFeedback's files are named by split `train_sft`, `test_sft`, `train_gen`, ...:
+    `split: train_sft` found no file (its words were compared one by one)."""
+    d = tmp_path / "ultrachat" / "data"
+    d.mkdir(parents=True)
+    for split in ("train_sft", "test_sft", "train_gen"):
+        pq.write_table(pa.table({"text": [split]}), d / f"{split}-00000-of-00001.parquet")
+    root = tmp_path / "ultrachat"
+    assert _texts(DatasetConfig(name="u", data_files=str(root), split="train_sft")) == ["train_sft"]
+    assert _texts(DatasetConfig(name="u", data_files=str(root))) == ["train_gen", "train_sft"]

@@ -20,9 +20,11 @@ def _words(path: str) -> set[str]:
 
 
 def names_split(path: str, split: str) -> bool:
-    """Whether a data file's path inside its dataset's directory names `split` (by `SPLIT_NAMES`' words, or
-    by its own name for another split)."""
-    return not _words(path).isdisjoint(SPLIT_NAMES.get(split, (split,)))
+    """Whether a data file's path inside its dataset's directory names `split`: by `SPLIT_NAMES`' words, or for
+    a split of another name by that name between separators (`train_sft` in `data/train_sft-00000-of-00003.parquet`)."""
+    if split in SPLIT_NAMES:
+        return not _words(path).isdisjoint(SPLIT_NAMES[split])
+    return re.search(rf"(?:^|[/_.\-]){re.escape(split.lower())}(?:[/_.\-]|$)", path.lower()) is not None
 
 
 def splits_named(path: str) -> set[str]:
