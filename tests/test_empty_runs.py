@@ -119,3 +119,17 @@ def test_a_dotted_content_field_says_it_names_a_top_level_field(tmp_path, tokeni
     assert capsys.readouterr().err.strip().endswith(
         "content_field 'document.text' (their fields: document, id): content_field names a top-level field, and"
         " 'document.text' looks like one inside 'document'; lift it out with a format_callback")
+
+
+def test_a_csv_separated_by_semicolons_says_so(tmp_path, tokenizer_dir, capsys):
+    """Excel writes CSV separated by ';' in many locales: its header was read as one field 'id;text', and the error
+    said only to set the content field (hostile round 9)."""
+    path = tmp_path / "excel.csv"
+    path.write_text("id;text\n" + "".join(f"{i};{t}\n" for i, t in enumerate(make_texts(20, seed=4))))
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"default_tokenizer": str(tokenizer_dir), "save": {"output_dir": str(tmp_path / "out")},
+                               "datasets": [{"name": "e", "data_files": str(path)}]}))
+    assert main(["run", str(job), "--quiet", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "content_field 'text' (their fields: id;text): the header is one field holding ';': CSV is read separated"
+        " by ',' (.tsv by tabs); convert the file, or read it with a format_callback")

@@ -216,13 +216,22 @@ def check_fields(config: PipelineConfig, ds: DatasetConfig, splits: list[Any]) -
     if documents or not missing or len(missing) != len(rejects):
         return
     fields = sorted({f for r in missing for f in r.fields})
-    outer = ds.content_field.split(".", 1)[0]
-    nested = (f": content_field names a top-level field, and '{ds.content_field}' looks like one inside '{outer}';"
-              " lift it out with a format_callback") if "." in ds.content_field and outer in fields else \
-        "; set the dataset's content_field"
     raise ConfigError(f"dataset '{ds.name}': none of {len(missing)} records sampled across its input has"
                       f" content_field '{ds.content_field}'" + (f" (their fields: {', '.join(fields)})" if fields
-                                                              else "") + nested)
+                                                              else "") + _field_advice(ds, fields))
+
+
+def _field_advice(ds: DatasetConfig, fields: list[str]) -> str:
+    """What to do when no record has the content field, judged from the fields the records have."""
+    outer = ds.content_field.split(".", 1)[0]
+    if "." in ds.content_field and outer in fields:
+        return (f": content_field names a top-level field, and '{ds.content_field}' looks like one inside '{outer}';"
+                " lift it out with a format_callback")
+    separator = next((c for c in ";|" if len(fields) == 1 and c in fields[0]), None)
+    if separator is not None:  # a CSV header read as one field: Excel's in many locales separates by ';'
+        return (f": the header is one field holding '{separator}': CSV is read separated by ',' (.tsv by tabs);"
+                " convert the file, or read it with a format_callback")
+    return "; set the dataset's content_field"
 
 
 def check_shared_by_processes(config: PipelineConfig, workers: int) -> None:
