@@ -317,3 +317,28 @@ def test_a_gemini_table_is_its_json_lines(tmp_path: Path, suffix):
     assert seen[suffix] == seen[".jsonl"] and seen[suffix][1] == []
     assert [[m["role"] for m in messages] for _, messages in seen[suffix][0]] == [
         ["user", "assistant", "tool", "assistant"], ["system", "user", "assistant", "tool", "assistant"]] * 2
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "arrow", "csv"])
+def test_a_table_without_the_content_column_is_a_dead_letter_per_slice_not_per_row(tmp_path, suffix) -> None:
+    """A dataset whose files name the text column differently (`text` in one, `content` in another, as exports
+    of one corpus by two tools do) wrote a dead letter per row of the other file, each with the excerpt "{}"
+    (hostile round 9): a million-row file was a million lines. The rows are counted as before."""
+    import pyarrow.csv as pcsv
+    import pyarrow.feather as feather
+
+    from easydata.io.sources import plan_input, read_splits
+
+    pq.write_table(pa.table({"text": ["kept"]}), tmp_path / "a.parquet")
+    other = pa.table({"content": [f"row {i}" for i in range(3000)], "id": list(range(3000))})
+    path = tmp_path / f"b.{suffix}"
+    {"parquet": pq.write_table, "arrow": feather.write_feather, "csv": pcsv.write_csv}[suffix](other, path)
+    for limit in (None, 1200):
+        ds = DatasetConfig(name="d", data_files=[str(tmp_path / "a.parquet"), str(path)],
+                           num_rows=None if limit is None else limit + 1)
+        rejects: list = []
+        texts = [t for b in read_splits(plan_input(ds).splits, ds, rejects=rejects, limit=ds.num_rows) for t in b.texts]
+        assert texts == ["kept"]
+        assert sum(r.records for r in rejects) == (limit or 3000) and len(rejects) <= 8
+        assert {r.reason for r in rejects} == {"missing content field 'text'"}
+        assert rejects[0].excerpt.endswith("of a table without that column") and rejects[0].fields == ("content", "id")

@@ -258,12 +258,15 @@ class DocumentCollector:
         return self.limit is not None and self.count >= self.limit
 
     def reject(self, position: int, reason: str, excerpt: Any = "", records: int = 1, *,
-               read_bytes: Optional[int] = None, unread_bytes: Optional[int] = None) -> None:
+               read_bytes: Optional[int] = None, unread_bytes: Optional[int] = None,
+               fields: tuple[str, ...] = ()) -> None:
+        """A dead letter of `records` records at `position`; `fields`: the fields the records have, when neither
+        the table read (`source_fields`) nor the excerpt (a record) says."""
         if self.done:
             return
         self.count += records
         text = excerpt if isinstance(excerpt, str) else record_excerpt(excerpt)
-        fields = self.source_fields or (tuple(sorted(map(str, excerpt))) if isinstance(excerpt, dict) else ())
+        fields = self.source_fields or (tuple(sorted(map(str, excerpt))) if isinstance(excerpt, dict) else fields)
         self.rejects.append(Reject(self.ds.name, self.source, position, reason, text[:EXCERPT_CHARS], records,
                                    read_bytes, unread_bytes, fields))
 

@@ -216,7 +216,7 @@ def check_fields(config: PipelineConfig, ds: DatasetConfig, splits: list[Any]) -
     if documents or not missing or len(missing) != len(rejects):
         return
     fields = sorted({f for r in missing for f in r.fields})
-    raise ConfigError(f"dataset '{ds.name}': none of {len(missing)} records sampled across its input has"
+    raise ConfigError(f"dataset '{ds.name}': none of {sum(r.records for r in missing)} records sampled across its input has"
                       f" content_field '{ds.content_field}'" + (f" (their fields: {', '.join(fields)})" if fields
                                                               else "") + _field_advice(ds, fields))
 

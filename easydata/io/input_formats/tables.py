@@ -104,6 +104,15 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
 
     A plain-text table (a string content column, flat columns beside it) goes in column-wise
     (`DocumentCollector.add_text_rows`: no dict per row); any other row by row as a record."""
+    if out.formatter is None and batch.num_rows and not _makes_documents(batch.schema.names, out):
+        # no row can be a document: one dead letter for the slice, not one per row (a million lines, each "{}")
+        first = first_row[0] if isinstance(first_row, list) else first_row
+        rows = batch.num_rows if out.limit is None else min(batch.num_rows, out.limit - out.count)  # `num_rows`
+        last = first_row[rows - 1] if isinstance(first_row, list) else first + rows - 1
+        out.reject(first, f"missing content field '{dataset.content_field}'",
+                   f"{rows} records (positions {first} to {last}) of a table without that column", records=rows,
+                   fields=tuple(sorted(batch.schema.names)))
+        return
     typed = set(_source_columns(out, list(out.source_types)))
     columns = {name: exact_values(column) if name in typed else python_column(column)
                for name, column in zip(batch.schema.names, batch.columns)}
@@ -116,6 +125,12 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
         out.add_record(position, {n: columns[n][i] for n in names})
         if out.done:
             return
+
+
+def _makes_documents(columns: list[str], out: DocumentCollector) -> bool:
+    """Whether a row of a table with these columns may be a document: it has the content field, the messages
+    field or a chat field (`CHAT_FIELDS`); else each row is a dead letter for its missing content field."""
+    return not {out.ds.content_field, out.messages_field, *CHAT_FIELDS}.isdisjoint(columns)
 
 
 def _source_columns(out: DocumentCollector, fields: list[str]) -> list[str]:
