@@ -1340,6 +1340,16 @@ def test_a_malformed_value_among_pretty_printed_ones_costs_the_values_from_it_on
         [(3, "malformed JSON values at value 3: Expecting value", at, len(data) - at)]
 
 
+def test_json_lines_named_json_with_a_first_line_longer_than_the_head_read_are_json_lines(tmp_path: Path) -> None:
+    long = "x" * 100_000  # past the bytes `read_json` reads first to tell the layout
+    write_jsonl(tmp_path / "a.json", [{"text": long}, {"text": "short"}])
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "a.json")))
+    assert rejects == [] and [t for _, t, _ in docs] == [long, "short"]
+    (tmp_path / "b.json").write_text(json.dumps({"text": long}, indent=2))  # one value, its first line short
+    docs, rejects = read_all(DatasetConfig(name="d", data_files=str(tmp_path / "b.json")))
+    assert rejects == [] and [(k, t) for k, t, _ in docs] == [("b.json@0", long)]
+
+
 def test_json_lines_named_json_with_a_malformed_first_line_lose_that_line_only(tmp_path: Path) -> None:
     """A first line that is no JSON value could open a pretty-printed value; when the file's first value does not
     parse either, the file is JSON lines, where a malformed line is a dead letter of its own."""

@@ -24,6 +24,8 @@ READ_BYTES = 1 << 20
 #: Bytes of a file read at most to learn whether it opens with a JSON value spread over lines, when documents
 #: have no size limit (a JSON lines file with a malformed first line is read that far, then as JSON lines).
 PROBE_BYTES = 256 << 20
+#: A `.json` file's first bytes read to tell its layout (its first line, most often).
+HEAD_BYTES = 1 << 16
 _WHITESPACE = " \t\n\r"
 
 
@@ -89,23 +91,27 @@ def read_json(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector)
     object pretty-printed by `json.dump(indent=...)`, or several one after another as `jq` prints them:
     position = index), which were a dead letter per line."""
     with open_file(split.path) as f:
-        head = f.read(64)
+        head = f.read(HEAD_BYTES)
     refuse_foreign_bytes(head)
     opening = head.removeprefix(BOM).lstrip()
     array = opening.startswith(b"[")
-    if not array and not (opening.startswith(b"{") and _spread_over_lines(split.path, out.max_bytes)):
+    if not array and not (opening.startswith(b"{") and _spread_over_lines(split.path, head, out.max_bytes)):
         yield from read_lines(dataclasses.replace(split, type="jsonl"), dataset, out)
         return
     with open_file(split.path) as f:
         yield from _read_values(f, out, None if compression_of(split.path) else split.size, array)
 
 
-def _spread_over_lines(path: str, max_bytes: Optional[int]) -> bool:
-    """Whether a `.json` file that opens with an object holds JSON values spread over lines, not JSON lines:
-    its first line is not a JSON value, and the file's first value parses (else it is read as JSON lines,
-    where a malformed first line costs that line alone)."""
-    with open_file(path) as f:
-        first = f.readline(line_cap(max_bytes))
+def _spread_over_lines(path: str, head: bytes, max_bytes: Optional[int]) -> bool:
+    """Whether a `.json` file that opens with an object (`head`: its first bytes) holds JSON values spread over
+    lines, not JSON lines: its first line is not a JSON value, and the file's first value parses (else it is
+    read as JSON lines, where a malformed first line costs that line alone)."""
+    end = head.find(b"\n")
+    if end >= 0 or len(head) < HEAD_BYTES:  # the first line is in `head`: JSON lines cost no more opening
+        first = head if end < 0 else head[:end + 1]
+    else:
+        with open_file(path) as f:
+            first = f.readline(line_cap(max_bytes))
     try:
         json.loads(first.removeprefix(BOM))
         return False
