@@ -151,6 +151,30 @@ def test_decompressed_size_from_the_file_and_its_start(tmp_path):
     assert decompressed_size(str(bad), 1500) == 1500  # reading it reports the damage
 
 
+def test_decompressed_size_reads_across_the_frames_and_members_of_its_sample(tmp_path):
+    """A decompressor stops at the end of one frame or member. pzstd's files open with a skippable frame (the
+    estimate was 0: every shuffle group sized for no text, a progress of nothing, no parts), and a bgzip file
+    is members of 64 KiB (the estimate was that of its first member)."""
+    import struct
+
+    rng = random.Random(5)
+    data = b"".join(json.dumps({"text": " ".join(f"w{rng.randrange(10**9)}" for _ in range(60))}).encode() + b"\n"
+                    for _ in range(40_000))
+    blocks = [data[i:i + 65_536] for i in range(0, len(data), 65_536)]
+    pieces = []
+    for block in blocks:  # as pzstd writes: a skippable frame giving the next frame's size, then the frame
+        frame = zstandard.ZstdCompressor(write_content_size=False).compress(block)
+        pieces.append(struct.pack("<II", 0x184D2A50, 4) + struct.pack("<I", len(frame)) + frame)
+    pzstd = tmp_path / "p.jsonl.zst"
+    pzstd.write_bytes(b"".join(pieces))
+    bgzip = tmp_path / "b.jsonl.gz"
+    bgzip.write_bytes(b"".join(gzip.compress(block) for block in blocks))
+    for path in (pzstd, bgzip):
+        assert path.stat().st_size > 4 * 2**20  # past the sample: the estimate is the sample's ratio
+        estimate = decompressed_size(str(path), path.stat().st_size)
+        assert 0.8 * len(data) < estimate < 1.25 * len(data), path.name
+
+
 def test_ranges_follow_the_estimate_and_end_open(tmp_path):
     data = _lines(300, seed=4)
     path = _write(tmp_path / "d.jsonl.zst", data)

@@ -274,13 +274,13 @@ def decompressed_size(path: str, size: int) -> int:
         if codec == "zstd":
             import zstandard
 
-            decoder: Any = zstandard.ZstdDecompressor().decompressobj()
+            decoder: Callable[[], Any] = lambda: zstandard.ZstdDecompressor().decompressobj()  # noqa: E731
             declared = zstandard.frame_content_size(raw)
         else:
             decoder = {"gzip": lambda: zlib.decompressobj(16 + zlib.MAX_WBITS), "bz2": bz2.BZ2Decompressor,
-                       "xz": lzma.LZMADecompressor}[codec]()
+                       "xz": lzma.LZMADecompressor}[codec]
             declared = int.from_bytes(trailer, "little") if len(trailer) == 4 else -1
-        out = len(decoder.decompress(raw))
+        out = _decompressed_bytes(raw, decoder)
         if len(raw) >= file_size:  # decompressed whole
             return int(size * out / max(file_size, 1))
         estimate = file_size * out / max(len(raw), 1)
@@ -291,6 +291,20 @@ def decompressed_size(path: str, size: int) -> int:
         return int(size * estimate / file_size)
     except Exception:  # noqa: BLE001 - a corrupt start: reading the file reports it
         return size
+
+
+def _decompressed_bytes(raw: bytes, decoder: Callable[[], Any]) -> int:
+    """The bytes `raw` decompresses to, across the frames or members it holds (a decompressor stops at the end
+    of one: pzstd's files open with a skippable frame, which gave 0, and a bgzip file's first member is 64 KiB
+    of its whole), each from a new `decoder()`."""
+    out = 0
+    while raw:
+        one = decoder()
+        out += len(one.decompress(raw))
+        if not one.eof:
+            break
+        raw = one.unused_data
+    return out
 
 
 def special_file(path: str) -> str | None:
