@@ -32,7 +32,10 @@ def _children() -> set[int]:
     """Pids of this process's live children (every thread's list)."""
     found: set[int] = set()
     for task in Path("/proc/self/task").iterdir():
-        text = (task / "children").read_text().split()
+        try:
+            text = (task / "children").read_text().split()
+        except FileNotFoundError:  # the thread ended since the listing (CI saw one): it has no children
+            continue
         found.update(int(pid) for pid in text)
     return {pid for pid in found if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)}
 
