@@ -95,7 +95,7 @@ def _directory_inputs(dataset: DatasetConfig, directory: str, files: list[str],
         others = [f for f, rel in inner.items() if rel.startswith("snapshots/") and not rel.startswith(prefix)]
         if others:
             _warn(f"{where} is a Hugging Face cache folder: revision {revision[:12]} ({why}) is read, {len(others)}"
-                  " file(s) of other revisions are not", others)
+                  " file(s) of other revisions are not", [posixpath.basename(f) for f in others])
         inner = {f: rel[len(prefix):] for f, rel in inner.items() if rel.startswith(prefix)}
 
     kinds = {}
@@ -114,7 +114,7 @@ def _directory_inputs(dataset: DatasetConfig, directory: str, files: list[str],
     other_types = [f for f in inner if kinds.get(f) != wanted]
     if other_types:
         _warn(f"dataset '{dataset.name}': {len(other_types)} file(s) in its data directory are not {wanted} input"
-              " (metadata or another type) and are not read", other_types)
+              " (metadata or another type) and are not read", [posixpath.basename(f) for f in other_types])
     data = [f for f in inner if kinds.get(f) == wanted]
 
     named = {f: splits_named(inner[f]) for f in data}
@@ -163,11 +163,9 @@ def _cache_revision(directory: str, inner: dict[str, str]) -> Optional[tuple[str
                      " snapshots/<revision> directory as data_files")
 
 
-def _warn(message: str, files: list[str]) -> None:
-    """`message`, then the first few of `files` (by name, or as given when they are relative paths), as one
-    warning."""
-    names = [f if not f.startswith("/") and "://" not in f else posixpath.basename(f) for f in files[:5]]
-    shown = ", ".join(names) + (", ..." if len(files) > 5 else "")
+def _warn(message: str, names: list[str]) -> None:
+    """`message`, then the first few of the files' `names`, as one warning."""
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
     print(f"easydata: warning: {message}: {shown}", file=sys.stderr)
 
 

@@ -236,6 +236,10 @@ def _read_one(split: InputSplit, collector: DocumentCollector) -> Iterator[Docum
                                    f" (starting at {split.start}): {message}"[:500],
                          read_bytes=consumed_total, unread_bytes=unread)
 
+#: Git LFS pointer files are smaller than this (git-lfs's docs/spec.md).
+MAX_LFS_POINTER_BYTES = 1024
+
+
 def _lfs_pointer(split: InputSplit) -> Optional[str]:
     """Why the file of a split that could not be read is no data, when it is a Git LFS pointer (a Parquet,
     Arrow or compressed file was "not a readable Parquet file: magic bytes not found"); else None. Looked at
@@ -246,10 +250,6 @@ def _lfs_pointer(split: InputSplit) -> Optional[str]:
         return lfs_pointer(file_head(split.path, len(LFS_POINTER)))
     except OSError:
         return None
-
-#: Git LFS pointer files are smaller than this (git-lfs's docs/spec.md).
-MAX_LFS_POINTER_BYTES = 1024
-
 
 def check_unchanged(path: str, version: str) -> None:
     """Raises InputError when the file at `path` is no longer the `version` planning found (truncated,

@@ -306,12 +306,6 @@ def paragraphs(text: str) -> Iterator[tuple[str, str]]:
     """`(paragraph, the separator after it)` for each piece of `text` between blank lines, in order (the last
     separator ""), as `text.split("\\n\\n")` cuts a Unix file, and a Windows file (`\\r\\n`) alike: it was one
     paragraph, each `\\r\\n\\r\\n` inside a document."""
-    if "\r" not in text:
-        pieces = text.split("\n\n")
-        for piece in pieces[:-1]:
-            yield piece, "\n\n"
-        yield pieces[-1], ""
-        return
     start = 0
     for match in _BLANK_LINE.finditer(text):
         yield text[start:match.start()], match.group()

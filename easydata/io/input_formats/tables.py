@@ -32,8 +32,7 @@ def columns_needed(dataset: DatasetConfig, available: list[str], messages_field:
 
     Raises:
       InputError: a column it needs is named more than once (the file is then a dead letter with this reason)."""
-    wanted = [dataset.content_field, messages_field, *CHAT_FIELDS,
-              *dataset.additional_fields]
+    wanted = [*_document_fields(dataset.content_field, messages_field), *dataset.additional_fields]
     formatter = RecordFormatter.for_dataset(dataset)
     if formatter is not None:
         wanted = list(available) if formatter.needs_all_columns else formatter.source_columns(wanted)
@@ -130,7 +129,13 @@ def emit_table_batch(batch: Any, first_row: Any, out: DocumentCollector, dataset
 def _makes_documents(columns: list[str], out: DocumentCollector) -> bool:
     """Whether a row of a table with these columns may be a document: it has the content field, the messages
     field or a chat field (`CHAT_FIELDS`); else each row is a dead letter for its missing content field."""
-    return not {out.ds.content_field, out.messages_field, *CHAT_FIELDS}.isdisjoint(columns)
+    return not set(_document_fields(out.ds.content_field, out.messages_field)).isdisjoint(columns)
+
+
+def _document_fields(content_field: str, messages_field: str) -> tuple[str, ...]:
+    """The fields whose values make a record a document: the content field, the messages field and the chat
+    fields (`CHAT_FIELDS`)."""
+    return (content_field, messages_field, *CHAT_FIELDS)
 
 
 def _source_columns(out: DocumentCollector, fields: list[str]) -> list[str]:
