@@ -194,10 +194,13 @@ def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None,
     def _stop(*_: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous, previous_int = signal.signal(signal.SIGTERM, _stop), signal.getsignal(signal.SIGINT)
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
+        # the signals after the first (a scheduler signals the command, then its group) must not cut the cancel short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         print("easydata: cancelling the streaming job; committed windows are kept", file=sys.stderr)
         try:
             result.cancel()
@@ -205,4 +208,5 @@ def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None,
             pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     return None

@@ -373,11 +373,17 @@ class Terminated(BaseException):
 
 def _interrupt(signum: int, frame: Any) -> None:
     """SIGINT / SIGTERM in the command: from now on nothing the abandoned job logs is shown (Beam and
-    its workers report each other's end as errors); `main` stops the workers and says what happened."""
+    its workers report each other's end as errors); `main` stops the workers and says what happened.
+
+    Only the first signal does this; the ones after it are ignored: GNU `timeout`, Slurm and systemd
+    signal the command and then its process group, so a second SIGTERM often arrives while the first is
+    still stopping the workers, and a handler run again inside that wait waited for itself for ever."""
     import logging
     import signal
 
     global _signalled
+    if _signalled is not None:  # already ending: the first signal's stop ends the command
+        return
     _signalled = signum
     logging.disable(logging.CRITICAL)
     _stop_local_workers()  # before the job unwinds: its workers would log the lost connection

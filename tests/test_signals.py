@@ -55,9 +55,11 @@ def _alive_in_group(group: int, wait: float = 5.0) -> list[int]:
         time.sleep(0.1)
 
 
-def _start_and_signal(args: list[str], out: Path, sig: int, whole_group: bool) -> tuple[int, str, float, list[int]]:
-    """Starts `easydata ARGS` in a session of its own, sends `sig` once a work unit is checkpointed;
-    returns (exit code, stderr, seconds from the signal to the exit, pids of the group left)."""
+def _start_and_signal(args: list[str], out: Path, sig: int, whole_group: bool,
+                      repeat: int = 1) -> tuple[int, str, float, list[int]]:
+    """Starts `easydata ARGS` in a session of its own, sends `sig` once a work unit is checkpointed (`repeat`
+    times, 2 ms apart, as long as the group lives); returns (exit code, stderr, seconds from the signal to the
+    exit, pids of the group left)."""
     proc = subprocess.Popen([sys.executable, "-m", "easydata", *args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
@@ -70,10 +72,12 @@ def _start_and_signal(args: list[str], out: Path, sig: int, whole_group: bool) -
                 pytest.fail(f"the run ended (exit {proc.returncode}) before the signal: {proc.stderr.read()}")
             time.sleep(0.02)
         sent = time.monotonic()
-        if whole_group:
-            os.killpg(proc.pid, sig)
-        else:
-            os.kill(proc.pid, sig)
+        for _ in range(repeat):
+            try:
+                os.killpg(proc.pid, sig) if whole_group else os.kill(proc.pid, sig)
+            except ProcessLookupError:  # it has ended
+                break
+            time.sleep(0.002)
         _, err = proc.communicate(timeout=60)
         took = time.monotonic() - sent
         return proc.returncode, err, took, _alive_in_group(proc.pid)
@@ -83,18 +87,22 @@ def _start_and_signal(args: list[str], out: Path, sig: int, whole_group: bool) -
             proc.wait()
 
 
-@pytest.mark.parametrize("sig, whole_group, name, code, extra", [
-    (signal.SIGINT, True, "SIGINT", 130, []),    # Ctrl-C in a terminal: every process of the group
-    (signal.SIGTERM, False, "SIGTERM", 143, []),  # `kill PID`, a scheduler's stop: the command only
+@pytest.mark.parametrize("sig, whole_group, repeat, name, code, extra", [
+    (signal.SIGINT, True, 1, "SIGINT", 130, []),    # Ctrl-C in a terminal: every process of the group
+    (signal.SIGTERM, False, 1, "SIGTERM", 143, []),  # `kill PID`, a scheduler's stop: the command only
+    # GNU `timeout`, Slurm, systemd: the command, then its group, so a second signal arrives while the first
+    # stops the workers (the handler ran again inside that wait and the run hung for ever)
+    (signal.SIGTERM, True, 200, "SIGTERM", 143, []),
+    (signal.SIGINT, True, 200, "SIGINT", 130, []),
     # one worker, in the launching process (what the docs advise after an out-of-memory kill): 146 lines before
-    (signal.SIGINT, True, "SIGINT", 130, ["--direct_num_workers=1"]),
-    (signal.SIGTERM, False, "SIGTERM", 143, ["--direct_num_workers=1"]),
-], ids=["SIGINT", "SIGTERM", "SIGINT-one-worker", "SIGTERM-one-worker"])
+    (signal.SIGINT, True, 1, "SIGINT", 130, ["--direct_num_workers=1"]),
+    (signal.SIGTERM, False, 1, "SIGTERM", 143, ["--direct_num_workers=1"]),
+], ids=["SIGINT", "SIGTERM", "SIGTERM-repeated", "SIGINT-repeated", "SIGINT-one-worker", "SIGTERM-one-worker"])
 def test_a_signal_ends_the_run_in_two_lines_and_resume_finishes_it(corpus, mistral_tokenizer_dir, tmp_path, sig,
-                                                                   whole_group, name, code, extra):
+                                                                   whole_group, repeat, name, code, extra):
     out = tmp_path / "out"
     args = [*_command(corpus, mistral_tokenizer_dir, out), *extra]
-    returncode, err, took, left = _start_and_signal(args, out, sig, whole_group)
+    returncode, err, took, left = _start_and_signal(args, out, sig, whole_group, repeat)
     lines = err.strip().splitlines()
     assert returncode == code, err
     assert len(lines) == 2 and "Traceback" not in err, err
