@@ -38,7 +38,7 @@ from easydata.io.token_files import token_file_spec
 from beam_pipelines.runners import OfflineDirectRunner, check_runner_options, make_runner_and_options, runs_on_this_machine, \
     unknown_beam_flags, new_pipeline
 from beam_pipelines.local.worker_pool import discard_prestarted, prestart, prestarted_engine_chooser
-from transforms import MIX_PLAN_TAG, MIXED_NAME, REJECTED_TAG, STATS_TAG, CommitOutput, LoadCheckpoints, \
+from transforms import MIX_PLAN_TAG, MIXED_NAME, REJECTED_TAG, STATS_TAG, CommitOutput, \
     Pack, ReadDocuments, SortGroups, SplitRows, SumCounters, Tokenize, WeightedMix, WriteShards
 
 __all__ = ["build_batch_pipeline", "build_batch_job", "launch_batch", "run_batch", "BatchResult"]
@@ -58,12 +58,12 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
     tokenized: dict[str, beam.PCollection] = {}
     for ds_plan in plan.datasets:
         name = ds_plan.name
-        resumed = {u.unit for u in ds_plan.resumed_units}
+        # a resumed run's done units are loaded by the same step (no Flatten of two steps' rows: see `ReadDocuments`)
         read = pipeline | f"Read[{name}]" >> ReadDocuments(
-            dataset=datasets[name], units=[i for i in ds_plan.unit_ids(datasets[name]) if i not in resumed],
+            dataset=datasets[name], units=ds_plan.unit_ids(datasets[name]),
             batch_size=config.tokenize.batch_size, max_document_bytes=config.tokenize.max_document_byte_limit,
             staging=plan.staging, progress_dir=progress_dir, messages_field=config.chat.messages_field,
-            checkpoint=True)
+            checkpoint=True, resumed=[u.unit for u in ds_plan.resumed_units])
         stats.append(read[STATS_TAG])
         rejected.append(read[REJECTED_TAG])
         encoded = read.documents | f"Tokenize[{name}]" >> Tokenize(
@@ -74,12 +74,6 @@ def build_batch_pipeline(pipeline: beam.Pipeline, config: PipelineConfig, plan: 
         stats.append(encoded[STATS_TAG])
         rejected.append(encoded[REJECTED_TAG])
         tokenized[name] = encoded.rows
-        if ds_plan.resumed_units:  # a resumed run: done work units come from their checkpoints
-            loaded = pipeline | f"Resume[{name}]" >> LoadCheckpoints(units=list(ds_plan.resumed_units),
-                                                                     progress_dir=progress_dir)
-            stats.append(loaded[STATS_TAG])
-            rejected.append(loaded[REJECTED_TAG])
-            tokenized[name] = (tokenized[name], loaded.rows) | f"Rows[{name}]" >> beam.Flatten()
     outputs = {name: (rows, ds_plan.num_groups, ds_plan.pad_id)
                for (name, rows), ds_plan in zip(tokenized.items(), plan.datasets)}
     mix_plan = None

@@ -38,7 +38,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("tokenize: encode", ("encode_batch", "text/engines.py", "text/long_texts.py", "text/tokenizer.py")),
     ("tokenize: render chat", ("text/chat.py",)),
     ("tokenize: rows", ("text/stages.py", "easydata/rows.py", "transforms/tokenize.py")),
-    ("checkpoints (resume)", ("run/checkpoint.py", "transforms/resume.py")),
+    ("checkpoints (resume)", ("run/checkpoint.py",)),
     ("mix", ("ops/mixing.py", "transforms/mix.py")),
     ("shuffle: route + encode", ("ops/sharding.py:group_ranges", "group_ranges", "io/compact_rows.py",
                                  "transforms/coders.py", "transforms/shuffle.py", "shuffle_dictionary.py")),

@@ -66,23 +66,31 @@ def test_reading_reports_the_documents_with_the_bytes_they_came_from(tmp_path):
     assert counts["units"] == len(units) > 3
 
 
-def test_a_resumed_unit_reports_all_its_bytes_and_itself(tmp_path):
+def test_a_resumed_unit_reports_all_its_bytes_and_itself(tmp_path, tokenizer_dir):
     """A loaded unit's progress: its batches' bytes and those its reading counted after its last batch (in its
     counters), and the unit, so a resumed run's progress ends at 100 %."""
     import pyarrow as pa
 
-    from easydata.run.checkpoint import UnitCheckpoint, batch_path, write_batch
+    from easydata.config import TokenizerConfig, TokenizeStageConfig
+    from easydata.run.checkpoint import batch_path, write_batch
     from easydata.run.counters import RunCounters
+    from easydata.run.checkpoint import write_unit
     from easydata.run.progress import read_progress
-    from transforms.resume import LoadCheckpoints
+    from transforms.tokenize import Tokenize
 
-    path = batch_path(str(tmp_path / "staging"), "d", 0, 0)
+    staging = str(tmp_path / "staging")
+    path = batch_path(staging, "d", 0, 0)
     rows = pa.RecordBatch.from_pydict({"input_ids": pa.array([[1, 2, 3], [4, 5]], pa.list_(pa.int32()))})
     write_batch(path, rows, {"input_bytes": 100})
     stats = RunCounters.of("d", documents_in=3, documents_rejected=1, input_bytes=130).to_json()
-    unit = UnitCheckpoint(dataset="d", unit=0, batch_paths=(path,), stats=stats, rejected_file=None)
+    write_unit(staging, "d", 0, batches=1, stats=stats, rejected_file=None)
+    write_units(staging, "d", [])  # the launcher records the units it reads; a loaded one is not read
     progress = tmp_path / "progress"
+    dataset = DatasetConfig(name="d", data_files=str(tmp_path / "unused.jsonl"))
     with TestPipeline() as p:
-        _ = p | LoadCheckpoints(units=[unit], progress_dir=str(progress))
+        read = p | ReadDocuments(dataset=dataset, units=[0], batch_size=4, max_document_bytes=None, staging=staging,
+                                 progress_dir=str(progress), resumed=[0])
+        _ = read.documents | Tokenize(dataset="d", tokenizer=TokenizerConfig(name_or_path=str(tokenizer_dir)),
+                                      config=TokenizeStageConfig(), seed=0, progress_dir=str(progress))
     counts = read_progress(str(progress))
     assert (counts["input_bytes"], counts["documents"], counts["tokens"], counts["units"]) == (130, 2, 5, 1)

@@ -1,7 +1,7 @@
 """Beam PTransforms of easydata-beam: thin wrappers over the pure `easydata` core.
 
-- `ReadDocuments`: input splits -> document batches (+ dead letters, counters)
-- `LoadCheckpoints`: a resumed run's already tokenized work units -> token rows
+- `ReadDocuments`: input splits -> document batches (+ dead letters, counters); a resumed run's done units ->
+  their checkpointed token rows
 - `Tokenize`: document batches -> chat records rendered -> token rows (with `loss_mask` for chat; + dead letters)
 - `WeightedMix`: several datasets' token rows -> one stream mixed by token share
 - `SplitRows`: token rows -> one stream per train / validation / ... split
@@ -20,11 +20,10 @@ from transforms.commit import CommitOutput
 from transforms.pack import Pack
 from transforms.counters import STATS_TAG, SumCounters
 from transforms.read import REJECTED_TAG, ReadDocuments
-from transforms.resume import LoadCheckpoints
 from transforms.split import SplitRows
 from transforms.tokenize import Tokenize
 from transforms.write import SortGroups, WriteShards
 
 __all__ = ["ReadDocuments", "Tokenize", "Pack", "WriteShards", "CommitOutput", "STATS_TAG", "REJECTED_TAG",
-           "WeightedMix", "MIX_PLAN_TAG", "MIXED_NAME", "LoadCheckpoints", "SplitRows", "SortGroups",
+           "WeightedMix", "MIX_PLAN_TAG", "MIXED_NAME", "SplitRows", "SortGroups",
            "SumCounters", "RecordBatchCoder", "DocumentBatchCoder"]

@@ -57,6 +57,8 @@ def _estimate(size: int) -> int:
 
 
 def _document_batch_size(batch: DocumentBatch) -> int:
+    if batch.rows is not None:  # a resumed run's loaded token rows
+        return _estimate(batch.rows.nbytes)
     return _estimate(batch.input_bytes or sum(map(len, batch.texts)))
 
 

@@ -114,7 +114,7 @@ class WeightedMix(beam.PTransform):
     """Mixes datasets' token rows by share of output tokens (see module docstring).
 
     Input: a dict `{dataset name: PCollection of token row batches}` (the `Tokenize` outputs, and a
-    resumed run's `LoadCheckpoints` rows), measured only.
+    resumed run's checkpointed rows, which `ReadDocuments` loads), measured only.
 
     Args:
       weights: dataset -> weight (normalised); datasets missing here get nothing.

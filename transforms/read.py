@@ -8,6 +8,9 @@ looks its units' splits up and reads them into `DocumentBatch`es. Records that c
 written, per unit, to `<staging>/rejected/<dataset>/split-<index>.jsonl` (its first split's index: a
 deterministic name, so a retried bundle rewrites the same file) and counted.
 
+A resumed run reads the same way: a unit the interrupted run tokenized (`resumed`) is loaded from its checkpoint,
+each batch a `DocumentBatch` holding its token rows, with the counters and dead letters its reading gave.
+
 Outputs (tagged):
   main: `DocumentBatch`
   `stats`: a `RunCounters` per work unit: `documents_in`, `documents_rejected`, `input_bytes`, and the
@@ -22,7 +25,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import apache_beam as beam
 
-from easydata.run.checkpoint import write_unit
+from easydata.errors import InputError
+from easydata.run.checkpoint import completed_units, write_unit
 from easydata.config import DatasetConfig
 from easydata.io.dead_letters import dead_letter_path, write_dead_letters
 from easydata.run.counters import RunCounters
@@ -49,6 +53,7 @@ class _ReadSettings:
     progress_dir: Optional[str]
     messages_field: str
     checkpoint: bool
+    resumed: frozenset[int] = frozenset()
 
 
 @classified_failures
@@ -66,6 +71,9 @@ class _ReadSplitsFn(beam.DoFn):
 
     def process(self, unit_id: int) -> Iterator[Any]:
         settings = self._settings
+        if unit_id in settings.resumed:
+            yield from self._load(unit_id)
+            return
         unit = self._units[unit_id]
         rejects: list[Reject] = []
         unbatched: list[int] = []
@@ -102,6 +110,37 @@ class _ReadSplitsFn(beam.DoFn):
                        rejected_file=rel, splits=[split.index for split in unit])
         yield beam.pvalue.TaggedOutput(STATS_TAG, stats)
 
+    def _load(self, unit_id: int) -> Iterator[Any]:
+        """A unit an interrupted run tokenized: its checkpointed batches, each as a `DocumentBatch` holding its
+        rows (`rows`: the tokenize step passes them on), and its counters and dead letters as reading gave them."""
+        name = self._settings.dataset.name
+        unit = completed_units(self._settings.staging, name, [unit_id]).get(unit_id)
+        if unit is None:  # planned as done, then removed: the staging directory changed under the run
+            raise InputError(f"dataset '{name}': the checkpoint of work unit {unit_id} is gone from"
+                             f" {self._settings.staging}; run again without --resume")
+        chat_rejected = truncated = batch_bytes = 0
+        for rows, info in unit.batches():
+            input_bytes = int(info.get("input_bytes", 0))
+            self._progress.add(input_bytes=input_bytes, documents=rows.num_rows)
+            batch_bytes += input_bytes
+            chat_rejected += int(info.get("chat_rejected", 0))
+            truncated += int(info.get("truncated_tokens", 0))
+            if info.get("chat_rejected_file"):
+                yield beam.pvalue.TaggedOutput(REJECTED_TAG, info["chat_rejected_file"])
+            if rows.num_rows:
+                yield DocumentBatch(dataset=name, keys=[], texts=[], fields={}, input_bytes=input_bytes, rows=rows)
+        if chat_rejected or truncated:
+            yield beam.pvalue.TaggedOutput(STATS_TAG, RunCounters.of(name, documents_rejected=chat_rejected,
+                                                                     truncated_tokens=truncated))
+        if unit.rejected_file:
+            yield beam.pvalue.TaggedOutput(REJECTED_TAG, unit.rejected_file)
+        stats = RunCounters.from_json(unit.stats)
+        # and the bytes its reading counted after its last batch (`read_splits(unbatched=)`)
+        unbatched = stats.counts.get(name, {}).get("input_bytes", 0) - batch_bytes
+        self._progress.add(input_bytes=max(unbatched, 0), units=1)
+        self._progress.flush()  # a resumed unit counts at once, not when the worker ends
+        yield beam.pvalue.TaggedOutput(STATS_TAG, stats)
+
     def teardown(self) -> None:
         if self._progress is not None:
             self._progress.flush()
@@ -121,15 +160,17 @@ class ReadDocuments(beam.PTransform):
       progress_dir: where workers report progress (None: no reporting).
       messages_field: field holding chat messages when the content field is absent.
       checkpoint: record each finished work unit for `--resume` (`easydata.run.checkpoint`).
+      resumed: the units (of `units`) an interrupted run tokenized (`RunPlan`'s `resumed_units`): loaded from
+        their checkpoints instead of read, as `DocumentBatch`es holding their token rows (`rows`).
     """
 
     def __init__(self, *, dataset: DatasetConfig, units: Iterable[int], batch_size: int,
                  max_document_bytes: Optional[int], staging: str, progress_dir: Optional[str] = None,
-                 messages_field: str = "messages", checkpoint: bool = False):
+                 messages_field: str = "messages", checkpoint: bool = False, resumed: Iterable[int] = ()):
         super().__init__()
         self._settings = _ReadSettings(dataset=dataset, batch_size=batch_size, max_document_bytes=max_document_bytes,
                                        staging=staging, progress_dir=progress_dir, messages_field=messages_field,
-                                       checkpoint=checkpoint)
+                                       checkpoint=checkpoint, resumed=frozenset(resumed))
         self._dataset = dataset
         self._units = sorted(units)
 
@@ -141,4 +182,4 @@ class ReadDocuments(beam.PTransform):
                 .with_outputs(STATS_TAG, REJECTED_TAG, main="documents"))
 
     def display_data(self) -> dict[str, Any]:
-        return {"dataset": self._dataset.name, "units": len(self._units)}
+        return {"dataset": self._dataset.name, "units": len(self._units), "resumed": len(self._settings.resumed)}

@@ -118,6 +118,11 @@ class _TokenizeFn(beam.DoFn):
 
     def process(self, batch: DocumentBatch, window=beam.DoFn.WindowParam,
                 timestamp=beam.DoFn.TimestampParam) -> Iterator[Any]:
+        if batch.rows is not None:  # a resumed run's checkpointed rows (`ReadDocuments`): tokenized already
+            rows = batch.rows
+            self._progress.add(tokens=len(rows.column("input_ids").values) if "input_ids" in rows.schema.names else 0)
+            yield WindowedValue(rows, timestamp, [window])
+            return
         rendered = yield from self._render(batch)
         submitted = (rendered, self._executor.submit(self._stages.encode, rendered), window, timestamp)
         if self._pending is not None:

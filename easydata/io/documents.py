@@ -195,6 +195,11 @@ class DocumentBatch:
         column of that type (`easydata.io.field_values`); the other fields' types are inferred.
       sources: the file each chat record's key name stands for (`InputSplit.key_name` -> its path), so the
         chat stage's dead letters name the file as the reader's do; None without chat records.
+      rows: token rows made already (a `pa.RecordBatch`): a batch a resumed run loads from its checkpoint
+        (`easydata.run.checkpoint`) instead of reading, which the tokenize step passes on unchanged; None for
+        documents to tokenize. Loaded batches travel with the read ones so that one step makes every token row
+        of a dataset: the local runner lost elements of a Flatten of two steps' large outputs (Beam's FnApiRunner
+        with more than one worker).
     """
 
     dataset: str
@@ -210,6 +215,7 @@ class DocumentBatch:
     chat_rejected_file: Optional[str] = None
     field_types: Optional[dict[str, Any]] = None
     sources: Optional[dict[str, str]] = None
+    rows: Optional[Any] = None
 
     def __len__(self) -> int:
         return len(self.texts)
