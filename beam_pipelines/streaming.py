@@ -194,19 +194,22 @@ def run_streaming(config: PipelineConfig, beam_args: Optional[list[str]] = None,
     def _stop(*_: Any) -> None:
         raise KeyboardInterrupt
 
-    previous, previous_int = signal.signal(signal.SIGTERM, _stop), signal.getsignal(signal.SIGINT)
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: cancel the job, keep the committed windows
+        if previous[signum] is not signal.SIG_IGN:  # SIGHUP under `nohup` stays ignored
+            signal.signal(signum, _stop)
     try:
         result.wait_until_finish()
     except KeyboardInterrupt:
         # the signals after the first (a scheduler signals the command, then its group) must not cut the cancel short
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in previous:
+            signal.signal(signum, signal.SIG_IGN)
         print("easydata: cancelling the streaming job; committed windows are kept", file=sys.stderr)
         try:
             result.cancel()
         except Exception:  # the local runner may already be stopping
             pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return None

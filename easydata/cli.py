@@ -368,7 +368,8 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
 
 
 class Terminated(BaseException):
-    """SIGTERM arrived (a scheduler or `kill` ending the command); raised in the main thread like Ctrl-C."""
+    """SIGTERM or SIGHUP arrived (a scheduler or `kill` ending the command, the terminal closed); raised in the
+    main thread like Ctrl-C."""
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -387,7 +388,7 @@ def _interrupt(signum: int, frame: Any) -> None:
     _signalled = signum
     logging.disable(logging.CRITICAL)
     _stop_local_workers()  # before the job unwinds: its workers would log the lost connection
-    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
 
 
 #: The signal `_interrupt` received, if any: with one worker the job runs in this process, and Beam wraps
@@ -396,8 +397,8 @@ def _interrupt(signum: int, frame: Any) -> None:
 _signalled: Optional[int] = None
 
 
-#: Exit codes of a run stopped by a signal: 128 + the signal's number, as shells report it.
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+#: The signals that end a command the way Ctrl-C does (`console_main`).
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 def _resume_hint(args: argparse.Namespace, argv: Sequence[str], *, only_with_work: bool = False) -> Optional[str]:
@@ -429,20 +430,18 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
     when it returns (`console_main`), so a local batch job may leave out what it never imports.
 
     Exit codes: 0 success; 1 `validate` found problems; 2 a user or environment error (one line);
-    130 / 143 interrupted by SIGINT (Ctrl-C) / SIGTERM (two lines: what happened, how to continue).
+    130 / 143 / 129 interrupted by SIGINT (Ctrl-C) / SIGTERM / SIGHUP (two lines: what happened, how to continue).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     try:
         return _dispatch(args, extra, whole_process)
-    except (KeyboardInterrupt, Terminated) as e:
-        return _interrupted(isinstance(e, Terminated), args, argv)
+    except (KeyboardInterrupt, Terminated):
+        return _interrupted(_signalled, args, argv)
     except Exception as e:
         if _signalled is not None:  # the interrupt, wrapped by Beam where it arrived inside a step
-            import signal
-
-            return _interrupted(_signalled == signal.SIGTERM, args, argv)
+            return _interrupted(_signalled, args, argv)
         error = classify(e)  # the user or environment error, wherever it was raised; None: a bug
         if error is None:
             raise
@@ -466,13 +465,18 @@ def _inconsistent(error: RunInconsistent, args: argparse.Namespace, argv: Sequen
     return 2
 
 
-def _interrupted(terminated: bool, args: argparse.Namespace, argv: Sequence[str]) -> int:
-    """Stops the workers and says in two lines what happened and how to continue; the exit code."""
-    name, code = ("SIGTERM", EXIT_SIGTERM) if terminated else ("SIGINT", EXIT_SIGINT)
+def _interrupted(signum: Optional[int], args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Stops the workers and says in two lines what happened and how to continue; the exit code (128 + the
+    signal's number). `signum` None: Python's own KeyboardInterrupt (`main` called without `console_main`)."""
+    import signal
+
+    signum = signal.SIGINT if signum is None else signum
     _stop_local_workers()
     hint = _resume_hint(args, argv)
-    print(f"easydata: interrupted by {name}" + (f": {hint}" if hint else ""), file=sys.stderr)
-    return code
+    with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+        print(f"easydata: interrupted by {signal.Signals(signum).name}" + (f": {hint}" if hint else ""),
+              file=sys.stderr)
+    return 128 + signum
 
 
 def _stop_local_workers() -> None:
@@ -500,8 +504,10 @@ def console_main() -> None:
     """
     import signal
 
-    signal.signal(signal.SIGTERM, _interrupt)  # both end the same way: workers stopped, two lines
-    signal.signal(signal.SIGINT, _interrupt)
+    for name in STOP_SIGNALS:  # each ends the command the same way: workers stopped, two lines
+        if signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:
+            signal.signal(getattr(signal, name), _interrupt)
+        # else left ignored, as the shell asked: SIGHUP under `nohup`, SIGINT for `easydata ... &` in a script
     try:
         code = main(whole_process=True)
         sys.stdout.flush()

@@ -94,10 +94,14 @@ def _start_and_signal(args: list[str], out: Path, sig: int, whole_group: bool,
     # stops the workers (the handler ran again inside that wait and the run hung for ever)
     (signal.SIGTERM, True, 200, "SIGTERM", 143, []),
     (signal.SIGINT, True, 200, "SIGINT", 130, []),
+    # the terminal closed (an ssh session dropped without nohup): the launcher died at once and its workers
+    # printed ~100 lines of grpc tracebacks, with no word of the kept work
+    (signal.SIGHUP, False, 1, "SIGHUP", 129, []),
     # one worker, in the launching process (what the docs advise after an out-of-memory kill): 146 lines before
     (signal.SIGINT, True, 1, "SIGINT", 130, ["--direct_num_workers=1"]),
     (signal.SIGTERM, False, 1, "SIGTERM", 143, ["--direct_num_workers=1"]),
-], ids=["SIGINT", "SIGTERM", "SIGTERM-repeated", "SIGINT-repeated", "SIGINT-one-worker", "SIGTERM-one-worker"])
+], ids=["SIGINT", "SIGTERM", "SIGTERM-repeated", "SIGINT-repeated", "SIGHUP", "SIGINT-one-worker",
+        "SIGTERM-one-worker"])
 def test_a_signal_ends_the_run_in_two_lines_and_resume_finishes_it(corpus, mistral_tokenizer_dir, tmp_path, sig,
                                                                    whole_group, repeat, name, code, extra):
     out = tmp_path / "out"
@@ -117,6 +121,38 @@ def test_a_signal_ends_the_run_in_two_lines_and_resume_finishes_it(corpus, mistr
     manifest = json.loads((out / "manifest.json").read_text())
     documents = sum(len(path.read_text().splitlines()) for path in corpus.glob("*.jsonl"))
     assert manifest["run"]["resumed_units"] >= 1 and manifest["documents_in"] == documents
+
+
+def test_signals_the_shell_ignored_stay_ignored(corpus, mistral_tokenizer_dir, tmp_path):
+    """`nohup easydata ...` starts it with SIGHUP ignored, a script's `easydata ... &` with SIGINT ignored: the
+    run (launcher and workers) must go on through them, as any Unix tool does; our handlers replaced both, so a
+    closed terminal or a Ctrl-C meant for the script's foreground job stopped it."""
+    out = tmp_path / "out"
+
+    def ignore() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen([sys.executable, "-m", "easydata", *_command(corpus, mistral_tokenizer_dir, out), "--quiet"],
+                            cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=ignore)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            staging = next(out.glob(".easydata-tmp-*"), None) if out.exists() else None
+            if staging is not None and completed_units(str(staging), "data", range(8)):
+                break
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.02)
+        for sig in (signal.SIGHUP, signal.SIGINT):
+            os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0 and "interrupted" not in err, err[-2000:]
+    assert json.loads((out / "manifest.json").read_text())["documents_written"] > 0
 
 
 def test_a_full_disk_is_one_error_with_the_resume_command(corpus, mistral_tokenizer_dir, tmp_path):

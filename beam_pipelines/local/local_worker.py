@@ -237,10 +237,13 @@ def main() -> None:
 
 
 def _exit_quietly_on_signals() -> None:
-    """Ctrl-C reaches every process of the terminal's group and SIGTERM may reach the workers too: they
-    end at once, without tracebacks (the launcher reports the interruption in one or two lines)."""
-    signal.signal(signal.SIGINT, lambda *_: os._exit(128 + signal.SIGINT))
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))
+    """Ctrl-C reaches every process of the terminal's group, and SIGTERM and SIGHUP may reach the workers too:
+    they end at once, without tracebacks (the launcher reports the interruption in one or two lines). A signal
+    the launcher was started ignoring (SIGHUP under `nohup`, SIGINT for a script's `easydata ... &`) stays
+    ignored here, as in the launcher."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, lambda number, _: os._exit(128 + number))
 
 
 def _serve_or_work() -> None:
