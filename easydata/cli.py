@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                     " ./easydata_output. Unknown --flags are passed to Beam as pipeline options (--runner,"
                     " --direct_num_workers, --project, --temp_location, ...).")
     run.add_argument("config", nargs="?", help="pipeline config file (YAML or JSON)")
+    # many tools spell it as an option: `--config=job.yaml` went to Beam and the embedded default job ran
+    run.add_argument("--config", dest="config_option", metavar="CONFIG", help="the same as CONFIG")
     run.add_argument("--output", help="output directory (overrides save.output_dir)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                      help="override a config value, e.g. --set save.num_shards=8 (repeatable)")
@@ -300,6 +302,10 @@ def _dispatch(args: argparse.Namespace, extra: list[str], whole_process: bool) -
     if unknown:
         raise EasyDataError(f"unexpected argument '{unknown[0]}' (Beam options look like --name=value)")
     if args.command == "run":
+        if args.config_option is not None:
+            if args.config is not None:
+                raise EasyDataError(f"two configs given ({args.config} and --config {args.config_option}): give one")
+            args.config = args.config_option
         if args.streaming:
             return _run_streaming(_config_for_run(args), extra, args.verbose)
         config = _config_for_run(args)

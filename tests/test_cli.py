@@ -332,3 +332,15 @@ def test_tokenize_help_names_every_output_format(capsys):
     listed = text.rsplit("--format FORMAT", 1)[1].split("--compression", 1)[0]
     assert all(fmt in listed for fmt in OUTPUT_FORMATS), listed
     assert all(f"{fmt} {codec}" in text for fmt, codec in DEFAULT_COMPRESSION.items())
+
+
+@pytest.mark.parametrize("spelling", [["--config", "{job}"], ["--config={job}"]], ids=["--config FILE", "--config=FILE"])
+def test_the_config_may_be_given_as_an_option(job, capsys, spelling):
+    """`--config=job.yaml` went to Beam as a pipeline option and the embedded default job ran into
+    ./easydata_output (`--config job.yaml` worked, with a warning that --config was passed to Beam)."""
+    args = ["run", *(part.format(job=job) for part in spelling), "--dry-run"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "dataset 'web'" in captured.out and "warning" not in captured.err, captured
+    err = _one_line_error(capsys, main(["run", str(job), "--config", str(job), "--dry-run"]))
+    assert "two configs given" in err
