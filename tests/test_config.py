@@ -172,10 +172,10 @@ def test_semantic_problems_are_all_reported_together() -> None:
         "dataset name 'web' is used more than once",
         "datasets[0] ('web'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
         "datasets[1] ('web'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
-        "datasets[2] ('mixed'): `name` 'mixed' must be letters, digits, '_', '-', '.', start with a letter or digit, and not be 'rejected', 'mixed', 'manifest.json' (it names a directory of the output: at most 100 characters)",
+        "datasets[2] ('mixed'): `name` 'mixed' must be letters, digits, '_', '-', '.', start with a letter or digit, and not be 'rejected', 'mixed', 'manifest.json' in any case (it names a directory of the output: at most 100 characters)",
         "datasets[2] ('mixed'): set `data_files` (or `pubsub_subscription` for streaming)",
         "datasets[2] ('mixed'): no tokenizer: set `default_tokenizer` or the dataset's `tokenizer`",
-        "datasets[3] ('bad name'): `name` 'bad name' must be letters, digits, '_', '-', '.', start with a letter or digit, and not be 'rejected', 'mixed', 'manifest.json' (it names a directory of the output: at most 100 characters)",
+        "datasets[3] ('bad name'): `name` 'bad name' must be letters, digits, '_', '-', '.', start with a letter or digit, and not be 'rejected', 'mixed', 'manifest.json' in any case (it names a directory of the output: at most 100 characters)",
         "datasets[3] ('bad name'): `num_rows` must be >= 1 (null: every record), got -1",
         "datasets[3] ('bad name'): `additional_fields` must not repeat `content_field` 'text'",
         "datasets[3] ('bad name'): additional field 'input_ids' collides with an output column",
@@ -476,10 +476,27 @@ def test_every_template_file_parses(path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["..", ".", ".easydata-committing", ".easydata-lock", "manifest.json", "rejected",
-                                  "mixed", "a/b", "../outside", "a\\b", "", "-x", "web data", "ü"])
+                                  "mixed", "a/b", "../outside", "a\\b", "", "-x", "web data", "ü",
+                                  # the output's own directories on a file system that ignores case (macOS, Windows)
+                                  "Rejected", "MIXED", "Manifest.json"])
 def test_dataset_names_that_would_be_paths_are_refused(name) -> None:
     problems = _problems({"default_tokenizer": "t", "datasets": [{"name": name, "data_files": "x"}]})
     assert any(f"`name` {name!r} must be letters" in p for p in problems), problems
+
+
+def test_dataset_names_differing_only_in_case_are_refused() -> None:
+    """`Web` and `web` were written to OUT/Web and OUT/web: one directory on macOS and Windows, where one
+    dataset's `part-00000-of-00001.parquet` replaced the other's."""
+    problems = _problems({"default_tokenizer": "t", "datasets": [{"name": "Web", "data_files": "x"},
+                                                                 {"name": "web", "data_files": "y"}]})
+    assert problems == ["dataset names 'Web' and 'web' differ only in case: on macOS and Windows file systems their"
+                        " output directories are one, and one dataset's shards would replace the other's; rename one"]
+
+
+def test_derived_dataset_names_differ_in_more_than_case() -> None:
+    config = PipelineConfig.from_dict({"default_tokenizer": "t", "datasets": [{"data_files": "Web/x.jsonl"},
+                                                                              {"data_files": "web/x.jsonl"}]})
+    assert [d.name for d in config.datasets] == ["Web", "web_2"] and not config.validate()
 
 
 @pytest.mark.parametrize("name", ["web", "code.v2", "Web_1-a", "0"])

@@ -541,7 +541,7 @@ def _derived_name(ds: DatasetConfig) -> str:
 
 def name_datasets(datasets: list[DatasetConfig]) -> list[DatasetConfig]:
     """Gives every unnamed dataset a name (`_derived_name`, made a safe, unique path component)."""
-    taken = {d.name for d in datasets if d.name is not None}
+    taken = {d.name.lower() for d in datasets if isinstance(d.name, str)}  # one directory on macOS whatever the case
     named = []
     for i, ds in enumerate(datasets):
         if ds.name is None:
@@ -549,10 +549,10 @@ def name_datasets(datasets: list[DatasetConfig]) -> list[DatasetConfig]:
             if not safe_name(base):
                 base = f"dataset_{i}"
             name, n = base, 1
-            while name in taken:
+            while name.lower() in taken:
                 n += 1
                 name = f"{base}_{n}"
-            taken.add(name)
+            taken.add(name.lower())
             ds = dataclasses.replace(ds, name=name)
         named.append(ds)
     return named
@@ -566,6 +566,6 @@ MAX_NAME_LENGTH = 100
 def safe_name(name: str) -> bool:
     """True when `name` can be a dataset's directory in the output: one plain path component of at most
     `MAX_NAME_LENGTH` characters that no file of the output's own (manifest, dead letters, the mix, hidden
-    staging and lock files) uses."""
+    staging and lock files) uses, in any case (`Rejected/` is `rejected/` on macOS and Windows file systems)."""
     return (isinstance(name, str) and len(name) <= MAX_NAME_LENGTH
-            and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name)) and name not in RESERVED_NAMES)
+            and bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", name)) and name.lower() not in RESERVED_NAMES)

@@ -43,12 +43,19 @@ def problems(config: Any) -> list[str]:
     names = [d.name for d in config.datasets]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"dataset name '{name}' is used more than once")
+    by_case: dict[str, list[str]] = {}
+    for name in dict.fromkeys(n for n in names if isinstance(n, str)):
+        by_case.setdefault(name.lower(), []).append(name)
+    for same in (found for found in by_case.values() if len(found) > 1):
+        problems.append(f"dataset names {' and '.join(map(repr, same))} differ only in case: on macOS and Windows"
+                        " file systems their output directories are one, and one dataset's shards would replace"
+                        " the other's; rename one")
     for i, ds in enumerate(config.datasets):
         where = f"datasets[{i}] ('{str(ds.name)[:40]}')"
         if not safe_name(ds.name):
             shown = repr(ds.name) if len(str(ds.name)) <= 40 else f"{str(ds.name)[:30]!r}... ({len(ds.name)} characters)"
             problems.append(f"{where}: `name` {shown} must be letters, digits, '_', '-', '.', start with a letter or"
-                            f" digit, and not be {', '.join(map(repr, RESERVED_NAMES))} (it names a directory of the"
+                            f" digit, and not be {', '.join(map(repr, RESERVED_NAMES))} in any case (it names a directory of the"
                             f" output: at most {MAX_NAME_LENGTH} characters)")
         if not ds.data_file_list and not ds.pubsub_subscription:
             problems.append(f"{where}: set `data_files` (or `pubsub_subscription` for streaming)")
