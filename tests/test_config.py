@@ -249,7 +249,7 @@ def test_valid_config_has_no_problems() -> None:
     ({"datasets": {}}, "datasets: expected a list, got dict"),
     ({"save": 3}, "save: expected a mapping, got int"),
     ({"seed": "42"}, "seed: expected int, got '42'"),
-    ({"seed": 4.0}, "seed: expected int, got 4.0"),
+    ({"seed": 4.5}, "seed: expected int, got 4.5"),  # 4.0 is 4: a whole number written as a float
     ({"tokenize": {"add_eos": 1}}, "tokenize.add_eos: expected bool, got 1"),
     ({"tokenize": {"max_length": "10"}}, "tokenize.max_length: expected int, got '10'"),
     ({"save": {"max_shard_size": True}}, "save.max_shard_size: expected int or str, got True"),
@@ -613,3 +613,19 @@ def test_pack_settings_without_enabled_are_warned_about(capsys, pack, warned) ->
     else:
         assert err == (f"easydata: warning: {warned} is set but pack.enabled is not (it defaults to false): each row"
                        " is one document; set pack.enabled: true to pack\n")
+
+
+@pytest.mark.parametrize("value, expected", [(2e10, 20_000_000_000), ("2e10", 20_000_000_000), (2.5e9, 2_500_000_000),
+                                             ("1.5E+6", 1_500_000), (30000, 30000)])
+def test_a_whole_number_written_as_a_float_is_an_int(value, expected) -> None:
+    """`total_tokens: 2e10` (the way budgets are written; PyYAML reads it as text) and `2.0e10` were refused with
+    "expected int"."""
+    config = PipelineConfig.from_dict({"default_tokenizer": "t", "datasets": [{"name": "a", "data_files": "x"}],
+                                       "mix": {"weights": {"a": 1}, "total_tokens": value}})
+    assert config.mix.total_tokens == expected and type(config.mix.total_tokens) is int
+
+
+@pytest.mark.parametrize("value", [1.5, "2.5e0", 1e30, float("inf"), "20B", True])
+def test_a_number_that_is_not_a_whole_int_is_still_refused(value) -> None:
+    problems = _problems({"default_tokenizer": "t", "datasets": [{"name": "a", "data_files": "x"}], "seed": value})
+    assert problems == [f"seed: expected int, got {value!r}"]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import re
 import types
 import typing
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 __all__ = ["convert"]
 
@@ -79,6 +81,10 @@ def _convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is int and not isinstance(value, (bool, int)):
+        whole = _whole_number(value)
+        if whole is not None:
+            return whole
     if tp is int and isinstance(value, bool) or not isinstance(value, tp):
         problems.append(f"{where}: expected {_type_name(tp)}, got {value!r}")
         return None
@@ -109,6 +115,20 @@ def _convert_dataclass(cls: Any, data: dict[str, Any], where: str, problems: lis
     except TypeError as e:  # pragma: no cover - guarded by the checks above
         problems.append(f"{where or 'config'}: {e}")
         return None
+
+
+#: A number in scientific notation without a dot: YAML 1.1 (PyYAML) reads `2e10` as text.
+_SCIENTIFIC = re.compile(r"[+-]?[0-9]+(\.[0-9]*)?[eE][+-]?[0-9]+")
+
+
+def _whole_number(value: Any) -> Optional[int]:
+    """An integer written as a float (`2.0e10`, or `2e10`, which YAML leaves a string), as token budgets and
+    sizes are; None when `value` is not a whole number of at most 19 digits."""
+    if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return None
 
 
 def convert(tp: Any, value: Any, where: str, problems: list[str]) -> Any:
