@@ -45,7 +45,6 @@ from __future__ import annotations
 import functools
 import logging
 import operator
-import os
 from typing import Any, Iterable, Optional
 
 from apache_beam import pvalue
@@ -70,6 +69,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from transforms.beam_internals import DaskPrimitives, DropMessage, dask_primitives, side_input_view
 from easydata.errors import EasyDataError
+from easydata.run.machine import usable_cores
 
 __all__ = ["ManagedDaskRunner", "LocalDaskClusterOptions"]
 
@@ -334,7 +334,7 @@ def close_local_cluster(cluster: distributed.LocalCluster) -> None:
 
 
 def _start_local_cluster(workers: Optional[int]) -> distributed.LocalCluster:
-    return distributed.LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+    return distributed.LocalCluster(n_workers=workers or usable_cores(), threads_per_worker=1, processes=True,
                                     dashboard_address=":0", silence_logs=logging.ERROR,
                                     preload=["beam_pipelines.dask.dask_worker"])
 

@@ -7,6 +7,7 @@ input planning (how many splits keep every worker busy); how a local job's proce
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -14,19 +15,95 @@ __all__ = ["usable_cores", "physical_memory_bytes", "splits_per_dataset", "paral
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, e.g. under `taskset`, else the machine's)."""
+    """Cores this process may run on: its CPU affinity (`taskset`, Slurm's cpusets), else the machine's, and no
+    more than its control group's CPU quota (a container's `--cpus`, a Kubernetes pod's CPU limit: a pod
+    limited to 2 CPUs on a 64-core node started 64 workers)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    quota = _cgroup_cpu_quota()
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
 
 
 def physical_memory_bytes() -> Optional[int]:
-    """The machine's physical memory, or None where the system does not report it."""
+    """The memory this process may use: the machine's physical memory, or its control group's limit where
+    that is lower (a container's `--memory`, a pod's memory limit, a Slurm job's `--mem`); None where the
+    system reports neither."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        memory: Optional[int] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
+        memory = None
+    limit = _cgroup_memory_limit()
+    return limit if memory is None or (limit is not None and limit < memory) else memory
+
+
+#: Where Linux mounts control groups.
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_dirs(controller: str) -> list[str]:
+    """The directories of this process's control group for `controller` (cgroup v1) or of its unified group
+    (v2), its own first, then each ancestor: a limit set on any of them holds."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":  # v2
+            mounts = [CGROUP_ROOT]
+        elif controller in controllers.split(","):  # v1, mounted as `cpu,cpuacct` or `cpu`
+            mounts = [os.path.join(CGROUP_ROOT, controllers), os.path.join(CGROUP_ROOT, controller)]
+        else:
+            continue
+        for mount in mounts:
+            if not os.path.isdir(mount):
+                continue
+            parts = [p for p in path.split("/") if p]
+            dirs = [os.path.join(mount, *parts[:i]) for i in range(len(parts), -1, -1)]
+            found.extend(d for d in dirs if os.path.isdir(d))  # a namespaced container sees its group as the root
+            break
+    return found
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (OSError, ValueError):
         return None
+
+
+def _cgroup_cpu_quota() -> Optional[float]:
+    """CPUs' worth of time the control group may use (quota / period), the lowest up its tree; None: no quota."""
+    quotas = []
+    for directory in _cgroup_dirs("cpu"):
+        v2 = _read(os.path.join(directory, "cpu.max"))  # "max 100000" or "200000 100000"
+        if v2 is not None:
+            quota, _, period = v2.partition(" ")
+        else:
+            quota, period = _read(os.path.join(directory, "cpu.cfs_quota_us")), _read(
+                os.path.join(directory, "cpu.cfs_period_us"))
+        try:
+            if quota not in (None, "max", "-1") and period and int(quota) > 0 and int(period) > 0:
+                quotas.append(int(quota) / int(period))
+        except ValueError:
+            continue
+    return min(quotas) if quotas else None
+
+
+def _cgroup_memory_limit() -> Optional[int]:
+    """The control group's memory limit in bytes, the lowest up its tree; None: no limit (v1 reports no limit as
+    a number near 2**63)."""
+    limits = []
+    for directory in _cgroup_dirs("memory"):
+        value = _read(os.path.join(directory, "memory.max")) or _read(os.path.join(directory, "memory.limit_in_bytes"))
+        if value and value.isdigit() and int(value) < 2**60:
+            limits.append(int(value))
+    return min(limits) if limits else None
 
 
 def splits_per_dataset() -> int:
