@@ -344,3 +344,18 @@ def test_the_config_may_be_given_as_an_option(job, capsys, spelling):
     assert "dataset 'web'" in captured.out and "warning" not in captured.err, captured
     err = _one_line_error(capsys, main(["run", str(job), "--config", str(job), "--dry-run"]))
     assert "two configs given" in err
+
+
+def test_a_relative_input_from_a_deleted_directory_is_one_line(job, tmp_path):
+    """A shell left in a directory that was deleted (a scheduler's scratch cleaned up): the relative path's error
+    blamed the network ("no network, or a wrong host?")."""
+    config = job.read_text().replace(str(tmp_path / "data" / "*.jsonl"), "data/*.jsonl")
+    (tmp_path / "relative.yaml").write_text(config)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    shell = f"cd {gone} && rmdir {gone} && exec {sys.executable} -m easydata run {tmp_path / 'relative.yaml'} --dry-run"
+    done = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "easydata: error: cannot access 'data/*.jsonl': the current directory is gone (deleted, or unmounted) and"
+        " the path is relative to it: cd to an existing directory, or give an absolute path"), done.stderr

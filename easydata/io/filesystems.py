@@ -39,7 +39,19 @@ def get_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
         protocol = url.split("://", 1)[0] if "://" in url else "file"
         raise InputError(f"cannot access '{url}': {e} (is the extra for '{protocol}://' installed?)") from None
     except OSError as e:  # a file system that connects when it is made (ftp://, sftp://): no network, no host
+        if "://" not in url and "::" not in url and not _cwd_exists():  # a relative path, relative to nothing
+            raise InputError(f"cannot access '{url}': the current directory is gone (deleted, or unmounted)"
+                             f" and the path is relative to it: cd to an existing directory, or give an absolute"
+                             f" path") from None
         raise InputError(f"cannot access '{url}': {type(e).__name__}: {e} (no network, or a wrong host?)") from None
+
+
+def _cwd_exists() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
