@@ -379,7 +379,7 @@ class Terminated(BaseException):
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    """SIGINT / SIGTERM in the command: from now on nothing the abandoned job logs is shown (Beam and
+    """SIGINT / SIGTERM / SIGHUP in the command: from now on nothing the abandoned job logs is shown (Beam and
     its workers report each other's end as errors); `main` stops the workers and says what happened.
 
     Only the first signal does this; the ones after it are ignored: GNU `timeout`, Slurm and systemd
