@@ -79,9 +79,11 @@ class _SumArrays(beam.CombineFn):
 
 
 @classified_failures
-def _plan(histograms: list[tuple[str, np.ndarray]], weights: Mapping[str, float], stop_strategy: str,
-          total_tokens: Optional[int]) -> MixPlan:
-    return plan_mix(dict(histograms), weights, stop_strategy=stop_strategy, total_tokens=total_tokens)
+def _plan(_: None, weights: Mapping[str, float], stop_strategy: str, total_tokens: Optional[int],
+          *histograms: Optional[tuple[str, np.ndarray]]) -> MixPlan:
+    """The plan from each dataset's summed histogram (a side input each; None: the dataset gave no rows)."""
+    return plan_mix(dict(h for h in histograms if h is not None), weights, stop_strategy=stop_strategy,
+                    total_tokens=total_tokens)
 
 
 @classified_failures
@@ -135,12 +137,16 @@ class WeightedMix(beam.PTransform):
 
     def expand(self, rows: dict[str, beam.PCollection]) -> dict[str, beam.PCollection]:
         names = sorted(rows)
-        histograms = ([rows[name] | f"Measure[{name}]" >> beam.ParDo(_MeasureFn(name, self._seed)) for name in names]
-                      | "AllHistograms" >> beam.Flatten()
-                      | "SumHistograms" >> beam.CombinePerKey(_SumArrays()))
-        plan = (histograms
-                | "CollectHistograms" >> beam.combiners.ToList()
-                | "Plan" >> beam.Map(_plan, self._weights, self._stop_strategy, self._total_tokens))
+        # Each dataset's histograms are summed on their own and reach the plan as side inputs, not through a
+        # Flatten: Beam's local FnApiRunner with several workers loses elements of a Flatten of several steps'
+        # large outputs (`ReadDocuments`), and a 512 KB histogram per batch is such an output at scale.
+        sums = [rows[name]
+                | f"Measure[{name}]" >> beam.ParDo(_MeasureFn(name, self._seed))
+                | f"SumHistograms[{name}]" >> beam.CombinePerKey(_SumArrays()) for name in names]
+        plan = (rows[names[0]].pipeline
+                | "PlanMix" >> beam.Create([None])
+                | "Plan" >> beam.Map(_plan, self._weights, self._stop_strategy, self._total_tokens,
+                                     *[beam.pvalue.AsSingleton(total, default_value=None) for total in sums]))
         units = [(name, index) for name in names for index in self._units.get(name, ())]
         selected = (rows[names[0]].pipeline
                     | "Units" >> beam.Create(units)
