@@ -510,9 +510,9 @@ def console_main() -> None:
     """
     import signal
 
-    for name in STOP_SIGNALS:  # each ends the command the same way: workers stopped, two lines
-        if signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:
-            signal.signal(getattr(signal, name), _interrupt)
+    for signum in map(signal.Signals.__getitem__, STOP_SIGNALS):  # each ends the command the same way
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _interrupt)
         # else left ignored, as the shell asked: SIGHUP under `nohup`, SIGINT for `easydata ... &` in a script
     try:
         code = main(whole_process=True)

@@ -34,8 +34,7 @@ def physical_memory_bytes() -> Optional[int]:
         memory: Optional[int] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         memory = None
-    limit = _cgroup_memory_limit()
-    return limit if memory is None or (limit is not None and limit < memory) else memory
+    return min((m for m in (memory, _cgroup_memory_limit()) if m is not None), default=None)
 
 
 #: Where Linux mounts control groups.
