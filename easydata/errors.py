@@ -37,6 +37,7 @@ __all__ = [
     "TransientInputError",
     "is_transient",
     "TRANSIENT_ADVICE",
+    "STORE_ADVICE",
     "PROGRAMMING_ERRORS",
     "TokenizerError",
     "OutputError",
@@ -143,6 +144,19 @@ _TRANSIENT_CLASS_NAMES = frozenset({"ClientConnectionError", "ClientPayloadError
                                     "ServerTimeoutError", "EndpointConnectionError", "ConnectionClosedError",
                                     "ReadTimeoutError", "ConnectTimeoutError", "ResponseStreamingError",
                                     "IncompleteReadError", "ProtocolError", "TransportError", "IncompleteRead"})
+#: The base classes of the storage clients' own errors, raised before or instead of an answer from the store: no
+#: credentials or an expired login, a profile, region or endpoint that does not exist, a store that cannot be
+#: reached (botocore for `s3://`, google-auth for `gs://`), by module and class name, so none has to be
+#: importable. The store's answers (403, 404, ...) reach us as `OSError`s from fsspec instead.
+_STORE_CLIENT_ERRORS = frozenset({("botocore.exceptions", "BotoCoreError"),
+                                  ("google.auth.exceptions", "GoogleAuthError")})
+#: Where a store-client error's message sends the user.
+STORE_ADVICE = "credentials, profile and endpoint come from the environment: docs/operations.md, 'Remote storage'"
+
+
+def _is_store_client_error(error: BaseException) -> bool:
+    """An error of a storage client library itself (`_STORE_CLIENT_ERRORS`): the environment's doing, not ours."""
+    return any((cls.__module__, cls.__name__) in _STORE_CLIENT_ERRORS for cls in type(error).__mro__)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -181,14 +195,15 @@ class OutputInUse(OutputError):
 
 class EnvironmentFailure(EasyDataError):
     """The machine refused a write or an open: a full disk, a quota, permissions, a read-only filesystem,
-    too many open files, `ulimit -f`. Not a bug and not bad data; the run stops and its finished work is
-    kept for `--resume`. Made from the `OSError` by `EnvironmentFailure.of`."""
+    too many open files, `ulimit -f`; or a storage client could not be used (no credentials, an unknown
+    profile, an endpoint that does not answer). Not a bug and not bad data; the run stops and its finished
+    work is kept for `--resume`. Made from the `OSError` or the client's error by `EnvironmentFailure.of`."""
 
     @classmethod
     def of(cls, error: BaseException, path: Optional[str] = None) -> Optional["EnvironmentFailure"]:
         """The failure `error` is (or was caused by), as `what happened (the system's words) at 'path'` (the
         error's own file name, else `path`: pyarrow's errors name none); None when it is no environment
-        failure. Decided by `errno`, never by text."""
+        failure. Decided by `errno` and the class, never by text."""
         for link in _chain(error):
             if isinstance(link, EnvironmentFailure):
                 return link
@@ -196,6 +211,9 @@ class EnvironmentFailure(EasyDataError):
                 words = os.strerror(link.errno)  # the system's words (a library's strerror may wrap them)
                 where = f" at '{link.filename or path}'" if link.filename or path else ""
                 return cls(f"{_ENVIRONMENT_ERRNOS[link.errno]} ({words}){where}")
+            if _is_store_client_error(link):
+                where = f" for '{path}'" if path else ""
+                return cls(f"the storage client failed{where}: {type(link).__name__}: {link} ({STORE_ADVICE})")
         return None
 
 

@@ -73,6 +73,26 @@ def test_an_environment_failure_is_decided_by_errno_not_text() -> None:
     assert type(from_text(_traceback_of(EnvironmentFailure.of(full).mark()))) is EnvironmentFailure
 
 
+def test_a_storage_clients_own_error_is_the_environments_by_class() -> None:
+    """No credentials, an unknown AWS profile, an endpoint that does not answer, an expired Google login: the
+    storage clients raise their own classes (not `OSError`), which reached the user as a traceback."""
+    botocore = pytest.importorskip("botocore.exceptions")
+    for error in (botocore.NoCredentialsError(), botocore.ProfileNotFound(profile="nosuch"),
+                  botocore.EndpointConnectionError(endpoint_url="http://127.0.0.1:9/b")):
+        found = classify(error)
+        assert isinstance(found, EnvironmentFailure), error
+        assert type(error).__name__ in found.message and "Remote storage" in found.message
+        marked = EnvironmentFailure.of(error).mark()  # from a worker, as text
+        assert type(from_text(_traceback_of(marked))) is EnvironmentFailure
+    auth = pytest.importorskip("google.auth.exceptions")
+    assert isinstance(classify(auth.RefreshError("token expired")), EnvironmentFailure)
+
+    class NoCredentialsError(Exception):  # the same name in another module is not the client's
+        pass
+
+    assert classify(NoCredentialsError("Unable to locate credentials")) is None
+
+
 def test_a_new_error_class_is_covered_everywhere_at_once() -> None:
     class QuotaError(EasyDataError):
         pass

@@ -136,6 +136,18 @@ def test_two_concurrent_launches_into_one_gcs_output_commit_once(gcs, tmp_path, 
     assert locks and all(r["ifGenerationMatch"] == "0" for r in locks)
 
 
+def test_an_output_in_a_gcs_bucket_that_does_not_exist_is_refused(gcs, tmp_path, tokenizer_dir):
+    """gcsfs's `makedirs` creates a missing bucket, as s3fs's does: a mistyped output bucket is refused in one
+    line, and none is made."""
+    job = _launch_job(tmp_path, tokenizer_dir, f"gs://{BUCKET}-typo/run")
+    run = subprocess.run([sys.executable, "-m", "easydata", "run", str(job), "--quiet"], capture_output=True,
+                         text=True, timeout=600, env=gcs)
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1].startswith(f"easydata: error: output 'gs://{BUCKET}-typo/run': bucket"
+                                                  f" '{BUCKET}-typo' does not exist")
+    assert _python(gcs, EXISTS, f"{BUCKET}-typo") is False
+
+
 def _worker_pool_env(root: Path, env: dict[str, str]) -> dict[str, str]:
     """The SDK workers' own directory, home and temp: they share nothing with the launcher but the store."""
     for folder in ("home", "tmp"):

@@ -18,7 +18,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 import pytest
@@ -271,3 +271,52 @@ def test_the_commit_checks_objects_many_at_once(s3, monkeypatch):
     fsspec.filesystem("s3").invalidate_cache()
     with pytest.raises(InputError, match="easydata-many/in/17.txt' changed during the run"):
         sources.check_all_unchanged(versions)
+
+
+def test_a_missing_bucket_is_refused_and_a_client_failure_is_one_line(s3, tokenizer_dir, tmp_path, monkeypatch):
+    """An output in a bucket that does not exist is refused before anything is written: s3fs's `makedirs`
+    created it, so a mistyped bucket became a new bucket in the account. A store the client cannot use (no
+    credentials, an AWS profile that does not exist, an endpoint that does not answer) is one line for `run`,
+    `inspect` and `validate`: each was a botocore traceback."""
+    import boto3
+
+    for key, value in s3["env"].items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="easydata-typos")
+    client.put_object(Bucket="easydata-typos", Key="in/a.jsonl",
+                      Body="".join(json.dumps({"text": t}) + "\n" for t in make_texts(20, seed=3)).encode())
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"seed": 1, "default_tokenizer": str(tokenizer_dir),
+                               "datasets": [{"name": "web", "data_files": "s3://easydata-typos/in/*.jsonl"}],
+                               "save": {"output_dir": "s3://easydata-typoes/out"}}))
+    env = {**os.environ, **s3["env"], "HOME": str(tmp_path), "AWS_CONFIG_FILE": str(tmp_path / "none"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def easydata(*args: str, **changes: Optional[str]) -> subprocess.CompletedProcess:
+        run_env = {k: v for k, v in {**env, **changes}.items() if v is not None}
+        return subprocess.run([sys.executable, "-m", "easydata", *args], capture_output=True, text=True,
+                              timeout=600, env=run_env)
+
+    typo = easydata("run", str(job), "--quiet")
+    assert typo.returncode == 2
+    assert typo.stderr.splitlines() == ["easydata: error: output 's3://easydata-typoes/out': bucket 'easydata-typoes'"
+                                        " does not exist, or these credentials cannot see it; easydata creates no"
+                                        " bucket: create it (or fix the name) and run again"]
+    assert "easydata-typoes" not in {b["Name"] for b in client.list_buckets()["Buckets"]}
+
+    fine = easydata("run", str(job), "--quiet", "--output", "s3://easydata-typos/out")
+    assert fine.returncode == 0, fine.stderr
+    no_credentials = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None}
+    cases = [(("run", str(job), "--quiet", "--output", "s3://easydata-typos/out2"), no_credentials,
+              "NoCredentialsError: Unable to locate credentials"),
+             (("inspect", "s3://easydata-typos/out"), no_credentials, "NoCredentialsError"),
+             (("validate", "s3://easydata-typos/out"), {"AWS_PROFILE": "nosuch"},
+              "ProfileNotFound: The config profile (nosuch) could not be found"),
+             (("inspect", "s3://easydata-typos/out"), {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"},
+              "EndpointConnectionError: Could not connect to the endpoint URL")]
+    for args, changes, words in cases:
+        failed = easydata(*args, **changes)
+        assert failed.returncode == 2, (args, failed.stderr)
+        assert len(failed.stderr.splitlines()) == 1 and words in failed.stderr, (args, failed.stderr)
+        assert "Remote storage" in failed.stderr and "Traceback" not in failed.stderr

@@ -1,8 +1,8 @@
 """`classified_failures`: errors are classified where they happen, in the step. A user error leaves a DoFn
 marked (`easydata.errors.EasyDataError.mark`), and an environment failure (a full disk, `ulimit -f`, ...)
-leaves it as a marked `easydata.errors.EnvironmentFailure` (decided by its `errno`), so that the
-launching process recognises both in the worker's traceback by their marker (`easydata.errors.from_text`)
-whatever the runner wrapped around it.
+leaves it as a marked `easydata.errors.EnvironmentFailure` (decided by its `errno`, or by a storage client's
+error class: no credentials, an endpoint that does not answer), so that the launching process recognises both
+in the worker's traceback by their marker (`easydata.errors.from_text`) whatever the runner wrapped around it.
 
 Every DoFn and CombineFn of this package, and every named function it maps with, is decorated
 (`tests/test_errors.py` checks the classes). The methods Beam calls that a class defines (`setup`,
@@ -38,7 +38,7 @@ def _raise_classified(error: Exception) -> None:
     """Raises the marked form of `error` when it is a user or environment error; returns otherwise."""
     if isinstance(error, EasyDataError):
         raise error.mark()
-    failure = EnvironmentFailure.of(error) if isinstance(error, OSError) else None
+    failure = EnvironmentFailure.of(error)
     if failure is not None:
         raise failure.mark() from error
 

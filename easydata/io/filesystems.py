@@ -19,10 +19,10 @@ from typing import IO, Any, Callable, Container, Iterable, NamedTuple
 import fsspec
 from fsspec.core import url_to_fs
 
-from easydata.errors import InputError
+from easydata.errors import InputError, OutputError
 
 __all__ = ["special_file", "refuse_special", "directory_root", "file_head", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
-           "file_size", "file_facts", "local_path"]
+           "file_size", "file_facts", "local_path", "require_bucket"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 
@@ -569,6 +569,23 @@ def write_atomic(path: str, data: bytes) -> None:
     with fs.open(temp, "wb") as f:
         f.write(data)
     fs.mv(temp, target)
+
+
+def require_bucket(url: str) -> None:
+    """Raises `OutputError` when `url` lies in a bucket (`s3://`, `gs://`, any file system that splits a path
+    into a bucket and a key) that does not exist or these credentials cannot see. fsspec's `makedirs` creates a
+    missing bucket (s3fs and gcsfs do), so an output with a mistyped bucket made a new bucket in the account,
+    under a name anyone may take; easydata creates none. Called before an output is first written."""
+    fs, inner = get_fs(url)
+    split_path = getattr(fs, "split_path", None)
+    if _is_local(fs) or split_path is None:
+        return
+    bucket = split_path(inner)[0]
+    # The output itself first: a look at a key raises what keeps the client from the store (no credentials,
+    # an endpoint that does not answer), where s3fs's look at a bucket says only False.
+    if bucket and not fs.exists(inner) and not fs.exists(bucket):
+        raise OutputError(f"output '{url}': bucket '{bucket}' does not exist, or these credentials cannot see it;"
+                          " easydata creates no bucket: create it (or fix the name) and run again")
 
 
 def remove_file(path: str) -> None:

@@ -38,7 +38,7 @@ import uuid
 from typing import Any, Optional
 
 from easydata.errors import InputError, OutputError, OutputInUse
-from easydata.io.filesystems import get_fs, join, open_regular
+from easydata.io.filesystems import get_fs, join, open_regular, require_bucket
 
 __all__ = ["LOCK_NAME", "LEASE_SECONDS", "HEARTBEAT_SECONDS", "DETACHED_LEASE_SECONDS", "OutputLock", "read_lock",
            "check_owner", "release_lock"]
@@ -184,8 +184,9 @@ class OutputLock:
 
         Raises:
           OutputInUse: another live run holds it (one line naming it).
-          OutputError: the output is not a directory or not writable.
+          OutputError: the output is not a directory or not writable, or its bucket does not exist.
         """
+        require_bucket(self.output_dir)  # the lock is an output's first write: makedirs would create a bucket
         fs, root = get_fs(self.output_dir)
         path = join(root, LOCK_NAME)
         self._started = time.time()

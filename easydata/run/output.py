@@ -24,7 +24,7 @@ import uuid
 from typing import Any, Iterable, Optional
 
 from easydata.errors import OutputError, ValidationFailed
-from easydata.io.filesystems import get_fs, join, open_regular
+from easydata.io.filesystems import get_fs, join, open_regular, require_bucket
 from easydata.io.staging import TEMP_PREFIX, Staging
 from easydata.run.lock import LOCK_NAME
 from easydata.run.manifest import (COMMIT_MARKER, MANIFEST_NAME, is_easydata_manifest, member_path, owned_files,
@@ -87,11 +87,12 @@ def prepare_output(output_dir: str, overwrite: bool) -> None:
     be written (`check_output`) and creates it.
 
     Raises:
-      OutputError: as `check_output`, or when it cannot be created.
+      OutputError: as `check_output`, or when it cannot be created (its bucket does not exist: `require_bucket`).
     """
     fs, root = get_fs(output_dir)
     recover_commit(output_dir)
     check_output(output_dir, overwrite)
+    require_bucket(output_dir)
     try:
         fs.makedirs(root, exist_ok=True)
     except Exception as e:
