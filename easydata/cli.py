@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import sys
 from typing import Any, Optional, Sequence
 
 from easydata.config.models import DEFAULT_COMPRESSION
+from easydata.config.secrets import redact_urls
 from easydata.errors import EasyDataError, EnvironmentFailure, RunInconsistent, classify
 from easydata.figures import count, percent
 
@@ -283,7 +285,8 @@ def _run_pipeline(config: Any, beam_args: list[str], quiet: bool, verbose: bool,
         url = push_output(result.output_dir, str(config.save.hub_repo_id), private=config.save.hub_private,
                           token=config.save.hub_token, committed=True)
         print(f"  pushed to {url}")
-    print(f"next: easydata validate {result.output_dir}  |  easydata inspect {result.output_dir}")
+    shown = shlex.quote(result.output_dir)  # a line to copy: a space or a `$` in the path must survive the shell
+    print(f"next: easydata validate {shown}  |  easydata inspect {shown}")
     return 0
 
 
@@ -369,7 +372,7 @@ def _train_tokenizer(args: argparse.Namespace) -> int:
     print(f"wrote {out}: {args.model} tokenizer, vocab {info.vocab_size:,} (bos {info.bos_token_id}, eos"
           f" {info.eos_token_id}, pad {info.pad_token_id}), trained on {counts['documents']:,} documents"
           + (f" ({counts['rejected']:,} records rejected)" if counts["rejected"] else ""))
-    print(f"next: easydata tokenize --data-files ... --tokenizer {out} --output OUT")
+    print(f"next: easydata tokenize --data-files ... --tokenizer {shlex.quote(str(out))} --output OUT")
     return 0
 
 
@@ -413,7 +416,6 @@ def _resume_hint(args: argparse.Namespace, argv: Sequence[str], *, only_with_wor
     that cannot be made, is fixed, not resumed)."""
     if getattr(args, "command", None) not in ("run", "tokenize"):
         return None
-    import shlex
 
     from easydata.run.checkpoint import unfinished_runs
     from easydata.run.output import staging_dir
@@ -453,12 +455,13 @@ def main(argv: Optional[Sequence[str]] = None, *, whole_process: bool = False) -
             raise
         if isinstance(error, RunInconsistent):
             return _inconsistent(error, args, argv)
+        message = redact_urls(error.message)  # a URL's login and query values stay out of logs
         if isinstance(error, EnvironmentFailure):
             _stop_local_workers()
             hint = _resume_hint(args, argv, only_with_work=True)
-            print(f"easydata: error: {error.message}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+            print(f"easydata: error: {message}" + (f"; {hint}" if hint else ""), file=sys.stderr)
             return 2
-        print(f"easydata: error: {error.message}", file=sys.stderr)
+        print(f"easydata: error: {message}", file=sys.stderr)
         return 2
 
 

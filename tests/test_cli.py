@@ -87,6 +87,18 @@ def test_missing_config_and_existing_output_are_one_line(job, tmp_path, capsys):
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
+def test_the_next_commands_printed_survive_the_shell(job, tmp_path, capsys):
+    """The "next:" line is there to be copied: an output path with a space or a `$` was printed bare, so the
+    copied command named another directory."""
+    import shlex
+
+    out = str(tmp_path / "my out $HOME")
+    assert main(["run", str(job), "--quiet", "--output", out, "--direct_num_workers=1"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("next: ")]
+    commands = [shlex.split(part) for part in line[len("next: "):].split("  |  ")]
+    assert commands == [["easydata", "validate", out], ["easydata", "inspect", out]]
+
+
 def test_run_validate_inspect_and_truncated_shard(job, tmp_path, capsys):
     assert main(["run", str(job), "--quiet", "--direct_num_workers=1"]) == 0
     out = capsys.readouterr().out

@@ -1,7 +1,8 @@
 """Pipeline configuration, by job: the models (`models`: one frozen dataclass per stage, the enumerations
 and limits; `pipeline`: `PipelineConfig`, the whole job, and how it is loaded), their semantic checks
 (`validation`), plain data into dataclasses with every problem reported (`convert`), config files and
-`key=value` overrides (`files`), what the fingerprint hashes (`fingerprint`) and functions in a config (`callables`). Everything is importable
+`key=value` overrides (`files`), what the fingerprint hashes (`fingerprint`), functions in a config (`callables`)
+and what a secret reads as where a config is shown (`secrets`). Everything is importable
 from `easydata.config` as before the split.
 """
 
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 from easydata.config.models import (  # noqa: F401
     InputType, OutputFormat, Compression, EngineName, INPUT_TYPES, OUTPUT_FORMATS, TOKEN_FILE_FORMATS,
-    COMPRESSIONS, ENGINE_NAMES, DEFAULT_COMPRESSION, FORMAT_COMPRESSIONS, REDACTED, MAX_SEQ_LENGTH,
+    COMPRESSIONS, ENGINE_NAMES, DEFAULT_COMPRESSION, FORMAT_COMPRESSIONS, MAX_SEQ_LENGTH,
     MAX_TOTAL_TOKENS, MAX_SHARDS, MAX_BATCH_SIZE, MAX_ROW_GROUP_SIZE, MAX_POOL_SIZE,
     DEFAULT_MAX_DOCUMENT_BYTES, RESERVED_NAMES, parse_size, TokenizerConfig, DatasetConfig,
     TokenizeStageConfig, ChatStageConfig, WeightSchedulePoint, MixStageConfig, StreamingConfig,
     PackStageConfig, SaveStageConfig, LoadStageConfig, RayConfig, name_datasets, MAX_NAME_LENGTH, safe_name)
+from easydata.config.secrets import (  # noqa: F401
+    REDACTED, redact_url, redact_urls)
 from easydata.config.callables import (  # noqa: F401
     callable_name, callable_identity, resolve_callable)
 from easydata.config.fingerprint import (  # noqa: F401
@@ -32,5 +35,5 @@ __all__ = [
     "REDACTED", "RESERVED_NAMES", "RayConfig", "SHAPING_FIELDS", "SaveStageConfig", "StreamingConfig",
     "TOKEN_FILE_FORMATS", "TokenizeStageConfig", "TokenizerConfig", "WeightSchedulePoint", "apply_overrides",
     "callable_identity", "callable_name", "resolve_callable", "fingerprint_of", "load_mapping",
-    "name_datasets", "parse_mapping_text", "parse_size", "safe_name",
+    "name_datasets", "parse_mapping_text", "parse_size", "redact_url", "redact_urls", "safe_name",
 ]

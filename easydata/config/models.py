@@ -40,8 +40,6 @@ FORMAT_COMPRESSIONS = {
     "tfrecord": ("none", "gzip"),
     "arrayrecord": ("none", "zstd"),
 }
-#: What a secret (`save.hub_token`) reads as wherever the config is shown or written.
-REDACTED = "<redacted>"
 # Resource bounds: settings beyond these are refused before any work starts (they would only end in
 # "Unable to allocate ..." once data flows). Each is far above what a real job needs.
 MAX_SEQ_LENGTH = 2**21             # tokens per packed row (2 M: the longest-context models' windows)

@@ -23,13 +23,23 @@ from easydata.config.convert import convert
 from easydata.config.files import apply_overrides, load_mapping
 from easydata.config.callables import callable_name
 from easydata.config.fingerprint import fingerprint_of
-from easydata.config.models import (REDACTED, ChatStageConfig, DatasetConfig, LoadStageConfig, MixStageConfig,
+from easydata.config.secrets import REDACTED, redact_url
+from easydata.config.models import (ChatStageConfig, DatasetConfig, LoadStageConfig, MixStageConfig,
                                     PackStageConfig, RayConfig, SaveStageConfig, StreamingConfig, TokenizeStageConfig,
                                     TokenizerConfig, WeightSchedulePoint, name_datasets)
 from easydata.config.validation import problems, warnings
 from easydata.errors import ConfigError
 
 __all__ = ["PipelineConfig"]
+
+
+def _redacted(data: Any) -> Any:
+    """`data` (plain JSON data) with every string that is a URL redacted (`redact_url`)."""
+    if isinstance(data, dict):
+        return {key: _redacted(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_redacted(value) for value in data]
+    return redact_url(data) if isinstance(data, str) else data
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,8 +124,9 @@ class PipelineConfig:
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON-compatible data (written into the manifest, which is uploaded
         with the shards by `push_to_hub`); a `format_callback` function appears as its `"module:qualname"`
-        and a secret (`save.hub_token`) as `REDACTED`: secrets never enter a manifest or a log."""
-        data = json.loads(json.dumps(dataclasses.asdict(self), default=callable_name))
+        and a secret (`save.hub_token`, a URL's login and query values: `easydata.config.secrets`) as `REDACTED`:
+        secrets never enter a manifest or a log."""
+        data = _redacted(json.loads(json.dumps(dataclasses.asdict(self), default=callable_name)))
         if data["save"].get("hub_token") is not None:
             data["save"]["hub_token"] = REDACTED
         return data

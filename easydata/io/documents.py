@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Optional, Sequence
 
-from easydata.config import DatasetConfig
+from easydata.config import DatasetConfig, redact_url, redact_urls
 from easydata.io.record_format import FormatError, RecordFormatter
 from easydata.io.conversations import (CHAT_FIELDS, ChatError, conversation_from_record, is_alpaca, is_chat_field,
                                        is_prompt_completion, json_messages)
@@ -163,16 +163,18 @@ class Reject:
         return self.read_bytes is not None
 
     def to_json(self) -> dict[str, Any]:
+        """The dead letter's line (its source and reason without a URL's credentials: `easydata.config.secrets`)."""
         data = dataclasses.asdict(self)
         del data["fields"]
+        data["source"], data["reason"] = redact_url(self.source), redact_urls(self.reason)
         if not self.partial_input:
             del data["read_bytes"], data["unread_bytes"]
         return data
 
     def partial_entry(self) -> dict[str, Any]:
         """The manifest's record of a file read only in part (`partial_inputs`)."""
-        return {"path": self.source, "offset": self.position, "read_bytes": self.read_bytes,
-                "unread_bytes": self.unread_bytes, "reason": self.reason}
+        return {"path": redact_url(self.source), "offset": self.position, "read_bytes": self.read_bytes,
+                "unread_bytes": self.unread_bytes, "reason": redact_urls(self.reason)}
 
 @dataclasses.dataclass
 class DocumentBatch:

@@ -526,6 +526,9 @@ def file_facts(path: str) -> tuple[int, str]:
     else:
         fs, inner = get_fs(path)
         info = fs.info(inner)
+    if info.get("size") is None:  # an HTTP server that sends no Content-Length (a stream made as it is sent)
+        raise InputError(f"'{path}' has no known size: its server does not say it (no Content-Length), and"
+                         " planning cuts an input by its size; download it and give the local copy")
     return int(info["size"]), _version(info)
 
 
