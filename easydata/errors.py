@@ -207,10 +207,14 @@ class EnvironmentFailure(EasyDataError):
         for link in _chain(error):
             if isinstance(link, EnvironmentFailure):
                 return link
-            if isinstance(link, OSError) and link.errno in _ENVIRONMENT_ERRNOS:
-                words = os.strerror(link.errno)  # the system's words (a library's strerror may wrap them)
+            code = link.errno if isinstance(link, OSError) else None
+            if code is None and isinstance(link, PermissionError):  # an object store's 403 (s3fs, gcsfs): no errno
+                code = errno.EACCES
+            if code in _ENVIRONMENT_ERRNOS:
+                # the system's words (a library's strerror may wrap them); a store's own when it gave no errno
+                words = os.strerror(code) if link.errno is not None else link.strerror or str(link) or os.strerror(code)
                 where = f" at '{link.filename or path}'" if link.filename or path else ""
-                return cls(f"{_ENVIRONMENT_ERRNOS[link.errno]} ({words}){where}")
+                return cls(f"{_ENVIRONMENT_ERRNOS[code]} ({words}){where}")
             if _is_store_client_error(link):
                 where = f" for '{path}'" if path else ""
                 return cls(f"the storage client failed{where}: {type(link).__name__}: {link} ({STORE_ADVICE})")

@@ -84,6 +84,11 @@ def test_a_storage_clients_own_error_is_the_environments_by_class() -> None:
         assert type(error).__name__ in found.message and "Remote storage" in found.message
         marked = EnvironmentFailure.of(error).mark()  # from a worker, as text
         assert type(from_text(_traceback_of(marked))) is EnvironmentFailure
+    # An object store's 403 reaches us as a PermissionError without an errno (s3fs, gcsfs).
+    forbidden = classify(PermissionError(None, "Forbidden", "s3://b/k.jsonl"))
+    assert isinstance(forbidden, EnvironmentFailure)
+    assert forbidden.message == "permission denied (Forbidden) at 's3://b/k.jsonl'"
+    assert classify(PermissionError("Forbidden")).message == "permission denied (Forbidden)"
     auth = pytest.importorskip("google.auth.exceptions")
     assert isinstance(classify(auth.RefreshError("token expired")), EnvironmentFailure)
 

@@ -320,3 +320,19 @@ def test_a_missing_bucket_is_refused_and_a_client_failure_is_one_line(s3, tokeni
         assert failed.returncode == 2, (args, failed.stderr)
         assert len(failed.stderr.splitlines()) == 1 and words in failed.stderr, (args, failed.stderr)
         assert "Remote storage" in failed.stderr and "Traceback" not in failed.stderr
+
+    # Anonymous requests (fsspec's FSSPEC_S3_ANON, for public buckets) to this private bucket: moto lists and
+    # takes new objects but refuses to show one. A worker's look at an input (403, a PermissionError with no
+    # errno) was a wall of tracebacks; the lock this run wrote and could not read back was "locked by
+    # '.easydata-lock', which cannot be read".
+    anonymous = {**no_credentials, "FSSPEC_S3_ANON": "true"}
+    local_output = str(tmp_path / "local-out")
+    failed = easydata("run", str(job), "--quiet", "--output", local_output, **anonymous)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert failed.stderr.splitlines()[0].startswith("easydata: error: permission denied (Forbidden) at"
+                                                    " 's3://easydata-typos/in/a.jsonl'"), failed.stderr
+    failed = easydata("run", str(job), "--quiet", "--output", "s3://easydata-typos/anonymous", **anonymous)
+    assert failed.returncode == 2 and failed.stderr.splitlines() == [
+        "easydata: error: output 's3://easydata-typos/anonymous': the lock this run wrote cannot be read back"
+        " (credentials that may write there but not read, or another run writing it at once); a run reads its"
+        " output as it writes it"]

@@ -525,7 +525,10 @@ def file_facts(path: str) -> tuple[int, str]:
         info = {"size": st.st_size, "mtime": st.st_mtime, "created": getattr(st, "st_birthtime", st.st_ctime)}
     else:
         fs, inner = get_fs(path)
-        info = fs.info(inner)
+        try:
+            info = fs.info(inner)
+        except PermissionError as e:  # a store's 403 names no file: say which (`EnvironmentFailure.of`)
+            raise PermissionError(e.errno, e.strerror or str(e), e.filename or path) from e
     if info.get("size") is None:  # an HTTP server that sends no Content-Length (a stream made as it is sent)
         raise InputError(f"'{path}' has no known size: its server does not say it (no Content-Length), and"
                          " planning cuts an input by its size; download it and give the local copy")

@@ -193,9 +193,14 @@ class OutputLock:
         self._created_dir = not fs.exists(root)
         if not self._created_dir and not fs.isdir(root):  # a file, a FIFO, a device: makedirs says "exists"
             raise OutputError(f"output '{self.output_dir}' exists and is not a directory: choose another --output")
+        try:
+            fs.makedirs(root, exist_ok=True)
+        except FileExistsError:
+            pass  # there: s3fs says so where it tried to create a bucket it cannot see (anonymous access)
+        except OSError as e:
+            raise OutputError(f"cannot lock output '{self.output_dir}': {e.strerror or e}") from None
         for _ in range(3):
-            try:
-                fs.makedirs(root, exist_ok=True)
+            try:  # only the lock's own creation may say FileExistsError here: another run holds it
                 _create_exclusive(fs, path, self._content(self._started))
                 break
             except FileExistsError:
@@ -220,6 +225,11 @@ class OutputLock:
         else:
             raise OutputInUse(_describe(self.output_dir, read_lock(self.output_dir) or {}))
         holder = read_lock(self.output_dir)
+        if holder == {}:  # the lock just written does not read back: not "held by an unreadable lock" (left as it is:
+            # it may be another run's, mid-write; a run that can read it finds ours stale once this process ends)
+            raise OutputError(f"output '{self.output_dir}': the lock this run wrote cannot be read back (credentials"
+                              " that may write there but not read, or another run writing it at once); a run reads"
+                              " its output as it writes it")
         if holder is not None and holder.get("run_id") != self.run_id:  # lost in a takeover race after all
             raise OutputInUse(_describe(self.output_dir, holder))
         if self.heartbeat_seconds > 0:
