@@ -71,6 +71,8 @@ class _FlakyProxy(BaseHTTPRequestHandler):
         upstream.request(self.command, self.path, body=body, headers=headers)
         response = upstream.getresponse()
         payload = response.read()
+        with server.lock:
+            server.bytes_out += len(payload)
         self.send_response(response.status)
         for key, value in response.getheaders():
             if key.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
@@ -114,6 +116,7 @@ def s3(tmp_path_factory) -> Iterator[dict[str, str]]:
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyProxy)
     proxy.daemon_threads = True
     proxy.lock, proxy.requests, proxy.failures, proxy.every, proxy.upstream_port = threading.Lock(), 0, 0, 7, port
+    proxy.bytes_out = 0  # bytes of the store's answers passed on
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
     try:
@@ -336,3 +339,52 @@ def test_a_missing_bucket_is_refused_and_a_client_failure_is_one_line(s3, tokeni
         "easydata: error: output 's3://easydata-typos/anonymous': the lock this run wrote cannot be read back"
         " (credentials that may write there but not read, or another run writing it at once); a run reads its"
         " output as it writes it"]
+
+
+def test_an_object_cut_into_splits_is_downloaded_once_and_a_bin_output_read_in_windows(s3, tokenizer_dir, tmp_path,
+                                                                                       monkeypatch):
+    """fsspec's `cat_file(path, start, end)` is `cat_file(path, version_id, start)` on s3fs: the look at a file's
+    first bytes that each later split of a text file makes (a UTF-16 file is refused by every split) downloaded
+    the whole object from its 4th byte, and looked at the wrong bytes; `WindowReader` over a `bin` output on S3
+    failed ("Invalid type for parameter VersionId")."""
+    import boto3
+    import fsspec
+
+    from easydata.config import DatasetConfig
+    from easydata.io.filesystems import file_head
+    from easydata.io.sources import plan_input, read_splits, work_units
+    from easydata.reader import WindowReader
+
+    for key, value in s3["env"].items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="easydata-ranges")
+    body = "".join(json.dumps({"text": t}) + "\n" for t in make_texts(6000, seed=8, min_words=100, max_words=200))
+    client.put_object(Bucket="easydata-ranges", Key="in/big.jsonl", Body=body.encode())
+    assert file_head("s3://easydata-ranges/in/big.jsonl", 9) == body.encode()[:9]
+
+    dataset = DatasetConfig(name="d", data_files="s3://easydata-ranges/in/big.jsonl", type="jsonl")
+    plan = plan_input(dataset)
+    units = work_units(dataset, plan.splits, plan.split_bytes)
+    assert len(units) >= 2
+    fsspec.filesystem("s3").invalidate_cache()
+    proxy = s3["proxy"]
+    monkeypatch.setattr(proxy, "every", 10**9)  # no injected failures (their retries would count)
+    before = proxy.bytes_out
+    texts = [t for unit in units for batch in read_splits(unit, dataset) for t in batch.texts]
+    assert len(texts) == 6000
+    assert proxy.bytes_out - before < 1.25 * len(body.encode())  # each split its own range, read once
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"seed": 1, "default_tokenizer": str(tokenizer_dir),
+                               "datasets": [{"name": "web", "data_files": "s3://easydata-ranges/in/big.jsonl"}],
+                               "save": {"format": "bin", "output_dir": "s3://easydata-ranges/out"}}))
+    env = {**os.environ, **s3["env"]}
+    for output in ("s3://easydata-ranges/out", str(tmp_path / "out")):
+        run = subprocess.run([sys.executable, "-m", "easydata", "run", str(job), "--quiet", "--output", output],
+                             capture_output=True, text=True, timeout=600, env=env)
+        assert run.returncode == 0, run.stderr
+    remote, local = (WindowReader(out, seq_length=64, batch_size=4, seed=3)
+                     for out in ("s3://easydata-ranges/out", str(tmp_path / "out")))
+    for _, a, b in zip(range(5), remote, local):
+        assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)

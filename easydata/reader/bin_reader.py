@@ -53,7 +53,9 @@ class _RemoteArray:
         if stop <= start:
             return np.zeros(0, dtype=self.dtype)
         size = self.dtype.itemsize
-        return np.frombuffer(self.fs.cat_file(self.inner, start * size, stop * size), dtype=self.dtype)
+        # start and end by name: s3fs's `cat_file` takes a `version_id` second (positional, a range read the
+        # whole object from the window's end, or failed as an invalid VersionId)
+        return np.frombuffer(self.fs.cat_file(self.inner, start=start * size, end=stop * size), dtype=self.dtype)
 
 
 def _array(path: str, dtype: np.dtype, size: int) -> Any:

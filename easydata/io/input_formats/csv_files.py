@@ -33,7 +33,7 @@ def read_csv(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector) 
     # the limit is process-wide.
     limit = out.max_bytes if out.max_bytes is not None else sys.maxsize
     csv.field_size_limit(max(csv.field_size_limit(), min(limit, 2**31 - 1)))
-    with open_file(split.path, buffer_size=line_buffer(split.size)) as f:
+    with open_file(split.path, buffer_size=line_buffer(split.size), read_bytes=split.size) as f:
         try:
             header, records = csv_records(f, delimiter)
         except (csv.Error, UnicodeDecodeError) as e:

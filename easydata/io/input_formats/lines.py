@@ -131,7 +131,7 @@ def read_lines(split: InputSplit, dataset: DatasetConfig, out: DocumentCollector
     blocks = is_json and out.takes_plain_json
     cap = line_cap(out.max_bytes)
     buffer_size = line_buffer(split.size)
-    with open_file(split.path, buffer_size=buffer_size) as opened:
+    with open_file(split.path, buffer_size=buffer_size, read_bytes=split.size) as opened:
         f = _sized_lines(opened, buffer_size)
         position = split.start
         if split.start > 0 and compression_of(split.path) is None:
