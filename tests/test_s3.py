@@ -345,8 +345,9 @@ def test_an_object_cut_into_splits_is_downloaded_once_and_a_bin_output_read_in_w
                                                                                        monkeypatch):
     """fsspec's `cat_file(path, start, end)` is `cat_file(path, version_id, start)` on s3fs: the look at a file's
     first bytes that each later split of a text file makes (a UTF-16 file is refused by every split) downloaded
-    the whole object from its 4th byte, and looked at the wrong bytes; `WindowReader` over a `bin` output on S3
-    failed ("Invalid type for parameter VersionId")."""
+    the whole object from its 64th byte, and looked at the wrong bytes; `WindowReader` over a `bin` output on S3
+    failed ("Invalid type for parameter VersionId"). And each split or unit of a file read ahead by the store's
+    default block (s3fs: 50 MB), so every one of them read on to the end of a smaller object."""
     import boto3
     import fsspec
 
@@ -374,6 +375,26 @@ def test_an_object_cut_into_splits_is_downloaded_once_and_a_bin_output_read_in_w
     texts = [t for unit in units for batch in read_splits(unit, dataset) for t in batch.texts]
     assert len(texts) == 6000
     assert proxy.bytes_out - before < 1.25 * len(body.encode())  # each split its own range, read once
+
+    # A Parquet object's units: pyarrow reads the footer and whole column chunks, each now one ranged request for
+    # what it asks; with s3fs's 50 MB read-ahead every unit read on to the end of the object.
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = io.BytesIO()
+    pq.write_table(pa.table({"text": [json.loads(line)["text"] for line in body.splitlines()]}), table,
+                   row_group_size=200, compression="none")
+    client.put_object(Bucket="easydata-ranges", Key="in/big.parquet", Body=table.getvalue())
+    parquet = DatasetConfig(name="p", data_files="s3://easydata-ranges/in/big.parquet", type="parquet")
+    plan = plan_input(parquet)
+    units = work_units(parquet, plan.splits, plan.split_bytes)
+    assert len(units) >= 2
+    fsspec.filesystem("s3").invalidate_cache()
+    before = proxy.bytes_out
+    assert sum(len(batch.texts) for unit in units for batch in read_splits(unit, parquet)) == 6000
+    assert proxy.bytes_out - before < 1.25 * len(table.getvalue())
 
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"seed": 1, "default_tokenizer": str(tokenizer_dir),
