@@ -352,16 +352,16 @@ def open_regular(fs: fsspec.AbstractFileSystem, path: str, mode: str = "rb") -> 
 
 #: The smallest read-ahead block of a remote split (`open_file(read_bytes=...)`).
 MIN_READ_AHEAD = 1 << 20
+#: The largest read-ahead block of a remote split (fsspec's stores hold one block in memory per open file).
+MAX_READ_AHEAD = 64 << 20
 #: What a remote split's read-ahead block holds past the split: the line that crosses its end (a longer one
 #: costs one more block).
 READ_AHEAD_TAIL = 256 << 10
-#: How a remote Parquet or Arrow file is read: pyarrow asks for the footer and then whole column chunks or
-#: record batches at known offsets, so each read is one ranged request for what it asks ("none": no read-ahead);
-#: with the store's default read-ahead (s3fs: 50 MB past each read) every work unit of a file read on to its end,
-#: and 7 units of an 11 MB Parquet object fetched 40.9 MB.
+#: How a remote Parquet or Arrow file is read (`open_arrow_file`): pyarrow asks for the footer and then whole
+#: column chunks or record batches at known offsets, so each read is one ranged request for what it asks
+#: ("none": no read-ahead); with the store's default read-ahead (s3fs: 50 MB past each read) every work unit of a
+#: file read on to its end, and 7 units of an 11 MB Parquet object fetched 40.9 MB.
 REMOTE_TABLE_CACHE = "none"
-#: The largest read-ahead block of a remote split (fsspec's stores hold one block in memory per open file).
-MAX_READ_AHEAD = 64 << 20
 
 
 def open_file(path: str, mode: str = "rb", *, decompress: bool = True, compression: str | None = None,
@@ -513,7 +513,7 @@ def staging_ipc_options() -> Any:
 
 def open_arrow_file(path: str, mode: str = "rb") -> IO:
     """Opens an uncompressed file for pyarrow: a native (memory-mapped when reading) file for local
-    paths, an fsspec file object for remote URLs.
+    paths, an fsspec file object for remote URLs (read without read-ahead: `REMOTE_TABLE_CACHE`).
 
     Native files keep pyarrow's I/O off the Python interpreter (faster, and no Python file objects
     finalised by C++ threads at interpreter exit).
@@ -527,7 +527,7 @@ def open_arrow_file(path: str, mode: str = "rb") -> IO:
         refuse_special(path)
         fs, inner = get_fs(path)
         try:
-            return fs.open(inner, "rb", cache_type=REMOTE_TABLE_CACHE, block_size=MIN_READ_AHEAD)
+            return fs.open(inner, "rb", cache_type=REMOTE_TABLE_CACHE)
         except FileNotFoundError:
             raise InputError(f"file '{path}' does not exist") from None
     try:
