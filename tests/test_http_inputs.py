@@ -34,6 +34,8 @@ SECRET = "s3cretSECRET"
     ("/data/me@work/file?.jsonl", "/data/me@work/file?.jsonl"),
     ("hf://datasets/org/name@main/data/*.parquet", "hf://datasets/org/name@main/data/*.parquet"),
     ("http://[::1/x?y=1", "http://[::1/x?y=1"),
+    ("{% set a = 1 %}See https://x.org/?q=1 or ask me@x.org? {{ a }}",
+     "{% set a = 1 %}See https://x.org/?q=1 or ask me@x.org? {{ a }}"),  # a template that holds one: not a URL
 ])
 def test_a_urls_login_and_query_values_are_redacted(url, shown):
     assert redact_url(url) == shown

@@ -25,13 +25,15 @@ REDACTED = "<redacted>"
 
 #: A URL within a text: a scheme, `://`, and what follows up to a space or a quote.
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
+#: A string that is a URL and nothing else (a chat template that mentions one is not).
+_WHOLE_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S*")
 _QUERY_VALUE = re.compile(r"=[^&;]*")
 
 
 def redact_url(url: str) -> str:
     """`url` with its login and its query's values replaced by `REDACTED`; anything that is not a URL with
-    either comes back unchanged."""
-    if "://" not in url or ("@" not in url and "?" not in url):
+    either (a text that only holds one, such as a chat template) comes back unchanged."""
+    if ("@" not in url and "?" not in url) or not _WHOLE_URL.fullmatch(url):
         return url
     try:
         parts = urlsplit(url)
