@@ -37,12 +37,12 @@ _SUBSCRIPTION = re.compile(r"projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/subscriptions
 
 def _base_manifest(config: PipelineConfig) -> tuple[dict[str, Any], dict[str, tuple[Any, Optional[str], int]]]:
     """The manifest fields every window shares, and per dataset its (tokenizer, template, pad id)."""
-    template = load_chat_template(config.chat.template)
     per_dataset, tokenizer = {}, None
     for ds in config.datasets:
         spec = config.tokenizer_for(ds)
         handle = load_tokenizer(spec)
         tokenizer = tokenizer or handle.info.to_manifest()
+        template = load_chat_template(config.chat.template, dict(handle.info.chat_templates))
         per_dataset[ds.name] = (spec, template if template is not None else handle.info.chat_template,
                                 resolve_pad_id(config.pack, handle.info.pad_token_id, handle.info.eos_token_id))
     packed = config.pack.enabled

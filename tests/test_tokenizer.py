@@ -564,8 +564,8 @@ def test_a_remote_tokenizer_is_copied_once_per_machine(tokenizer_dir: Path, tmp_
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     monkeypatch.setattr(tokenizer_module, "_FETCHED", {})
-    url = stage_tokenizer_files(tokenizer_dir, "memory://staging/run-1/tok")
-    again = stage_tokenizer_files(tokenizer_dir, "memory://staging/run-2/tok")  # the next run's staged copy
+    url = stage_tokenizer_files(str(tokenizer_dir), "memory://staging/run-1/tok")
+    again = stage_tokenizer_files(str(tokenizer_dir), "memory://staging/run-2/tok")  # the next run's staged copy
     first, _ = resolve_tokenizer_files(url)
     monkeypatch.setattr(tokenizer_module, "_FETCHED", {})  # another worker process
     second, _ = resolve_tokenizer_files(again)

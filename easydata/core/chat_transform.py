@@ -19,7 +19,8 @@ Example = dict[str, Any]
 
 
 def as_tokenizer_handle(tokenizer: Any) -> Any:
-    """A `TokenizerHandle` from a path, hub id, `TokenizerConfig` or handle."""
+    """A `TokenizerHandle` from a path, hub id, `TokenizerConfig`, handle or `transformers` fast tokenizer (as it is
+    now: tokens added, special tokens or a template set since it was loaded are kept: `saved_copy`)."""
     from easydata.config import TokenizerConfig
     from easydata.text.tokenizer import TokenizerHandle, load_tokenizer
 
@@ -27,9 +28,10 @@ def as_tokenizer_handle(tokenizer: Any) -> Any:
         return tokenizer
     if isinstance(tokenizer, (str, TokenizerConfig)):
         return load_tokenizer(tokenizer)
-    path = getattr(tokenizer, "name_or_path", None)
-    if isinstance(path, str):  # a transformers tokenizer: load the same files with `tokenizers`
-        return load_tokenizer(path)
+    if hasattr(tokenizer, "save_pretrained") and hasattr(tokenizer, "backend_tokenizer"):
+        from easydata.text.tokenizer import saved_copy
+
+        return load_tokenizer(str(saved_copy(tokenizer)))  # what the object holds now, not the files it came from
     raise TypeError(f"expected a tokenizer path, hub id, TokenizerConfig or transformers tokenizer, got"
                     f" {type(tokenizer).__name__}")
 
@@ -37,23 +39,29 @@ def as_tokenizer_handle(tokenizer: Any) -> Any:
 def _renderer(tokenizer: Any, template: Optional[str], template_kwargs: Optional[dict[str, Any]] = None
               ) -> ChatRenderer:
     """A renderer for a transformers tokenizer object (its template and special-token strings) or
-    for anything `as_tokenizer_handle` takes; `template` may name a shipped one (`chatml`, `llama3`, ...);
+    for anything `as_tokenizer_handle` takes; `template` may name one of the tokenizer's own (`tool_use`) or a
+    shipped one (`chatml`, `llama3`, ...);
     `template_kwargs` are more template variables (`chat.template_kwargs`)."""
-    from easydata.text.chat_templates import named_template
+    from easydata.text.chat_templates import named_template, tool_template
 
-    template = named_template(template) or template if template else template
-    if hasattr(tokenizer, "apply_chat_template"):  # transformers: read what it holds, load nothing
-        text = template or tokenizer.chat_template
-        if not text:
-            raise ValueError(f"tokenizer '{tokenizer.name_or_path}' has no chat_template; pass chat_template=")
-        variables = {"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token,
-                     "pad_token": tokenizer.pad_token, "unk_token": tokenizer.unk_token}
-        return ChatRenderer(text, variables, tokenizer.all_special_tokens, template_kwargs)
-    handle = as_tokenizer_handle(tokenizer)
-    text = template or handle.info.chat_template
+    transformers_object = hasattr(tokenizer, "apply_chat_template")  # read what it holds, load nothing
+    handle = None if transformers_object else as_tokenizer_handle(tokenizer)
+    if transformers_object:
+        held = tokenizer.chat_template  # text, or templates by name (`default`, `tool_use`, ...)
+        own = held if isinstance(held, dict) else {"default": held} if held else {}
+    else:
+        own = dict(handle.info.chat_templates)
+    text = (own.get(template) or named_template(template) or template) if template else own.get("default")
     if not text:
-        raise ValueError(f"tokenizer '{handle.info.name_or_path}' has no chat_template; pass chat_template=")
-    return ChatRenderer.for_tokenizer(handle, text, template_kwargs)
+        name = tokenizer.name_or_path if transformers_object else handle.info.name_or_path
+        having = f"chat templates named {', '.join(sorted(own))} and none named 'default'" if own \
+            else "no chat_template"
+        raise ValueError(f"tokenizer '{name}' has {having}; pass chat_template=")
+    if handle is not None:
+        return ChatRenderer.for_tokenizer(handle, text, template_kwargs)
+    variables = {"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token,
+                 "pad_token": tokenizer.pad_token, "unk_token": tokenizer.unk_token}
+    return ChatRenderer(text, variables, tokenizer.all_special_tokens, template_kwargs, tool_template(own, text))
 
 
 class ChatTemplateTransform:

@@ -21,7 +21,7 @@ from fsspec.core import url_to_fs
 
 from easydata.errors import InputError, OutputError
 
-__all__ = ["special_file", "refuse_special", "directory_root", "file_head", "open_regular", "read_text", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
+__all__ = ["special_file", "refuse_special", "directory_root", "file_head", "open_regular", "read_text", "read_bytes", "file_version", "remove_file", "temp_name", "write_atomic", "expand_data_files", "list_data_files", "ListedFiles", "open_file", "open_arrow_file", "staging_ipc_options", "compression_of", "strip_compression", "decompressed_size", "join", "get_fs",
            "file_size", "file_facts", "local_path", "require_bucket"]
 
 _COMPRESSION_SUFFIXES = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
@@ -485,11 +485,17 @@ def file_head(path: str, size: int) -> bytes:
     return fs.cat_file(inner, start=0, end=size)  # by name: s3fs takes `version_id` second
 
 
+def read_bytes(path: str) -> bytes:
+    """A (possibly remote or compressed) file's bytes; raises `OSError` or `EasyDataError` (an unknown
+    protocol) for the caller to word."""
+    with open_file(path, "rb") as f:
+        return f.read()
+
+
 def read_text(path: str) -> str:
     """A (possibly remote or compressed) file's text, as UTF-8; raises `OSError`, `UnicodeDecodeError` or
     `EasyDataError` (an unknown protocol) for the caller to word."""
-    with open_file(path, "rb") as f:
-        return f.read().decode("utf-8")
+    return read_bytes(path).decode("utf-8")
 
 
 def local_path(path: str) -> str | None:

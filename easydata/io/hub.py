@@ -18,7 +18,9 @@ from easydata.io.split_names import names_split, splits_named
 
 __all__ = ["cache_dir", "hub_offline", "hub_unreachable", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+#: A hub tokenizer's files: `tokenizer.json`, its config files and the default chat template's file (the named
+#: ones, `additional_chat_templates/*.jinja`, are listed: `download_tokenizer`).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow", ".txt", ".jsonl.gz", ".json.gz",
                    ".jsonl.zst", ".csv.gz", ".txt.gz")
 
@@ -128,13 +130,26 @@ def download_tokenizer(repo_id: str, revision: Optional[str] = None) -> Path:
             raise TokenizerError(f"{what} has no tokenizer.json on the Hub (only fast tokenizers are supported;"
                                  " convert it with transformers first)") from None
         raise TokenizerError(_why(e, what)) from None
-    for name in TOKENIZER_FILES[1:]:
+    for name in (*TOKENIZER_FILES[1:], *_named_templates(repo_id, revision)):
         try:
-            hf_hub_download(repo_id, name, revision=revision, local_files_only=hub_offline(),
-                                     cache_dir=cache_dir())
+            hf_hub_download(repo_id, name, revision=revision, local_files_only=hub_offline(), cache_dir=cache_dir())
         except Exception:  # noqa: BLE001 - optional files
             pass
     return found
+
+
+def _named_templates(repo_id: str, revision: Optional[str]) -> list[str]:
+    """The named chat template files of a hub model (`additional_chat_templates/<name>.jinja`, as
+    `transformers` saves them); none offline (the cached snapshot holds those fetched before)."""
+    if hub_offline():
+        return []
+    try:
+        from huggingface_hub import HfApi
+
+        entries = HfApi().list_repo_tree(repo_id, path_in_repo="additional_chat_templates", revision=revision)
+        return sorted(e.path for e in entries if e.path.endswith(".jinja"))
+    except Exception:  # noqa: BLE001 - no such folder (most repos), or the listing failed: optional files
+        return []
 
 
 def _readme_split_patterns(readme: Path, split: str) -> Optional[list[str]]:

@@ -325,7 +325,8 @@ def finalize_output(config: PipelineConfig, plan: RunPlan, shards: Iterable[Shar
     moves += [(Staging(plan.staging).file(rel), rel) for rel in rejected_files]
     tokenizer, per_dataset = plan.tokenizer_manifest()
     has_loss_mask = any("trained_tokens" in entry for entry in datasets.values())
-    chat = {d.name: {"template_hash": template_hash(d.chat_template) if d.chat_template else None,
+    chat = {d.name: {"template_hash": template_hash(d.chat_template, d.tokenizer_info.tool_template(d.chat_template))
+                     if d.chat_template else None,
                      "assistant_only_loss": config.chat.assistant_only_loss}
             for d in plan.datasets if any("trained_tokens" in entry for name, entry in datasets.items()
                                           if name == d.name or name.startswith(f"{d.name}/"))

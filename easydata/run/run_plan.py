@@ -20,10 +20,10 @@ from easydata.run.staged_units import write_units
 from easydata.run.checkpoint import UnitCheckpoint, completed_units, run_signature, unfinished_runs, write_run_info
 from easydata.config import DatasetConfig, PipelineConfig, TokenizerConfig
 from easydata.text.chat import ChatRenderer
-from easydata.text.chat_templates import NAMED_TEMPLATES, named_template
+from easydata.text.chat_templates import NAMED_TEMPLATES, named_template, template_file_text
 from easydata.errors import ConfigError, InputError
 from easydata.io.conversations import is_chat_field
-from easydata.io.filesystems import file_version, read_text
+from easydata.io.filesystems import file_version, read_bytes
 from easydata.io.group_files import discard_group_files
 from easydata.io.record_format import RecordFormatter
 from easydata.io.staging import Staging
@@ -88,7 +88,7 @@ class RunPlan:
     shuffle_dictionary: Optional[bytes] = None  # zstd dictionary of the shuffle (easydata.ops.shuffle_dictionary)
     signature: str = ""  # what a resumed run must share with this one (`run.json`)
     input_versions: dict[str, str] = dataclasses.field(default_factory=dict)  # every input file's version
-    shipped_tokenizers: tuple[tuple[str, str], ...] = ()  # (local directory, staged copy) `open_output` makes
+    shipped_tokenizers: tuple[tuple[str, str], ...] = ()  # (tokenizer, staged copy) `open_output` makes
 
     @property
     def resumed_unit_count(self) -> int:
@@ -113,25 +113,29 @@ class RunPlan:
         return first, (infos if differ else {})
 
 
-def load_chat_template(value: Optional[str]) -> Optional[str]:
-    """`chat.template`: the name of a shipped template (`chatml`, `llama3`, `mistral`, `gemma`, `phi3`:
-    `easydata.text.chat_templates`), a file holding a jinja template, or the template text itself;
-    checked to parse.
+def load_chat_template(value: Optional[str], own: Optional[dict[str, str]] = None) -> Optional[str]:
+    """`chat.template`: one of the tokenizer's own templates by name (`own`, from `TokenizerInfo.chat_templates`:
+    `tool_use`, `rag`, as `transformers`' `apply_chat_template(chat_template=<name>)` takes it), the name of a
+    shipped template (`chatml`, `llama3`, `mistral`, `gemma`, `phi3`: `easydata.text.chat_templates`), a file
+    holding a jinja template, or the template text itself; checked to parse.
 
     Raises:
       ConfigError: when it is neither a readable file nor a template that parses.
     """
     if value is None:
         return None
+    if own and value in own:
+        return own[value]
     named = named_template(value)
     if named is not None:
         return named
     if "{" not in value:  # not template text: must be a file
         try:
-            value = read_text(value)
+            value = template_file_text(read_bytes(value))
         except (InputError, OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"chat.template '{value}' is neither a shipped template ({', '.join(NAMED_TEMPLATES)}),"
-                              f" a readable file nor a jinja template: {e}") from None
+            names = f"one of the tokenizer's templates ({', '.join(sorted(own))}), " if own else ""
+            raise ConfigError(f"chat.template '{value}' is neither {names}a shipped template"
+                              f" ({', '.join(NAMED_TEMPLATES)}), a readable file nor a jinja template: {e}") from None
     try:
         ChatRenderer(value, {}, ())
     except ValueError as e:
@@ -258,30 +262,42 @@ def check_tokenizer(config: PipelineConfig, handle: TokenizerHandle) -> None:
       ConfigError: naming the tokenizer and the setting.
     """
     name = handle.config.name_or_path
+
+    def declares(kind: str) -> str:
+        missing = handle.missing_specials.get(kind)
+        return f"declares {kind}_token '{missing}', which its vocabulary lacks," if missing \
+            else f"declares no {kind.upper()} token"
+
     if config.tokenize.add_eos and handle.eos_token_id is None:
-        raise ConfigError(f"tokenizer '{name}' declares no EOS token but tokenize.add_eos is"
+        raise ConfigError(f"tokenizer '{name}' {declares('eos')} but tokenize.add_eos is"
                           " true: set the tokenizer's `eos_token` or tokenize.add_eos: false")
     if config.tokenize.add_bos and handle.bos_token_id is None:
-        raise ConfigError(f"tokenizer '{name}' declares no BOS token but tokenize.add_bos is"
+        raise ConfigError(f"tokenizer '{name}' {declares('bos')} but tokenize.add_bos is"
                           " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
 
 
-def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerConfig, info: TokenizerInfo,
-                     configured_template: Optional[str]) -> tuple[Optional[str], int]:
-    """A dataset's chat template (the configured one, else its tokenizer's) and padding id, checked: chat
-    records need a template that parses, and the padding id must be one of the vocabulary's.
+def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerConfig, info: TokenizerInfo
+                     ) -> tuple[Optional[str], int]:
+    """A dataset's chat template (`chat.template`: `load_chat_template`, else its tokenizer's default) and
+    padding id, checked: chat records need a template that parses, and the padding id must be one of the
+    vocabulary's.
 
     Raises:
       ConfigError: one line naming the dataset or tokenizer.
     """
-    template = configured_template if configured_template is not None else info.chat_template
+    own = dict(info.chat_templates)
+    configured = load_chat_template(config.chat.template, own)
+    template = configured if configured is not None else info.chat_template
     if template is None and is_chat_field(ds.content_field, config.chat.messages_field):
+        having = f"chat templates named {', '.join(sorted(own))} and none named 'default'" if own \
+            else "no chat template"
         raise ConfigError(f"dataset '{ds.name}' reads chat records (content_field '{ds.content_field}') but"
-                          f" tokenizer '{tok.name_or_path}' has no chat template and chat.template is not set:"
-                          " set chat.template (jinja text or a file)")
-    if configured_template is None and template is not None:
+                          f" tokenizer '{tok.name_or_path}' has {having}, and chat.template is not set: set"
+                          f" chat.template ({'one of those names, ' if own else ''}jinja text or a file)")
+    for checked in (template, info.tool_template(template)) if configured is None else ():
         try:
-            ChatRenderer(template, {}, ())
+            if checked is not None:
+                ChatRenderer(checked, {}, ())
         except ValueError as e:
             raise ConfigError(f"tokenizer '{tok.name_or_path}': {e}; set chat.template to one that works") from None
     pad_id = resolve_pad_id(config.pack, info.pad_token_id, info.eos_token_id)
@@ -308,7 +324,6 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
       ConfigError, InputError, TokenizerError: what the run would stop with first, one line each.
     """
     check_batch_job(config)
-    configured_template = load_chat_template(config.chat.template)
     handles: dict[TokenizerConfig, TokenizerHandle] = {}
     datasets = []
     for ds in config.datasets:
@@ -328,7 +343,7 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
                                                  splits_wanted=splits_per_dataset(), readers=readers)
         input_bytes = text_bytes(splits, ds, config.chat.messages_field)
         info = handles[tok].info
-        template, pad_id = dataset_settings(config, ds, tok, info, configured_template)
+        template, pad_id = dataset_settings(config, ds, tok, info)
         check_fields(config, ds, splits)
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes, pad_id=pad_id, chat_template=template,
@@ -396,8 +411,6 @@ def open_output(config: PipelineConfig, plan: RunPlan) -> None:
     Raises:
       OutputError: the output is in the way (exists without overwrite, foreign files) or cannot be written.
     """
-    from pathlib import Path
-
     from easydata.text.tokenizer import stage_tokenizer_files
 
     prepare_output(config.save.output_dir, config.save.overwrite)
@@ -412,7 +425,7 @@ def open_output(config: PipelineConfig, plan: RunPlan) -> None:
     for d in plan.datasets:  # what `ReadDocuments` looks its units up in
         write_units(plan.staging, d.name, d.work_units(by_name[d.name]))
     for source, target in plan.shipped_tokenizers:
-        stage_tokenizer_files(Path(source), target)
+        stage_tokenizer_files(source, target)
 
 
 def prepare_run(config: PipelineConfig, **options: Any) -> RunPlan:
@@ -488,7 +501,7 @@ def _shipped_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: s
     files go the same way: the workers could not read this machine's path.
 
     Returns:
-      The datasets with their tokenizers' staged locations, and the copies to make: (local directory, target).
+      The datasets with their tokenizers' staged locations, and the copies to make: (tokenizer, target).
     """
     from easydata.io.filesystems import local_path
     from easydata.text.tokenizer import is_hub_id, resolve_tokenizer_files
@@ -501,8 +514,8 @@ def _shipped_tokenizers(datasets: list[DatasetPlan], output_dir: str, staging: s
         name = d.tokenizer.name_or_path
         if is_hub_id(name) or (local_files and local_path(name) is not None):
             if name not in shipped:
-                tokenizer_file, _ = resolve_tokenizer_files(name)
-                shipped[name] = (str(tokenizer_file.parent), Staging(staging).tokenizer(name))
+                resolve_tokenizer_files(name)  # here, once: downloaded if it must be, or its error now
+                shipped[name] = (name, Staging(staging).tokenizer(name))
             d = dataclasses.replace(d, tokenizer=dataclasses.replace(d.tokenizer, name_or_path=shipped[name][1]))
         out.append(d)
     return out, tuple(shipped.values())

@@ -53,8 +53,11 @@ __all__ = ["ChatError", "Conversation", "ChatRenderer", "conversation_from_recor
 _GEN_OPEN, _GEN_CLOSE = "\ue000", "\ue001"  # private-use sentinels around generation blocks
 
 
-def template_hash(template: str) -> str:
-    return "sha256:" + hashlib.sha256(template.encode("utf-8")).hexdigest()
+def template_hash(template: str, tool_template: Optional[str] = None) -> str:
+    """`sha256:<hex>` of what renders a dataset's conversations: its template, and the one for conversations
+    with tools when that is another (`ChatRenderer`'s `tool_template`)."""
+    data = template if tool_template is None else f"{template}\0{tool_template}"
+    return "sha256:" + hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
 #: The largest string or list a chat template may build (characters or items), and render in all.
@@ -314,7 +317,8 @@ TEMPLATE_NOW = datetime.datetime(2024, 7, 26)
 
 
 class ChatRenderer:
-    """Renders conversations with one chat template.
+    """Renders conversations with one chat template (and, for conversations with tools, its tokenizer's
+    `tool_use` template where it has one: `TokenizerInfo.tool_template`).
 
     Args:
       template: jinja chat template text.
@@ -322,22 +326,28 @@ class ChatRenderer:
       end_of_turn_tokens: special token strings that may close an assistant turn (all of the
         tokenizer's special tokens is a good choice).
       template_kwargs: more template variables (`chat.template_kwargs`), beside the special tokens.
+      tool_template: what conversations with tools are rendered with instead of `template`.
 
     Raises:
       ValueError: the template does not parse, or `template_kwargs` sets what the renderer passes itself.
     """
 
     def __init__(self, template: str, special_tokens: dict[str, Optional[str]],
-                 end_of_turn_tokens: Iterable[str], template_kwargs: Optional[dict[str, Any]] = None):
+                 end_of_turn_tokens: Iterable[str], template_kwargs: Optional[dict[str, Any]] = None,
+                 tool_template: Optional[str] = None):
         reserved = sorted(TEMPLATE_ARGUMENTS.intersection(template_kwargs or {}))
         if reserved:
             raise ValueError(f"template_kwargs must not set {', '.join(reserved)}: the renderer passes them itself")
         environment = _environment()
-        try:
-            self._template = environment.from_string(template)
-        except Exception as e:  # a template that does not even parse is a config error
-            raise ValueError(f"chat template does not parse: {e}") from e
-        self._uses_generation = "generation" in template and "endgeneration" in template
+        texts = {False: template, True: tool_template or template}  # with tools or not -> the template
+        compiled: dict[str, Any] = {}
+        for text in texts.values():
+            try:
+                compiled[text] = compiled.get(text) or environment.from_string(text)
+            except Exception as e:  # a template that does not even parse is a config error
+                raise ValueError(f"chat template does not parse: {e}") from e
+        self._compiled = {tools: compiled[text] for tools, text in texts.items()}
+        self._marks = {tools: "generation" in text and "endgeneration" in text for tools, text in texts.items()}
         self._variables = {**{k: v for k, v in special_tokens.items() if v is not None}, **(template_kwargs or {})}
         self._end_tokens = sorted((t for t in end_of_turn_tokens if t), key=len, reverse=True)
 
@@ -346,13 +356,18 @@ class ChatRenderer:
                       ) -> "ChatRenderer":
         """A renderer with a `TokenizerHandle`'s special tokens as template variables (`bos_token`,
         `eos_token`, `pad_token`), and `template_kwargs` (`chat.template_kwargs`) beside them, and all its
-        special tokens as end-of-turn candidates."""
+        special tokens as end-of-turn candidates; conversations with tools get its `tool_use` template where
+        `template` is its default (`TokenizerInfo.tool_template`)."""
         tok = tokenizer.tokenizer
         ids = {"bos_token": tokenizer.bos_token_id, "eos_token": tokenizer.eos_token_id,
                "pad_token": tokenizer.pad_token_id}
         variables = {name: tok.id_to_token(i) if i is not None else None for name, i in ids.items()}
         specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
-        return cls(template, variables, specials, template_kwargs)
+        return cls(template, variables, specials, template_kwargs, tokenizer.info.tool_template(template))
+
+    def _uses_generation(self, conversation: Conversation) -> bool:
+        """The template this conversation is rendered with marks its trained text with `{% generation %}`."""
+        return self._marks[conversation.tools is not None]
 
     def render(self, conversation: Conversation) -> tuple[str, list[tuple[int, int]]]:
         """Returns `(text, spans)`: the rendered conversation and its trained character spans.
@@ -365,7 +380,7 @@ class ChatRenderer:
             if _GEN_OPEN in m["content"] or _GEN_CLOSE in m["content"]:
                 raise ChatError("message content holds reserved private-use characters U+E000/U+E001")
         text = _tokenizable(self._render(conversation.messages, conversation.tools, False))
-        if self._uses_generation:
+        if self._uses_generation(conversation):
             text, spans = _strip_generation_marks(text)
         else:
             spans = self._prefix_spans(text, conversation)
@@ -390,7 +405,7 @@ class ChatRenderer:
             if message["role"] != "assistant":
                 continue
             rendered = self._render(messages[:i], conversation.tools, True) if i else ""
-            if self._uses_generation:
+            if self._uses_generation(conversation):
                 rendered = _strip_generation_marks(rendered)[0]
             if not text.startswith(rendered.rstrip()):
                 if i < conversation.first_trained:
@@ -410,12 +425,12 @@ class ChatRenderer:
         """
         _BUDGET.deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
         text = _tokenizable(self._render(conversation.messages, conversation.tools, generation_prompt))
-        return _strip_generation_marks(text)[0] if self._uses_generation else text
+        return _strip_generation_marks(text)[0] if self._uses_generation(conversation) else text
 
     def _render(self, messages: Sequence[dict[str, Any]], tools: Optional[list[Any]], generation_prompt: bool) -> str:
         _BUDGET.steps = _BUDGET.built = 0
         try:
-            text = self._template.render(messages=list(messages), tools=tools,
+            text = self._compiled[tools is not None].render(messages=list(messages), tools=tools,
                                          add_generation_prompt=generation_prompt, **self._variables)
         except (Exception, RecursionError) as e:
             raise ChatError(f"chat template error: {type(e).__name__}: {e}") from None

@@ -26,10 +26,11 @@ from easydata.text.engines import flat_ids
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
 from easydata.text.windows import cut_documents
+from easydata.io.documents import lfs_pointer
 from easydata.io.token_arrays import surround
 
 __all__ = ["TokenizerHandle", "TokenizerInfo", "load_tokenizer", "preload_tokenizers", "resolve_tokenizer_files",
-           "shared_tokenizer", "choose_engine_here"]
+           "shared_tokenizer", "choose_engine_here", "without_length_settings", "saved_copy"]
 
 # Names under which tokenizers commonly declare their special tokens, tried in order when
 # `tokenizer_config.json` says nothing. They are looked up in the tokenizer's own vocabulary.
@@ -48,11 +49,22 @@ class TokenizerInfo:
     bos_token_id: Optional[int]
     eos_token_id: Optional[int]
     pad_token_id: Optional[int]
-    chat_template: Optional[str] = None
+    chat_templates: tuple[tuple[str, str], ...] = ()  # (name, jinja text): `chat_templates`
+
+    @property
+    def chat_template(self) -> Optional[str]:
+        """Its `default` chat template (what a chat record is rendered with unless `chat.template` is set)."""
+        return dict(self.chat_templates).get("default")
+
+    def tool_template(self, template: Optional[str]) -> Optional[str]:
+        """What conversations with tools are rendered with, `template` chosen: `chat_templates.tool_template`."""
+        from easydata.text.chat_templates import tool_template
+
+        return tool_template(dict(self.chat_templates), template)
 
     def to_manifest(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data.pop("chat_template")
+        data.pop("chat_templates")
         return data
 
 
@@ -66,10 +78,10 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
         return _fetched(name_or_path)
     path = Path(os.path.expanduser(name_or_path))
     if path.is_file():
-        return path, path.parent
+        return without_length_settings(path), path.parent
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
-            return path / "tokenizer.json", path
+            return without_length_settings(path / "tokenizer.json"), path
         raise TokenizerError(f"tokenizer directory '{name_or_path}' has no tokenizer.json"
                              " (only fast tokenizers are supported; convert with transformers first)")
     if looks_like_path(name_or_path):
@@ -79,16 +91,12 @@ def resolve_tokenizer_files(name_or_path: str) -> tuple[Path, Optional[Path]]:
         raise TokenizerError(f"tokenizer '{name_or_path}': no such file or directory{where}; a path must name a"
                              " directory with tokenizer.json or the file itself")
     if is_hub_id(name_or_path):
-        cached = _from_hf_cache(name_or_path)
-        if cached is None:
-            from easydata.io.hub import download_tokenizer
-
-            cached = download_tokenizer(name_or_path)
-        return cached, cached.parent
+        cached = _hub_tokenizer(name_or_path)
+        return without_length_settings(cached), cached.parent
     if not path.suffix:
-        cached = _from_hf_cache(name_or_path)
+        cached, _ = _from_hf_cache(name_or_path)
         if cached is not None:
-            return cached, cached.parent
+            return without_length_settings(cached), cached.parent
     raise TokenizerError(
         f"tokenizer '{name_or_path}' not found: give a directory with tokenizer.json, a tokenizer.json file,"
         " or a hub id 'owner/name' (downloaded into the Hugging Face cache; from the cache with HF_HUB_OFFLINE=1)")
@@ -112,21 +120,22 @@ def is_hub_id(name_or_path: str) -> bool:
             and not Path(os.path.expanduser(name_or_path)).exists())
 
 
-#: Tokenizer files next to `tokenizer.json` that loading reads.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 _FETCHED: dict[str, tuple[Path, Path]] = {}
 
 
-def stage_tokenizer_files(directory: Path, url: str) -> str:
-    """Copies a tokenizer's files into `url` (a directory on any file system); returns `url`."""
+def stage_tokenizer_files(name_or_path: str, url: str) -> str:
+    """Copies a tokenizer's files (`tokenizer.json` as runs read it, then `side_files`) into `url` (a directory
+    on any file system); returns `url`."""
     from easydata.io.filesystems import get_fs, join
 
+    tokenizer_file, config_dir = resolve_tokenizer_files(name_or_path)
     fs, root = get_fs(url)
     fs.makedirs(root, exist_ok=True)
-    for name in _TOKENIZER_FILES:
-        if (directory / name).is_file():
-            with fs.open(join(root, name), "wb") as f:
-                f.write((directory / name).read_bytes())
+    for name, data in {"tokenizer.json": tokenizer_file.read_bytes(), **side_files(config_dir)}.items():
+        if "/" in name:
+            fs.makedirs(join(root, name.rpartition("/")[0]), exist_ok=True)
+        with fs.open(join(root, name), "wb") as f:
+            f.write(data)
     return url
 
 
@@ -138,7 +147,12 @@ def _fetched(url: str) -> tuple[Path, Path]:
     if url not in _FETCHED:
         fs, root = get_fs(url)
         files: dict[str, bytes] = {}
-        for name in _TOKENIZER_FILES:
+        try:
+            named = [f"{CHAT_TEMPLATE_DIR}/{p.rpartition('/')[2]}"
+                     for p in fs.glob(join(root, CHAT_TEMPLATE_DIR, "*.jinja"))]
+        except OSError:
+            named = []
+        for name in ("tokenizer.json", *CONFIG_FILES, CHAT_TEMPLATE_FILE, *sorted(named)):
             try:
                 with fs.open(join(root, name), "rb") as f:
                     files[name] = f.read()
@@ -148,8 +162,62 @@ def _fetched(url: str) -> tuple[Path, Path]:
             except OSError as e:
                 raise TokenizerError(f"cannot read tokenizer '{url}': {e}") from None
         local = _local_copy(files)
-        _FETCHED[url] = (local / "tokenizer.json", local)
+        _FETCHED[url] = (without_length_settings(local / "tokenizer.json"), local)
     return _FETCHED[url]
+
+
+#: `tokenizer.json`'s settings that change the length of every encoding `tokenizers` makes.
+LENGTH_SETTINGS = ("truncation", "padding")
+_PLAIN: dict[tuple[str, int, int], Path] = {}
+
+
+def without_length_settings(tokenizer_file: Path) -> Path:
+    """`tokenizer_file`, or a copy of it without `truncation` and `padding` when it sets them.
+
+    A tokenizer saved after a call with `truncation=True, max_length=...` or after `enable_padding` keeps them
+    in `tokenizer.json` (sentence-transformers' tokenizers ship both), and `tokenizers` and the fast engines
+    apply them to every encoding: each document cut to `max_length` and padded with pad ids, without a word.
+    `transformers` turns both off unless a call asks for them, and so does this: the ids are the document's
+    whole encoding (`tokenize.max_length` and `truncation` are how a run cuts). The copy is shared like a
+    fetched tokenizer's (`_local_copy`); every reader of the tokenizer (the run, its engines, the content hash)
+    uses it, so the hash names the ids the run gives.
+    """
+    import re
+
+    try:
+        status = tokenizer_file.stat()
+    except OSError:
+        return tokenizer_file  # loading names the problem
+    key = (str(tokenizer_file), status.st_mtime_ns, status.st_size)
+    if key in _PLAIN:
+        return _PLAIN[key]
+    with open(tokenizer_file, "rb") as f:
+        head = f.read(1 << 16)  # `tokenizers` writes both first: `{"version":"1.0","truncation":null,"padding":null,`
+    plain = tokenizer_file
+    if not all(re.search(rb'"%s"\s*:\s*null' % name.encode(), head) for name in LENGTH_SETTINGS):
+        try:
+            content = json.loads(tokenizer_file.read_bytes())
+        except ValueError:
+            content = None  # loading names the problem
+        if isinstance(content, dict) and any(content.get(name) is not None for name in LENGTH_SETTINGS):
+            content.update({name: None for name in LENGTH_SETTINGS})
+            data = json.dumps(content, ensure_ascii=False).encode("utf-8")
+            plain = _local_copy({"tokenizer.json": data}) / "tokenizer.json"
+    _PLAIN[key] = plain
+    return plain
+
+
+def saved_copy(tokenizer: Any) -> Path:
+    """A `transformers` fast tokenizer object as files, as it is now: `save_pretrained` into a directory named
+    by their content (`_local_copy`). Loading the files it came from (its `name_or_path`) lost what was done to
+    it since: tokens added (`add_tokens`: a text with one was split into pieces), special tokens and templates
+    set."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer.save_pretrained(folder)
+        files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in Path(folder).rglob("*") if p.is_file()}
+    return _local_copy(files)
 
 
 def _local_copy(files: dict[str, bytes]) -> Path:
@@ -172,9 +240,9 @@ def _local_copy(files: dict[str, bytes]) -> Path:
     def holds_them() -> bool:
         try:
             status = shared.stat()
-            return (status.st_uid == os.getuid() and not status.st_mode & 0o022
-                    and all((shared / name).read_bytes() == files[name] if name in files
-                            else not (shared / name).exists() for name in _TOKENIZER_FILES))
+            held = {p.relative_to(shared).as_posix() for p in shared.rglob("*") if not p.is_dir()}
+            return (status.st_uid == os.getuid() and not status.st_mode & 0o022 and held == set(files)
+                    and all((shared / name).read_bytes() == data for name, data in files.items()))
         except OSError:
             return False
 
@@ -182,6 +250,7 @@ def _local_copy(files: dict[str, bytes]) -> Path:
         return shared
     own = Path(tempfile.mkdtemp(prefix=f"{shared.name}.tmp-"))
     for name, data in files.items():
+        (own / name).parent.mkdir(parents=True, exist_ok=True)
         (own / name).write_bytes(data)
     try:
         os.rename(own, shared)  # fails when `shared` exists (another process's, or something else)
@@ -193,18 +262,44 @@ def _local_copy(files: dict[str, bytes]) -> Path:
     return own
 
 
-def _from_hf_cache(repo_id: str) -> Optional[Path]:
+def _from_hf_cache(repo_id: str) -> tuple[Optional[Path], bool]:
+    """A hub tokenizer's cached `tokenizer.json` (None: not cached), and whether the cache also knows of its
+    other files (`easydata.io.hub.TOKENIZER_FILES`: each cached, or known not to exist). A cache that holds
+    `tokenizer.json` alone (fetched by another tool, or before chat template files were fetched) does not."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
-        return None
+        return None, False
     try:
-        from easydata.io.hub import cache_dir
+        from easydata.io.hub import TOKENIZER_FILES, cache_dir
 
         found = try_to_load_from_cache(repo_id, "tokenizer.json", cache_dir=cache_dir())
+        if not isinstance(found, str):
+            return None, False
+        return Path(found), all(try_to_load_from_cache(repo_id, name, cache_dir=cache_dir()) is not None
+                                for name in TOKENIZER_FILES[1:])
     except Exception:  # invalid repo ids raise a validation error: treat as "not cached"
-        return None
-    return Path(found) if isinstance(found, str) else None
+        return None, False
+
+
+def _hub_tokenizer(repo_id: str) -> Path:
+    """A hub tokenizer's `tokenizer.json` from the cache, or downloaded with its other files when the cache
+    does not hold them all and the Hub may be asked; the cached one when the Hub cannot give them.
+
+    Raises:
+      TokenizerError: not cached, and it cannot be downloaded (`download_tokenizer`).
+    """
+    from easydata.io.hub import download_tokenizer, hub_offline
+
+    cached, complete = _from_hf_cache(repo_id)
+    if cached is not None and (complete or hub_offline()):
+        return cached
+    try:
+        return download_tokenizer(repo_id)
+    except TokenizerError:
+        if cached is None:
+            raise
+        return cached
 
 
 def _token_content(value: Any) -> Optional[str]:
@@ -215,22 +310,61 @@ def _token_content(value: Any) -> Optional[str]:
 
 #: The files beside `tokenizer.json` whose content shapes the ids (special tokens, chat template): hashed with it.
 CONFIG_FILES = ("special_tokens_map.json", "tokenizer_config.json")
+#: Where `transformers` (4.47 and later; 5 by default) saves chat templates: the default one beside
+#: `tokenizer_config.json` (which then holds none), the others by name in a folder (`<name>.jinja`).
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
+
+
+def side_files(config_dir: Optional[Path]) -> dict[str, bytes]:
+    """The files beside `tokenizer.json` that shape its ids, by their path under `config_dir`: `CONFIG_FILES`,
+    then the chat template files (`CHAT_TEMPLATE_FILE`, `CHAT_TEMPLATE_DIR/*.jinja`), in the order they are
+    hashed."""
+    if config_dir is None:
+        return {}
+    folder = config_dir / CHAT_TEMPLATE_DIR
+    named = sorted(f"{CHAT_TEMPLATE_DIR}/{p.name}" for p in folder.glob("*.jinja")) if folder.is_dir() else []
+    return {name: (config_dir / name).read_bytes() for name in (*CONFIG_FILES, CHAT_TEMPLATE_FILE, *named)
+            if (config_dir / name).is_file()}
+
+
+def _hash_files(tokenizer_json: bytes, files: dict[str, bytes]) -> str:
+    """`sha256:<hex>` of `tokenizer.json` and its `side_files` (a template file with its name: the name says
+    which conversations it renders)."""
+    hasher = hashlib.sha256(tokenizer_json)
+    for name, data in files.items():
+        hasher.update(data if name in CONFIG_FILES else name.encode() + b"\0" + data)
+    return "sha256:" + hasher.hexdigest()
+
+
+def chat_templates(config: dict[str, Any], files: dict[str, bytes]) -> dict[str, str]:
+    """A tokenizer's chat templates by name, found as `transformers` finds them: the template files
+    (`CHAT_TEMPLATE_FILE` is `default`) when there are any, else `tokenizer_config.json`'s `chat_template`, a
+    text (`default`) or a list of `{"name", "template"}` (Command R's, Hermes 2 Pro's)."""
+    from easydata.text.chat_templates import template_file_text
+
+    found = {name.rpartition("/")[2].removesuffix(".jinja") if "/" in name else "default": template_file_text(data)
+             for name, data in files.items() if name == CHAT_TEMPLATE_FILE or name.startswith(CHAT_TEMPLATE_DIR)}
+    if found:
+        return found
+    declared = config.get("chat_template")
+    if isinstance(declared, str):
+        return {"default": declared}
+    if isinstance(declared, list):
+        return {t["name"]: t["template"] for t in declared
+                if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str)}
+    return {}
 
 
 def tokenizer_content_hash(name_or_path: str) -> str:
-    """`sha256:<hex>` of a tokenizer's files (`tokenizer.json`, then `CONFIG_FILES`): the identity of the ids
+    """`sha256:<hex>` of a tokenizer's files (`tokenizer.json`, then `side_files`): the identity of the ids
     it gives, as the manifest records it (`TokenizerInfo.content_hash`), without loading the tokenizer.
 
     Raises:
       TokenizerError: the tokenizer cannot be found (`resolve_tokenizer_files`).
     """
     tokenizer_file, config_dir = resolve_tokenizer_files(name_or_path)
-    hasher = hashlib.sha256(tokenizer_file.read_bytes())
-    for name in CONFIG_FILES:
-        file = config_dir / name if config_dir else None
-        if file is not None and file.is_file():
-            hasher.update(file.read_bytes())
-    return "sha256:" + hasher.hexdigest()
+    return _hash_files(tokenizer_file.read_bytes(), side_files(config_dir))
 
 
 class TokenizerHandle:
@@ -251,48 +385,59 @@ class TokenizerHandle:
         try:
             self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
         except Exception as e:
-            raise TokenizerError(f"cannot load tokenizer '{tokenizer_file}': {e}") from None
-        hasher = hashlib.sha256(raw)
+            why = lfs_pointer(raw[:64]) or e  # a repo cloned without git-lfs holds pointers to large files
+            raise TokenizerError(f"cannot load tokenizer '{tokenizer_file}': {why}") from None
+        files = side_files(config_dir)
         meta: dict[str, Any] = {}
-        for name in CONFIG_FILES:
-            file = config_dir / name if config_dir else None
-            if file is not None and file.is_file():
-                content = file.read_bytes()
-                hasher.update(content)
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):  # the map's tokens win, as in transformers
+            if name in files:
                 try:
-                    meta.update(json.loads(content))
+                    meta.update(json.loads(files[name]))
                 except ValueError as e:  # invalid JSON, or not UTF-8
-                    raise TokenizerError(f"'{file}' is not valid JSON: {e}") from None
-        self.bos_token_id = self._special_id(config.bos_token, meta.get("bos_token"), _BOS_CANDIDATES, "bos")
-        self.eos_token_id = self._special_id(config.eos_token, meta.get("eos_token"), _EOS_CANDIDATES, "eos")
+                    raise TokenizerError(f"'{config_dir / name}' is not valid JSON: {e}") from None
+        try:
+            templates = chat_templates(meta, files)
+        except UnicodeDecodeError as e:
+            raise TokenizerError(f"a chat template file of '{config.name_or_path}' is not UTF-8: {e}") from None
+        #: special tokens its config files declare that its vocabulary lacks (kind -> text): named in errors
+        self.missing_specials: dict[str, str] = {}
+        self.bos_token_id = self._special_id(config.bos_token, meta, _BOS_CANDIDATES, "bos")
+        self.eos_token_id = self._special_id(config.eos_token, meta, _EOS_CANDIDATES, "eos")
         if config.eos_token_id is not None:  # `pack.eos_token_id`: an id, checked against the vocabulary
             if self.tokenizer.id_to_token(config.eos_token_id) is None:
                 raise TokenizerError(f"pack.eos_token_id {config.eos_token_id} is not an id of '{config.name_or_path}'"
                                      f" (vocabulary of {self.tokenizer.get_vocab_size(with_added_tokens=True)})")
             self.eos_token_id = config.eos_token_id
-        self.pad_token_id = self._special_id(config.pad_token, meta.get("pad_token"), _PAD_CANDIDATES, "pad")
-        template = meta.get("chat_template")
+        self.pad_token_id = self._special_id(config.pad_token, meta, _PAD_CANDIDATES, "pad")
         self.info = TokenizerInfo(
             name_or_path=config.name_or_path,
-            content_hash="sha256:" + hasher.hexdigest(),
+            content_hash=_hash_files(raw, files),
             vocab_size=self.tokenizer.get_vocab_size(with_added_tokens=True),
             bos_token_id=self.bos_token_id,
             eos_token_id=self.eos_token_id,
             pad_token_id=self.pad_token_id,
-            chat_template=template if isinstance(template, str) else None,
+            chat_templates=tuple(templates.items()),
         )
 
-    def _special_id(self, override: Optional[str], declared: Any, candidates: Sequence[str],
+    def _special_id(self, override: Optional[str], meta: dict[str, Any], candidates: Sequence[str],
                     kind: str) -> Optional[int]:
+        """The id of the `kind` special token: the configured one, else what the config files declare (`null`
+        there: none, as `transformers` reads it), else the first of `candidates` among its special tokens."""
         if override is not None:
             token_id = self.tokenizer.token_to_id(override)
             if token_id is None:
                 raise TokenizerError(f"{kind}_token '{override}' is not in the vocabulary of"
                                      f" '{self.config.name_or_path}'")
             return token_id
+        declared = meta.get(f"{kind}_token")
+        if f"{kind}_token" in meta and declared is None:
+            return None
         declared_text = _token_content(declared)
         if declared_text is not None:
-            return self.tokenizer.token_to_id(declared_text)
+            token_id = self.tokenizer.token_to_id(declared_text)
+            if token_id is None:
+                self.missing_specials[kind] = declared_text
+            return token_id
         special = {t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special}
         for candidate in candidates:
             if candidate in special:
