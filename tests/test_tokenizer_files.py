@@ -198,7 +198,7 @@ def test_a_tokenizer_without_a_default_template_says_which_it_has(named_template
     done = _run(tmp_path, listed, data, "out", datasets=[{"name": "d", "data_files": str(data),
                                                           "content_field": "messages"}])
     assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
-    assert "has chat templates named rag, tool_use and none named 'default'" in done.stderr
+    assert "has chat templates named rag, tool_use but none named 'default'" in done.stderr
     assert "set chat.template (one of those names" in done.stderr
 
 

@@ -54,7 +54,7 @@ def _renderer(tokenizer: Any, template: Optional[str], template_kwargs: Optional
     text = (own.get(template) or named_template(template) or template) if template else own.get("default")
     if not text:
         name = tokenizer.name_or_path if transformers_object else handle.info.name_or_path
-        having = f"chat templates named {', '.join(sorted(own))} and none named 'default'" if own \
+        having = f"chat templates named {', '.join(sorted(own))} but none named 'default'" if own \
             else "no chat_template"
         raise ValueError(f"tokenizer '{name}' has {having}; pass chat_template=")
     if handle is not None:

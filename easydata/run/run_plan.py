@@ -289,10 +289,10 @@ def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerCo
     configured = load_chat_template(config.chat.template, own)
     template = configured if configured is not None else info.chat_template
     if template is None and is_chat_field(ds.content_field, config.chat.messages_field):
-        having = f"chat templates named {', '.join(sorted(own))} and none named 'default'" if own \
+        having = f"chat templates named {', '.join(sorted(own))} but none named 'default'" if own \
             else "no chat template"
         raise ConfigError(f"dataset '{ds.name}' reads chat records (content_field '{ds.content_field}') but"
-                          f" tokenizer '{tok.name_or_path}' has {having}, and chat.template is not set: set"
+                          f" tokenizer '{tok.name_or_path}' has {having} and chat.template is not set: set"
                           f" chat.template ({'one of those names, ' if own else ''}jinja text or a file)")
     for checked in (template, info.tool_template(template)) if configured is None else ():
         try:
