@@ -276,17 +276,16 @@ def check_tokenizer(config: PipelineConfig, handle: TokenizerHandle) -> None:
                           " true: set the tokenizer's `bos_token` or tokenize.add_bos: null")
 
 
-def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerConfig, info: TokenizerInfo
-                     ) -> tuple[Optional[str], int]:
-    """A dataset's chat template (`chat.template`: `load_chat_template`, else its tokenizer's default) and
-    padding id, checked: chat records need a template that parses, and the padding id must be one of the
-    vocabulary's.
+def dataset_settings(config: PipelineConfig, ds: DatasetConfig, tok: TokenizerConfig, info: TokenizerInfo,
+                     configured: Optional[str]) -> tuple[Optional[str], int]:
+    """A dataset's chat template (`configured`: `chat.template` as `load_chat_template` read it for this
+    tokenizer, else the tokenizer's default) and padding id, checked: chat records need a template that parses,
+    and the padding id must be one of the vocabulary's.
 
     Raises:
       ConfigError: one line naming the dataset or tokenizer.
     """
     own = dict(info.chat_templates)
-    configured = load_chat_template(config.chat.template, own)
     template = configured if configured is not None else info.chat_template
     if template is None and is_chat_field(ds.content_field, config.chat.messages_field):
         having = f"chat templates named {', '.join(sorted(own))} but none named 'default'" if own \
@@ -325,6 +324,7 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
     """
     check_batch_job(config)
     handles: dict[TokenizerConfig, TokenizerHandle] = {}
+    configured: dict[TokenizerConfig, Optional[str]] = {}  # `chat.template` as read for each tokenizer
     datasets = []
     for ds in config.datasets:
         tok = config.tokenizer_for(ds)
@@ -338,12 +338,13 @@ def plan_datasets(config: PipelineConfig, *, split_bytes: Optional[int] = None,
             handle = load_tokenizer(tok)
             check_tokenizer(config, handle)
             handles[tok] = handle
+            configured[tok] = load_chat_template(config.chat.template, dict(handle.info.chat_templates))
         readers = parallel_readers()
         splits, planned_split_bytes = plan_input(ds, target_bytes=split_bytes, exclude_dirs=(config.save.output_dir,),
                                                  splits_wanted=splits_per_dataset(), readers=readers)
         input_bytes = text_bytes(splits, ds, config.chat.messages_field)
         info = handles[tok].info
-        template, pad_id = dataset_settings(config, ds, tok, info)
+        template, pad_id = dataset_settings(config, ds, tok, info, configured[tok])
         check_fields(config, ds, splits)
         datasets.append(DatasetPlan(name=ds.name, splits=splits, tokenizer=tok, tokenizer_info=info,
                                     input_bytes=input_bytes, pad_id=pad_id, chat_template=template,
