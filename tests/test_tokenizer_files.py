@@ -311,3 +311,38 @@ def test_a_transformers_tokenizer_object_is_read_as_it_is_now(qwen3_tokenizer_di
     rows = list(TokenizedShardedSource(JsonShardedSource(str(tmp_path / "a.jsonl")), auto, add_eos=False, engine="hf"))
     assert [r["input_ids"] for r in rows] == auto(texts)["input_ids"]
     assert all(len(auto) - 1 in r["input_ids"] for r in rows)  # the added token's id
+
+
+def test_a_hub_tokenizer_is_downloaded_with_its_template_files(named_templates, tmp_path):
+    # Online, a hub id is downloaded with its config files, `chat_template.jinja` and the named templates of
+    # `additional_chat_templates/` (a local server answers as the Hub does: tests/hub_server.py); a cache that
+    # holds tokenizer.json alone (fetched by another tool) is completed; then the cache alone serves offline.
+    # In a process of its own: huggingface_hub reads HF_ENDPOINT and HF_HUB_OFFLINE when first imported.
+    from tests.hub_server import HubServer
+
+    files, _, default, tool_use = named_templates
+    repo = {p.relative_to(files).as_posix(): p.read_bytes() for p in files.rglob("*") if p.is_file()}
+    assert set(repo) >= {"tokenizer.json", "chat_template.jinja", "additional_chat_templates/tool_use.jinja"}
+    script = """
+import json, sys
+from huggingface_hub import hf_hub_download
+from easydata.text.tokenizer import load_tokenizer
+if sys.argv[1] == "online":
+    hf_hub_download("acme/partial", "tokenizer.json")  # another tool fetched tokenizer.json alone
+print(json.dumps({r: dict(load_tokenizer(r).info.chat_templates) for r in ("acme/saved", "acme/partial")}))
+"""
+    with HubServer({"acme/saved": repo, "acme/partial": repo}) as server:
+        for mode in ("online", "offline"):
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_ENDPOINT": server.url, "HF_HUB_CACHE": str(tmp_path),
+                   "HF_HUB_OFFLINE": "1" if mode == "offline" else "0"}
+            asked = len(server.requests)
+            done = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
+                                  timeout=300)
+            assert done.returncode == 0, done.stderr
+            found = json.loads(done.stdout.strip().splitlines()[-1])
+            assert found == {r: {"default": default, "tool_use": tool_use} for r in ("acme/saved", "acme/partial")}
+            if mode == "online":
+                assert "GET /api/models/acme/saved/tree/main/additional_chat_templates" in server.requests
+                assert "GET /acme/partial/resolve/main/chat_template.jinja" in server.requests
+            else:
+                assert len(server.requests) == asked  # the cache alone
