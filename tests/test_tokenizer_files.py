@@ -346,3 +346,15 @@ print(json.dumps({r: dict(load_tokenizer(r).info.chat_templates) for r in ("acme
                 assert "GET /acme/partial/resolve/main/chat_template.jinja" in server.requests
             else:
                 assert len(server.requests) == asked  # the cache alone
+
+
+def test_a_tokenizer_file_of_another_name_is_staged_as_tokenizer_json(qwen3_tokenizer_dir, tmp_path):
+    # Staging copied `tokenizer.json` from the file's folder: `my-tok.json` was staged without it, and every
+    # remote worker failed with "has no tokenizer.json".
+    own = tmp_path / "tok" / "my-tok.json"
+    own.parent.mkdir()
+    own.write_bytes((qwen3_tokenizer_dir / "tokenizer.json").read_bytes())
+    url = stage_tokenizer_files(str(own), "memory://staging/run/my-tok")
+    texts = make_texts(3, seed=9)
+    staged, local = load_tokenizer(url), load_tokenizer(str(own))
+    assert [e.ids for e in staged.tokenizer.encode_batch(texts)] == [e.ids for e in local.tokenizer.encode_batch(texts)]
