@@ -431,7 +431,7 @@ class ChatRenderer:
         _BUDGET.steps = _BUDGET.built = 0
         try:
             text = self._compiled[tools is not None].render(messages=list(messages), tools=tools,
-                                         add_generation_prompt=generation_prompt, **self._variables)
+                                                            add_generation_prompt=generation_prompt, **self._variables)
         except (Exception, RecursionError) as e:
             raise ChatError(f"chat template error: {type(e).__name__}: {e}") from None
         if len(text) > MAX_TEMPLATE_ITEMS:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from easydata.text import long_texts
+from easydata.text.chat_templates import template_file_text, tool_template
 from easydata.text.engines import flat_ids
 from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
@@ -58,8 +59,6 @@ class TokenizerInfo:
 
     def tool_template(self, template: Optional[str]) -> Optional[str]:
         """What conversations with tools are rendered with, `template` chosen: `chat_templates.tool_template`."""
-        from easydata.text.chat_templates import tool_template
-
         return tool_template(dict(self.chat_templates), template)
 
     def to_manifest(self) -> dict[str, Any]:
@@ -341,8 +340,6 @@ def chat_templates(config: dict[str, Any], files: dict[str, bytes]) -> dict[str,
     """A tokenizer's chat templates by name, found as `transformers` finds them: the template files
     (`CHAT_TEMPLATE_FILE` is `default`) when there are any, else `tokenizer_config.json`'s `chat_template`, a
     text (`default`) or a list of `{"name", "template"}` (Command R's, Hermes 2 Pro's)."""
-    from easydata.text.chat_templates import template_file_text
-
     found = {name.rpartition("/")[2].removesuffix(".jinja") if "/" in name else "default": template_file_text(data)
              for name, data in files.items() if name == CHAT_TEMPLATE_FILE or name.startswith(CHAT_TEMPLATE_DIR)}
     if found:
