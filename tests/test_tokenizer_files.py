@@ -2,7 +2,7 @@
 
 A `tokenizer.json` that keeps `truncation` / `padding` (saved after a call that asked for them, as
 sentence-transformers' tokenizers ship), chat templates in `chat_template.jinja` and
-`additional_chat_templates/` (what `transformers` 4.47+ and 5 write), a `chat_template` list of named templates
+`additional_chat_templates/` (what `transformers` 5 writes), a `chat_template` list of named templates
 (Command R, Hermes 2 Pro), a cache that holds `tokenizer.json` alone, special tokens declared `null` or absent
 from the vocabulary. Each is checked against what `transformers` itself makes of the same files.
 """

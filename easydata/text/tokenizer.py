@@ -309,7 +309,7 @@ def _token_content(value: Any) -> Optional[str]:
 
 #: The files beside `tokenizer.json` whose content shapes the ids (special tokens, chat template): hashed with it.
 CONFIG_FILES = ("special_tokens_map.json", "tokenizer_config.json")
-#: Where `transformers` (4.47 and later; 5 by default) saves chat templates: the default one beside
+#: Where recent `transformers` (5 by default) saves chat templates: the default one beside
 #: `tokenizer_config.json` (which then holds none), the others by name in a folder (`<name>.jinja`).
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 CHAT_TEMPLATE_DIR = "additional_chat_templates"
