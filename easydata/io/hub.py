@@ -18,9 +18,15 @@ from easydata.io.split_names import names_split, splits_named
 
 __all__ = ["cache_dir", "hub_offline", "hub_unreachable", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
 
-#: A hub tokenizer's files: `tokenizer.json`, its config files and the default chat template's file (the named
-#: ones, `additional_chat_templates/*.jinja`, are listed: `download_tokenizer`).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+#: A tokenizer's files as `transformers` saves them and the Hub holds them. The config files beside `tokenizer.json`
+#: shape its ids (special tokens, chat template) and are hashed with it (`easydata.text.tokenizer`).
+CONFIG_FILES = ("special_tokens_map.json", "tokenizer_config.json")
+#: Where recent `transformers` (5 by default) saves chat templates: the default one beside
+#: `tokenizer_config.json` (which then holds none), the others by name in a folder (`<name>.jinja`).
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+CHAT_TEMPLATE_DIR = "additional_chat_templates"
+#: A tokenizer's files by fixed name (the named templates in `CHAT_TEMPLATE_DIR` are listed: `download_tokenizer`).
+TOKENIZER_FILES = ("tokenizer.json", *CONFIG_FILES, CHAT_TEMPLATE_FILE)
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow", ".txt", ".jsonl.gz", ".json.gz",
                    ".jsonl.zst", ".csv.gz", ".txt.gz")
 
@@ -139,14 +145,14 @@ def download_tokenizer(repo_id: str, revision: Optional[str] = None) -> Path:
 
 
 def _named_templates(repo_id: str, revision: Optional[str]) -> list[str]:
-    """The named chat template files of a hub model (`additional_chat_templates/<name>.jinja`, as
+    """The named chat template files of a hub model (`CHAT_TEMPLATE_DIR/<name>.jinja`, as
     `transformers` saves them); none offline (the cached snapshot holds those fetched before)."""
     if hub_offline():
         return []
     try:
         from huggingface_hub import HfApi
 
-        entries = HfApi().list_repo_tree(repo_id, path_in_repo="additional_chat_templates", revision=revision)
+        entries = HfApi().list_repo_tree(repo_id, path_in_repo=CHAT_TEMPLATE_DIR, revision=revision)
         return sorted(e.path for e in entries if e.path.endswith(".jinja"))
     except Exception:  # noqa: BLE001 - no such folder (most repos), or the listing failed: optional files
         return []

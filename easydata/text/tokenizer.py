@@ -28,6 +28,7 @@ from easydata.config import TokenizerConfig
 from easydata.errors import TokenizerError
 from easydata.text.windows import cut_documents
 from easydata.io.documents import lfs_pointer
+from easydata.io.hub import CHAT_TEMPLATE_DIR, CHAT_TEMPLATE_FILE, CONFIG_FILES, TOKENIZER_FILES
 from easydata.io.token_arrays import surround
 
 __all__ = ["TokenizerHandle", "TokenizerInfo", "load_tokenizer", "preload_tokenizers", "resolve_tokenizer_files",
@@ -151,7 +152,7 @@ def _fetched(url: str) -> tuple[Path, Path]:
                      for p in fs.glob(join(root, CHAT_TEMPLATE_DIR, "*.jinja"))]
         except OSError:
             named = []
-        for name in ("tokenizer.json", *CONFIG_FILES, CHAT_TEMPLATE_FILE, *sorted(named)):
+        for name in (*TOKENIZER_FILES, *sorted(named)):
             try:
                 with fs.open(join(root, name), "rb") as f:
                     files[name] = f.read()
@@ -270,7 +271,7 @@ def _from_hf_cache(repo_id: str) -> tuple[Optional[Path], bool]:
     except ImportError:
         return None, False
     try:
-        from easydata.io.hub import TOKENIZER_FILES, cache_dir
+        from easydata.io.hub import cache_dir
 
         found = try_to_load_from_cache(repo_id, "tokenizer.json", cache_dir=cache_dir())
         if not isinstance(found, str):
@@ -307,13 +308,6 @@ def _token_content(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
-#: The files beside `tokenizer.json` whose content shapes the ids (special tokens, chat template): hashed with it.
-CONFIG_FILES = ("special_tokens_map.json", "tokenizer_config.json")
-#: Where recent `transformers` (5 by default) saves chat templates: the default one beside
-#: `tokenizer_config.json` (which then holds none), the others by name in a folder (`<name>.jinja`).
-CHAT_TEMPLATE_FILE = "chat_template.jinja"
-CHAT_TEMPLATE_DIR = "additional_chat_templates"
-
 
 def side_files(config_dir: Optional[Path]) -> dict[str, bytes]:
     """The files beside `tokenizer.json` that shape its ids, by their path under `config_dir`: `CONFIG_FILES`,
@@ -323,7 +317,7 @@ def side_files(config_dir: Optional[Path]) -> dict[str, bytes]:
         return {}
     folder = config_dir / CHAT_TEMPLATE_DIR
     named = sorted(f"{CHAT_TEMPLATE_DIR}/{p.name}" for p in folder.glob("*.jinja")) if folder.is_dir() else []
-    return {name: (config_dir / name).read_bytes() for name in (*CONFIG_FILES, CHAT_TEMPLATE_FILE, *named)
+    return {name: (config_dir / name).read_bytes() for name in (*TOKENIZER_FILES[1:], *named)
             if (config_dir / name).is_file()}
 
 
