@@ -250,6 +250,30 @@ def test_special_tokens_declared_null_or_missing(mistral_tokenizer_dir, qwen3_to
     assert "declares eos_token '<|eot_id|>', which its vocabulary lacks, but tokenize.add_eos is true" in done.stderr
 
 
+def test_a_declared_pad_token_the_vocabulary_lacks_is_named_where_rows_are_padded(mistral_tokenizer_dir, tmp_path,
+                                                                                  capsys):
+    # Packed rows were padded with the EOS id without a word, though the tokenizer names another pad token
+    # (transformers would add '<pad>' as a new id, 32000, which the model has no embedding for).
+    from easydata.run.run_plan import plan_datasets
+
+    declared = _copy(mistral_tokenizer_dir, tmp_path / "pad", config={"pad_token": "<pad>"})
+    assert _auto(declared).pad_token_id == 32000
+    data = write_jsonl(tmp_path / "d.jsonl", [{"text": t} for t in make_texts(5, seed=6)])
+
+    def plan(tokenizer: Path, pack: dict) -> tuple[int, str]:
+        config = PipelineConfig.from_dict({"default_tokenizer": str(tokenizer), "pack": pack, "datasets": [
+            {"name": "d", "data_files": str(data)}], "save": {"output_dir": str(tmp_path / "out")}})
+        return plan_datasets(config)[0][0].pad_id, capsys.readouterr().err
+
+    pad_id, said = plan(declared, {"enabled": True, "seq_length": 64})
+    assert pad_id == 2
+    assert said == ("easydata: warning: tokenizer '" + str(declared) + "' declares pad_token '<pad>', which its"
+                    " vocabulary lacks: packed rows are padded with its EOS id 2 (set pack.pad_token_id to choose)\n")
+    assert plan(declared, {"enabled": True, "seq_length": 64, "pad_token_id": 0}) == (0, "")  # chosen: no warning
+    assert plan(declared, {"enabled": False})[1] == ""  # nothing padded
+    assert plan(mistral_tokenizer_dir, {"enabled": True, "seq_length": 64}) == (2, "")  # declares none: as documented
+
+
 def test_a_tokenizer_without_template_files_keeps_its_content_hash(qwen3_tokenizer_dir):
     # The content hash of a tokenizer without template files is what it was (outputs and resumes keep it).
     import hashlib

@@ -256,12 +256,20 @@ def check_shared_by_processes(config: PipelineConfig, workers: int) -> None:
 
 
 def check_tokenizer(config: PipelineConfig, handle: TokenizerHandle) -> None:
-    """A loaded tokenizer declares the special tokens the job adds (`tokenize.add_eos`, `add_bos`).
+    """A loaded tokenizer declares the special tokens the job adds (`tokenize.add_eos`, `add_bos`). A padding
+    token it declares but its vocabulary lacks is named in a warning line when packed rows will be padded with
+    another id (`transformers` would add it as a new id, which the model has no embedding for).
 
     Raises:
       ConfigError: naming the tokenizer and the setting.
     """
     name = handle.config.name_or_path
+    if config.pack.enabled and config.pack.pad_token_id is None and "pad" in handle.missing_specials:
+        pad_id = resolve_pad_id(config.pack, handle.pad_token_id, handle.eos_token_id)
+        instead = f"its EOS id {pad_id}" if pad_id == handle.eos_token_id else f"id {pad_id}"
+        print(f"easydata: warning: tokenizer '{name}' declares pad_token '{handle.missing_specials['pad']}', which"
+              f" its vocabulary lacks: packed rows are padded with {instead} (set pack.pad_token_id to choose)",
+              file=sys.stderr)
 
     def declares(kind: str) -> str:
         missing = handle.missing_specials.get(kind)
