@@ -5,7 +5,8 @@ against Megatron-LM's `tools/preprocess_data_fast.py` (gigatoken) on the same do
 For each tokenizer (Mistral 7B, Qwen3; `../shared/tokenizers`):
 
 1. HF's ceiling: one single-threaded `encode_batch_fast` process per usable core over the 48 MB corpus (the same
-   material as the large one), only the encode calls timed (`bench_pipeline.encode_single_thread`).
+   material as the large one), only the encode calls timed (`bench_pipeline.encode_single_thread`); measured
+   before the first run of step 2 and again after each, and each run is divided by the mean of the two around it.
 2. On the `--size-mb` corpus (default 1,000 MB; generated past the machine's material, see bench_pipeline.py):
    the default engine (`auto`) on the JSONL, the default engine on a Parquet copy of it (same documents, one
    `text` column), and `engine: hf` on the JSONL; packed first_fit at 2048, Parquet/zstd. Tokens/s of each over
@@ -19,7 +20,7 @@ For each tokenizer (Mistral 7B, Qwen3; `../shared/tokenizers`):
    script, alternated `--repeat` times; both outputs read back with megatron-core's `IndexedDataset` and
    compared document for document (as a multiset: ours are shuffled). The peer runs through a small driver (`_PEER_DRIVER`, which says why).
 
-With `--repeat N`, steps 1 and 2 run N rounds, each run's ratio taken to its own round's ceiling, and the
+With `--repeat N`, steps 1 and 2 run N rounds, each run's ratio taken to the ceilings around it, and the
 medians are printed with their range (the host's speed for encoding moved HF's ceiling by a fifth within an
 hour: one round decides a target at its margin by luck).
 
@@ -142,23 +143,49 @@ def profile(label: str, timed: dict[str, Any], corpus: Path, tokenizer_dir: Path
 
 def measure_round(name: str, tokenizer_dir: Path, small: Path, corpus: Path, cores: int, args: argparse.Namespace
                   ) -> tuple[Optional[float], dict[str, dict[str, Any]]]:
-    """One round: HF's ceiling, then the runs it is the baseline of, right after it (the host's speed drifts by a
-    fifth within an hour: a ceiling measured once for several rounds would date)."""
-    ceiling = bp.encode_single_thread(tokenizer_dir, small, processes=cores, method=bp.ceiling_method())
-    rate = ceiling["tokens"] / ceiling["seconds"] if ceiling else None
-    print(f"\n{name}: HF's ceiling {rate or 0:,.0f} tokens/s ({cores} single-threaded processes)")
-    runs = {"default": run(f"{name}-default", corpus, tokenizer_dir, args.workdir)}
+    """One round: HF's ceiling, then each run followed by the ceiling again; a run's ratio is taken to the mean of
+    the two ceilings around it (`run["ceiling"]`). The host's speed drifts by a fifth within an hour and the `hf`
+    runs take minutes: a ceiling measured once before a round's runs dated by its last run (the 2026-12-03 run:
+    Qwen3's `hf` run took 573 s, 0.55x a ceiling measured ~10 minutes before it).
+
+    Returns:
+      The median of the round's ceilings (tokens/s) and its runs by label.
+    """
+    def ceiling() -> Optional[float]:
+        measured = bp.encode_single_thread(tokenizer_dir, small, processes=cores, method=bp.ceiling_method())
+        return measured["tokens"] / measured["seconds"] if measured else None
+
+    planned = [("default", f"{name}-default", corpus, "auto")]
     if not args.no_parquet:
-        runs["default, Parquet input"] = run(f"{name}-parquet", parquet_copy(corpus), tokenizer_dir, args.workdir)
+        planned.append(("default, Parquet input", f"{name}-parquet", parquet_copy(corpus), "auto"))
     if not args.no_hf:
-        runs["engine: hf"] = run(f"{name}-hf", corpus, tokenizer_dir, args.workdir, engine="hf")
-    return rate, runs
+        planned.append(("engine: hf", f"{name}-hf", corpus, "hf"))
+    before = ceiling()
+    print(f"\n{name}: HF's ceiling {before or 0:,.0f} tokens/s ({cores} single-threaded processes), measured again"
+          " after each run")
+    rates, runs = [before], {}
+    for label, tag, path, engine in planned:
+        runs[label] = run(tag, path, tokenizer_dir, args.workdir, engine=engine)
+        after = ceiling()
+        runs[label]["ceiling"] = bracket(before, after)
+        print(f"  {label}: {runs[label]['seconds']:.1f} s; HF's ceiling after it {after or 0:,.0f} tokens/s")
+        rates.append(after)
+        before = after
+    measured = sorted(rate for rate in rates if rate)
+    return (measured[(len(measured) - 1) // 2] if measured else None), runs
+
+
+def bracket(before: Optional[float], after: Optional[float]) -> Optional[float]:
+    """The ceiling a run is divided by: the mean of those measured just before and just after it (either alone
+    when the other failed; None when both did)."""
+    known = [rate for rate in (before, after) if rate]
+    return sum(known) / len(known) if known else None
 
 
 def median_round(rounds: list[tuple[Optional[float], dict[str, dict[str, Any]]]]
                  ) -> tuple[Optional[float], dict[str, dict[str, Any]]]:
-    """Each run's median over the rounds: of its ratio to its own round's ceiling (`ratio`, with every round's in
-    `ratios`), of a Parquet run's tokens/s over its round's JSONL run (`per_jsonl`), and its median-time run's
+    """Each run's median over the rounds: of its ratio to the ceiling measured around it (`ratio`, with every
+    round's in `ratios`), of a Parquet run's tokens/s over its round's JSONL run (`per_jsonl`), and its median-time run's
     figures (seconds, CPU), of its peak PSS, and its shards' digest (`DIFFER: ...` when the rounds' differ). A run
     that failed in any round is that failed run."""
     import statistics
@@ -173,7 +200,7 @@ def median_round(rounds: list[tuple[Optional[float], dict[str, dict[str, Any]]]]
             continue
         ordered = sorted((r for _, r, _ in taken), key=lambda r: r["seconds"])
         chosen = dict(ordered[(len(ordered) - 1) // 2])
-        chosen["ratios"] = [r["tokens"] / r["seconds"] / rate for rate, r, _ in taken if rate]
+        chosen["ratios"] = [r["tokens"] / r["seconds"] / r["ceiling"] for _, r, _ in taken if r.get("ceiling")]
         chosen["ratio"] = statistics.median(chosen["ratios"]) if chosen["ratios"] else None
         peaks = [r["peak_tree_pss"] for _, r, _ in taken if r.get("peak_tree_pss")]
         chosen["peak_tree_pss"] = statistics.median(peaks) if peaks else None
@@ -324,10 +351,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             speed = r["tokens"] / r["seconds"]
             spread = f" ({min(r['ratios']):.2f}-{max(r['ratios']):.2f})" if len(r["ratios"]) > 1 else ""
             figures.append([name, label, f"{r['seconds']:.1f}", f"{r['tokens']:,}", f"{speed:,.0f}",
-                            f"{r['ratio']:.2f}{spread}" if rate else "n/a", bp.fmt_bytes(r.get("peak_tree_pss")),
+                            f"{r['ratio']:.2f}{spread}" if r.get("ratio") else "n/a", bp.fmt_bytes(r.get("peak_tree_pss")),
                             r["digest"]])
         default = runs["default"]
-        if default["returncode"] == 0 and rate:
+        if default["returncode"] == 0 and default.get("ratio"):
             ratio = default["ratio"]
             results.append([f"{name} default ÷ HF ceiling", f">= {DEFAULT_TARGETS[name]}", f"{ratio:.2f}",
                             "met" if ratio >= DEFAULT_TARGETS[name] else "not met"])
@@ -335,7 +362,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             results.append([f"{name} default peak PSS", f"<= {RECORDED_PEAK_PSS_MIB[name]} MiB (2026-11-26)",
                             f"{pss:,.0f} MiB", "met" if pss <= RECORDED_PEAK_PSS_MIB[name] else "not met"])
         hf = runs.get("engine: hf")
-        if hf and hf["returncode"] == 0 and rate:
+        if hf and hf["returncode"] == 0 and hf.get("ratio"):
             ratio = hf["ratio"]
             results.append([f"{name} engine: hf ÷ HF ceiling", f">= {HF_TARGET}", f"{ratio:.2f}",
                             "met" if ratio >= HF_TARGET else "not met"])
