@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -171,8 +172,8 @@ def measure_round(name: str, tokenizer_dir: Path, small: Path, corpus: Path, cor
         print(f"  {label}: {runs[label]['seconds']:.1f} s; HF's ceiling after it {after or 0:,.0f} tokens/s")
         rates.append(after)
         before = after
-    measured = sorted(rate for rate in rates if rate)
-    return (measured[(len(measured) - 1) // 2] if measured else None), runs
+    measured = [rate for rate in rates if rate]
+    return (statistics.median_low(measured) if measured else None), runs
 
 
 def bracket(before: Optional[float], after: Optional[float]) -> Optional[float]:
@@ -185,11 +186,9 @@ def bracket(before: Optional[float], after: Optional[float]) -> Optional[float]:
 def median_round(rounds: list[tuple[Optional[float], dict[str, dict[str, Any]]]]
                  ) -> tuple[Optional[float], dict[str, dict[str, Any]]]:
     """Each run's median over the rounds: of its ratio to the ceiling measured around it (`ratio`, with every
-    round's in `ratios`), of a Parquet run's tokens/s over its round's JSONL run (`per_jsonl`), and its median-time run's
-    figures (seconds, CPU), of its peak PSS, and its shards' digest (`DIFFER: ...` when the rounds' differ). A run
+    round's in `ratios`), of a Parquet run's tokens/s over its round's JSONL run (`per_jsonl`), and its median-time
+    run's figures (seconds, CPU), of its peak PSS, and its shards' digest (`DIFFER: ...` when the rounds' differ). A run
     that failed in any round is that failed run."""
-    import statistics
-
     rates = [rate for rate, _ in rounds if rate]
     median: dict[str, dict[str, Any]] = {}
     for label in rounds[0][1]:
@@ -284,8 +283,6 @@ def peer_run(label: str, corpus: Path, tokenizer_dir: Path, workdir: Path, pytho
 
 def megatron_comparison(name: str, tokenizer_dir: Path, args: argparse.Namespace) -> Optional[dict[str, Any]]:
     """Ours (`format: megatron`) against the peer on the same JSONL, alternated; medians and a document check."""
-    import statistics
-
     corpus, meta = bp.ensure_corpus(args.workdir.parent, args.megatron_mb)
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
@@ -351,8 +348,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             speed = r["tokens"] / r["seconds"]
             spread = f" ({min(r['ratios']):.2f}-{max(r['ratios']):.2f})" if len(r["ratios"]) > 1 else ""
             figures.append([name, label, f"{r['seconds']:.1f}", f"{r['tokens']:,}", f"{speed:,.0f}",
-                            f"{r['ratio']:.2f}{spread}" if r.get("ratio") else "n/a", bp.fmt_bytes(r.get("peak_tree_pss")),
-                            r["digest"]])
+                            f"{r['ratio']:.2f}{spread}" if r.get("ratio") else "n/a",
+                            bp.fmt_bytes(r.get("peak_tree_pss")), r["digest"]])
         default = runs["default"]
         if default["returncode"] == 0 and default.get("ratio"):
             ratio = default["ratio"]

@@ -16,7 +16,8 @@ from typing import Optional, Sequence
 from easydata.errors import InputError, OutputError, TokenizerError
 from easydata.io.split_names import names_split, splits_named
 
-__all__ = ["cache_dir", "hub_offline", "hub_unreachable", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset", "push_output", "DATA_EXTENSIONS"]
+__all__ = ["cache_dir", "hub_offline", "hub_unreachable", "offline_hf_path", "download_tokenizer", "resolve_hub_dataset",
+           "push_output", "DATA_EXTENSIONS", "TOKENIZER_FILES", "CONFIG_FILES", "CHAT_TEMPLATE_FILE", "CHAT_TEMPLATE_DIR"]
 
 #: A tokenizer's files as `transformers` saves them and the Hub holds them. The config files beside `tokenizer.json`
 #: shape its ids (special tokens, chat template) and are hashed with it (`easydata.text.tokenizer`).

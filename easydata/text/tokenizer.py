@@ -308,7 +308,6 @@ def _token_content(value: Any) -> Optional[str]:
     return value if isinstance(value, str) and value else None
 
 
-
 def side_files(config_dir: Optional[Path]) -> dict[str, bytes]:
     """The files beside `tokenizer.json` that shape its ids, by their path under `config_dir`: `CONFIG_FILES`,
     then the chat template files (`CHAT_TEMPLATE_FILE`, `CHAT_TEMPLATE_DIR/*.jinja`), in the order they are
@@ -317,7 +316,7 @@ def side_files(config_dir: Optional[Path]) -> dict[str, bytes]:
         return {}
     folder = config_dir / CHAT_TEMPLATE_DIR
     named = sorted(f"{CHAT_TEMPLATE_DIR}/{p.name}" for p in folder.glob("*.jinja")) if folder.is_dir() else []
-    return {name: (config_dir / name).read_bytes() for name in (*TOKENIZER_FILES[1:], *named)
+    return {name: (config_dir / name).read_bytes() for name in (*CONFIG_FILES, CHAT_TEMPLATE_FILE, *named)
             if (config_dir / name).is_file()}
 
 
